@@ -1,0 +1,53 @@
+// Element types and host-side conversions between them. Kernels dispatch on DType once per launch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace llm {
+
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8 };
+
+constexpr size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+  }
+  return 0;
+}
+
+std::string_view DTypeName(DType t);
+// Parses "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp32"/"float32"/"float".
+absl::StatusOr<DType> ParseDType(std::string_view name);
+
+// IEEE binary16 / bfloat16 <-> float on the host, round-to-nearest-even, NaN-preserving.
+inline float Bf16ToFloat(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
+  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+float Fp16ToFloat(uint16_t h);
+uint16_t FloatToFp16(float f);
+
+// Converts `count` elements of a floating type (f32/f16/bf16) to float32.
+void ConvertToFloat(DType src_type, const void* src, float* dst, size_t count);
+// Converts float32 to a floating type (f32/f16/bf16).
+void ConvertFromFloat(const float* src, DType dst_type, void* dst, size_t count);
+
+}  // namespace llm

@@ -1,0 +1,30 @@
+// Communicator: the one interface for collectives and point-to-point transfers. The MPI
+// implementation moves host buffers (CPU backend, CI); the NCCL one moves device buffers on the
+// stream it was created with. Scheduling, batching and the KV cache never see which one runs.
+// Every call returns a Status; a peer that never answers becomes DeadlineExceeded, not a hang.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "kernels/core/dtype.h"
+
+namespace llm {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place: data[i] = sum over ranks of data[i]. Floating dtypes and int32.
+  virtual absl::Status AllReduceSum(void* data, size_t count, DType dtype) = 0;
+  // recv holds size() * count elements, rank r's `send` at offset r * count.
+  virtual absl::Status AllGather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual absl::Status Broadcast(void* data, size_t count, DType dtype, int root) = 0;
+  virtual absl::Status Send(const void* data, size_t count, DType dtype, int peer) = 0;
+  virtual absl::Status Recv(void* data, size_t count, DType dtype, int peer) = 0;
+};
+
+}  // namespace llm

@@ -1,0 +1,148 @@
+#include "engine/model/decoder.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace llm {
+
+absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const ModelConfig& config, const LocalDims& dims,
+                                                         std::unique_ptr<ModelWeights> weights, Backend& backend,
+                                                         Communicator* tp_comm, DecoderLimits limits) {
+  if (limits.max_tokens <= 0 || limits.max_seqs <= 0)
+    return absl::InvalidArgumentError("decoder limits must be positive");
+  std::unique_ptr<Decoder> d(new Decoder(config, dims, std::move(weights), backend, tp_comm, limits));
+  ASSIGN_OR_RETURN(RopeTable table, ComputeRopeTable(config));
+  ASSIGN_OR_RETURN(d->rope_memory_, backend.Allocate(table.inv_freq.size() * sizeof(float)));
+  d->rope_.inv_freq = d->rope_memory_.View(DType::kF32, {static_cast<int64_t>(table.inv_freq.size())});
+  d->rope_.rotary_dim = table.rotary_dim;
+  d->rope_.attention_scaling = table.attention_scaling;
+  RETURN_IF_ERROR(backend.CopyToDevice(d->rope_.inv_freq, table.inv_freq.data()));
+  RETURN_IF_ERROR(backend.Synchronize());
+  RETURN_IF_ERROR(d->AllocateActivations());
+  return d;
+}
+
+absl::Status Decoder::AllocateActivations() {
+  const DType dt = backend_.activation_dtype();
+  const int64_t t = limits_.max_tokens, s = limits_.max_seqs, h = dims_.hidden;
+  const int64_t q_size = dims_.num_heads * dims_.head_dim;
+  struct Want {
+    Tensor* dst;
+    DType dtype;
+    Shape shape;
+  };
+  const Want wants[] = {
+      {&residual_, dt, {t, h}},
+      {&delta_, dt, {t, h}},
+      {&normed_, dt, {t, h}},
+      {&qkv_, dt, {t, dims_.qkv_size()}},
+      {&q_, dt, {t, q_size}},
+      {&attn_, dt, {t, q_size}},
+      {&gate_up_, dt, {t, 2 * dims_.ffn}},
+      {&act_, dt, {t, dims_.ffn}},
+      {&last_residual_, dt, {s, h}},
+      {&last_delta_, dt, {s, h}},
+      {&last_normed_, dt, {s, h}},
+      {&logits_, DType::kF32, {s, dims_.vocab_local}},
+  };
+  size_t total = 0;
+  for (const Want& w : wants) total += (w.shape.numel() * DTypeSize(w.dtype) + 255) / 256 * 256;
+  ASSIGN_OR_RETURN(Buffer buffer, backend_.Allocate(total));
+  Arena arena(std::move(buffer));
+  for (const Want& w : wants) {
+    ASSIGN_OR_RETURN(*w.dst, arena.Take(w.dtype, w.shape));
+  }
+  activations_ = std::move(arena).Release();
+  return absl::OkStatus();
+}
+
+absl::Status Decoder::AllReduce(Tensor t) {
+  if (tp_comm_ == nullptr || tp_comm_->size() == 1) return absl::OkStatus();
+  return tp_comm_->AllReduceSum(t.data(), t.numel(), t.dtype());
+}
+
+absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCacheLayer& cache, int32_t n) {
+  const LayerWeights& w = weights_->layers[index];
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  Tensor residual = residual_.Rows(0, n), delta = delta_.Rows(0, n), normed = normed_.Rows(0, n);
+  // Attention block. `delta` holds the previous block's output, not yet added to the residual
+  // (empty before the first layer of a stage).
+  RETURN_IF_ERROR(backend_.AddRmsNorm(residual, index == 0 ? Tensor() : delta, w.input_norm, eps, normed));
+  Tensor qkv = qkv_.Rows(0, n), q = q_.Rows(0, n), attn = attn_.Rows(0, n);
+  RETURN_IF_ERROR(backend_.Linear(normed, w.qkv, qkv));
+  QkvRopeArgs rope_args;
+  rope_args.qkv = qkv;
+  rope_args.num_heads = static_cast<int32_t>(dims_.num_heads);
+  rope_args.num_kv_heads = static_cast<int32_t>(dims_.num_kv_heads);
+  rope_args.head_dim = static_cast<int32_t>(dims_.head_dim);
+  rope_args.q_norm = w.q_norm;
+  rope_args.k_norm = w.k_norm;
+  rope_args.norm_eps = eps;
+  rope_args.rope = rope_;
+  rope_args.positions = meta.positions;
+  rope_args.slot_mapping = meta.slot_mapping;
+  rope_args.cache = cache;
+  rope_args.q_out = q;
+  RETURN_IF_ERROR(backend_.QkvRope(rope_args));
+  AttentionArgs attn_args;
+  attn_args.q = q;
+  attn_args.num_heads = rope_args.num_heads;
+  attn_args.num_kv_heads = rope_args.num_kv_heads;
+  attn_args.head_dim = rope_args.head_dim;
+  attn_args.scale = 1.0f / std::sqrt(static_cast<float>(dims_.head_dim));
+  attn_args.sliding_window = static_cast<int32_t>(config_.sliding_window);
+  attn_args.cache = cache;
+  attn_args.meta = &meta;
+  attn_args.out = attn;
+  RETURN_IF_ERROR(backend_.Attention(attn_args));
+  RETURN_IF_ERROR(backend_.Linear(attn, w.o_proj, delta));
+  RETURN_IF_ERROR(AllReduce(delta));
+  // MLP block.
+  RETURN_IF_ERROR(backend_.AddRmsNorm(residual, delta, w.post_attention_norm, eps, normed));
+  Tensor gate_up = gate_up_.Rows(0, n), act = act_.Rows(0, n);
+  RETURN_IF_ERROR(backend_.Linear(normed, w.gate_up, gate_up));
+  RETURN_IF_ERROR(backend_.SiluMul(gate_up, act));
+  RETURN_IF_ERROR(backend_.Linear(act, w.down, delta));
+  return AllReduce(delta);
+}
+
+absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<const KvCacheLayer> cache,
+                                        Tensor hidden_in) {
+  const int32_t n = meta.num_tokens;
+  if (n <= 0 || n > limits_.max_tokens || meta.num_seqs > limits_.max_seqs || meta.num_logit_rows > limits_.max_seqs)
+    return absl::InvalidArgumentError(absl::StrCat("step of ", n, " tokens / ", meta.num_seqs,
+                                                   " sequences exceeds the decoder limits (", limits_.max_tokens,
+                                                   " tokens, ", limits_.max_seqs, " sequences)"));
+  if (static_cast<int64_t>(cache.size()) != dims_.end_layer - dims_.first_layer)
+    return absl::InvalidArgumentError("KV cache layers do not match this stage's layers");
+  Tensor residual = residual_.Rows(0, n);
+  if (dims_.is_first_stage) {
+    RETURN_IF_ERROR(backend_.Embedding(weights_->embedding, meta.token_ids, dims_.vocab_offset, residual));
+    RETURN_IF_ERROR(AllReduce(residual));  // vocab-parallel: each rank holds some rows
+  } else {
+    if (hidden_in.numel() != residual.numel()) return absl::InvalidArgumentError("hidden input has the wrong shape");
+    RETURN_IF_ERROR(backend_.CopyToDevice(residual, nullptr).code() == absl::StatusCode::kOk
+                        ? absl::OkStatus()
+                        : absl::OkStatus());
+  }
+  for (int64_t l = 0; l < static_cast<int64_t>(weights_->layers.size()); ++l)
+    RETURN_IF_ERROR(Layer(l, meta, cache[l], n));
+
+  if (!dims_.is_last_stage) {
+    RETURN_IF_ERROR(backend_.Add(residual, delta_.Rows(0, n)));
+    return residual;
+  }
+  // Last stage: only the rows that produce logits go through the final norm and the LM head.
+  const int32_t rows = meta.num_logit_rows;
+  Tensor last_residual = last_residual_.Rows(0, rows), last_delta = last_delta_.Rows(0, rows);
+  Tensor last_normed = last_normed_.Rows(0, rows), logits = logits_.Rows(0, rows);
+  RETURN_IF_ERROR(backend_.GatherRows(residual, meta.logit_rows, last_residual));
+  RETURN_IF_ERROR(backend_.GatherRows(delta_.Rows(0, n), meta.logit_rows, last_delta));
+  RETURN_IF_ERROR(backend_.AddRmsNorm(last_residual, last_delta, weights_->final_norm,
+                                      static_cast<float>(config_.rms_norm_eps), last_normed));
+  RETURN_IF_ERROR(backend_.Linear(last_normed, weights_->lm_head, logits));
+  return logits;
+}
+
+}  // namespace llm

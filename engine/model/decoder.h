@@ -1,0 +1,66 @@
+// Decoder: the Llama-family forward pass, written once against Backend ops. Architecture
+// differences (biases, Qwen3's q/k norms, tied embeddings, rope variants, sliding window) are
+// fields of ModelConfig, not code paths per model. Tensor parallelism adds two all-reduces per
+// layer (after o_proj and down_proj) and one after the vocab-parallel embedding; pipeline
+// parallelism runs only this stage's layer range.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/backend/backend.h"
+#include "engine/model/config.h"
+#include "engine/model/rope.h"
+#include "engine/model/weights.h"
+#include "parallel/communicator.h"
+
+namespace llm {
+
+struct DecoderLimits {
+  int32_t max_tokens = 2048;  // tokens per step (the prefill chunk budget)
+  int32_t max_seqs = 256;     // sequences per step (rows of logits)
+};
+
+class Decoder {
+ public:
+  // `tp_comm` may be null when tp_size == 1.
+  static absl::StatusOr<std::unique_ptr<Decoder>> Create(const ModelConfig& config, const LocalDims& dims,
+                                                         std::unique_ptr<ModelWeights> weights, Backend& backend,
+                                                         Communicator* tp_comm, DecoderLimits limits);
+
+  // Runs this stage's layers over one step. On the first stage the input is meta.token_ids;
+  // otherwise `hidden_in` [num_tokens, hidden] from the previous stage. Returns, on the last stage,
+  // float32 logits [meta.num_logit_rows, vocab_local] (this rank's vocabulary shard), else the
+  // hidden state [num_tokens, hidden] to send on. The returned view lives until the next call.
+  absl::StatusOr<Tensor> Forward(const StepMetadata& meta, absl::Span<const KvCacheLayer> cache, Tensor hidden_in);
+
+  const LocalDims& dims() const { return dims_; }
+  const ModelWeights& weights() const { return *weights_; }
+  size_t activation_bytes() const { return activations_.bytes(); }
+
+ private:
+  Decoder(const ModelConfig& config, const LocalDims& dims, std::unique_ptr<ModelWeights> weights, Backend& backend,
+          Communicator* tp_comm, DecoderLimits limits)
+      : config_(config), dims_(dims), weights_(std::move(weights)), backend_(backend), tp_comm_(tp_comm),
+        limits_(limits) {}
+  absl::Status AllocateActivations();
+  absl::Status AllReduce(Tensor t);
+  absl::Status Layer(int64_t index, const StepMetadata& meta, const KvCacheLayer& cache, int32_t tokens);
+
+  const ModelConfig config_;
+  const LocalDims dims_;
+  std::unique_ptr<ModelWeights> weights_;
+  Backend& backend_;
+  Communicator* tp_comm_;
+  DecoderLimits limits_;
+  Buffer rope_memory_;
+  RopeParams rope_;
+
+  // Activation buffers sized for limits_ at creation; nothing is allocated per step.
+  Buffer activations_;
+  Tensor residual_, delta_, normed_, qkv_, q_, attn_, gate_up_, act_;
+  Tensor last_residual_, last_delta_, last_normed_, logits_;
+};
+
+}  // namespace llm

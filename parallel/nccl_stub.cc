@@ -1,0 +1,16 @@
+// llm_parallel_nccl in a build without CUDA/NCCL: the same API, reporting that NCCL is absent.
+#include "parallel/nccl_communicator.h"
+
+namespace llm {
+
+bool NcclAvailable() { return false; }
+
+int CudaDeviceCount() { return 0; }
+
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(
+    MpiCommunicator& group, void* stream, const NcclOptions& options) {
+  return absl::UnimplementedError(
+      "NCCL communicator unavailable: this build has no CUDA/NCCL (LLM_HAVE_CUDA is OFF)");
+}
+
+}  // namespace llm

@@ -102,8 +102,12 @@ Checkpoint::~Checkpoint() = default;
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesystem::path& dir) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
+  if (!std::filesystem::exists(dir, ec)) {
     return absl::NotFoundError(absl::StrCat("checkpoint directory '", dir.string(), "' does not exist"));
+  }
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", dir.string(),
+                                                   "' is not a directory (OpenFile takes a single file)"));
   }
   auto impl = std::make_unique<Impl>();
   impl->directory = dir;

@@ -107,8 +107,7 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
   return AllReduce(delta);
 }
 
-absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<const KvCacheLayer> cache,
-                                        Tensor hidden_in) {
+absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<const KvCacheLayer> cache) {
   const int32_t n = meta.num_tokens;
   if (n <= 0 || n > limits_.max_tokens || meta.num_seqs > limits_.max_seqs || meta.num_logit_rows > limits_.max_seqs)
     return absl::InvalidArgumentError(absl::StrCat("step of ", n, " tokens / ", meta.num_seqs,
@@ -120,11 +119,6 @@ absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<con
   if (dims_.is_first_stage) {
     RETURN_IF_ERROR(backend_.Embedding(weights_->embedding, meta.token_ids, dims_.vocab_offset, residual));
     RETURN_IF_ERROR(AllReduce(residual));  // vocab-parallel: each rank holds some rows
-  } else {
-    if (hidden_in.numel() != residual.numel()) return absl::InvalidArgumentError("hidden input has the wrong shape");
-    RETURN_IF_ERROR(backend_.CopyToDevice(residual, nullptr).code() == absl::StatusCode::kOk
-                        ? absl::OkStatus()
-                        : absl::OkStatus());
   }
   for (int64_t l = 0; l < static_cast<int64_t>(weights_->layers.size()); ++l)
     RETURN_IF_ERROR(Layer(l, meta, cache[l], n));

@@ -29,11 +29,15 @@ class Decoder {
                                                          std::unique_ptr<ModelWeights> weights, Backend& backend,
                                                          Communicator* tp_comm, DecoderLimits limits);
 
+  // Where a later pipeline stage receives the previous stage's hidden state [num_tokens, hidden]
+  // before calling Forward.
+  Tensor HiddenInput(int32_t num_tokens) const { return residual_.Rows(0, num_tokens); }
+
   // Runs this stage's layers over one step. On the first stage the input is meta.token_ids;
-  // otherwise `hidden_in` [num_tokens, hidden] from the previous stage. Returns, on the last stage,
-  // float32 logits [meta.num_logit_rows, vocab_local] (this rank's vocabulary shard), else the
-  // hidden state [num_tokens, hidden] to send on. The returned view lives until the next call.
-  absl::StatusOr<Tensor> Forward(const StepMetadata& meta, absl::Span<const KvCacheLayer> cache, Tensor hidden_in);
+  // otherwise HiddenInput(). Returns, on the last stage, float32 logits
+  // [meta.num_logit_rows, vocab_local] (this rank's vocabulary shard), else the hidden state
+  // [num_tokens, hidden] to send on. The returned view lives until the next call.
+  absl::StatusOr<Tensor> Forward(const StepMetadata& meta, absl::Span<const KvCacheLayer> cache);
 
   const LocalDims& dims() const { return dims_; }
   const ModelWeights& weights() const { return *weights_; }

@@ -89,7 +89,7 @@ absl::StatusOr<std::optional<int64_t>> JsonObjectReader::OptionalInt(std::string
 
 absl::StatusOr<int64_t> JsonObjectReader::RequiredInt(std::string_view key) const {
   ASSIGN_OR_RETURN(std::optional<int64_t> i, OptionalInt(key));
-  if (!i) return KeyError(key, "is missing (required)");
+  if (!i) return KeyError(key, "is missing or null (required)");
   return *i;
 }
 

@@ -143,10 +143,13 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const nlohm
         absl::StrCat(ctx.label, ": tensor '", name, "' has unknown dtype '", dtype_name, "'"));
   } else {
     uint64_t expected = 0;
-    if (__builtin_mul_overflow(numel, uint64_t{type->size}, &expected) || expected != end - begin) {
-      return ctx.TensorError(name, absl::StrCat("has ", end - begin, " bytes (data_offsets [", begin, ", ",
-                                                end, "]) but shape ", ShapeToString(shape), " of ",
-                                                dtype_name, " needs ", numel, " x ", type->size));
+    const bool overflow = __builtin_mul_overflow(numel, uint64_t{type->size}, &expected);
+    if (overflow || expected != end - begin) {
+      return ctx.TensorError(
+          name, absl::StrCat("has ", end - begin, " bytes (data_offsets [", begin, ", ", end, "]) but shape ",
+                             ShapeToString(shape), " of ", dtype_name, " needs ",
+                             overflow ? "more than 2^64" : absl::StrCat(expected), " (", numel,
+                             " elements x ", type->size, " bytes)"));
     }
     if (type->dtype) {
       out.record.dtype = *type->dtype;

@@ -132,6 +132,8 @@ class Arena {
   absl::StatusOr<Tensor> Take(DType dtype, Shape shape, size_t alignment = 256);
   size_t used() const { return used_; }
   size_t capacity() const { return buffer_.bytes(); }
+  // Hands back the underlying buffer (views taken so far stay valid while it lives).
+  Buffer Release() && { return std::move(buffer_); }
 
  private:
   Buffer buffer_;

@@ -1,0 +1,174 @@
+// Backend: the small set of ops the decoder's forward pass is written against. The CPU backend
+// (float32, the oracle) and the CUDA backend implement the same contract; the decoder, the
+// scheduler and the KV cache manager never know which one runs.
+//
+// Conventions for every op:
+//  - Tensors are contiguous, row-major, on the backend's device, in the backend's activation
+//    dtype unless stated (ids/positions/slots are int32, logits float32).
+//  - Outputs are caller-owned and pre-sized (nothing allocates inside an op, so the decode step
+//    can be captured in a CUDA graph); ops check shapes/dtypes and return InvalidArgument.
+//  - Ops are asynchronous on the backend's stream; Synchronize() waits.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/core/tensor.h"
+
+namespace llm {
+
+// y = x · Wᵀ + b, W stored [out_features, in_features] as in Hugging Face checkpoints.
+struct LinearWeight {
+  Tensor weight;  // [N, K]
+  Tensor bias;    // [N] or empty
+  int64_t out_features() const { return weight.dim(0); }
+  int64_t in_features() const { return weight.dim(1); }
+};
+
+// One layer's paged KV cache. Block b of the layer holds, for each KV head, `block_size`
+// consecutive token slots of head_dim values. A token's slot is block_id * block_size + offset.
+struct KvCacheLayer {
+  Tensor k;  // [num_blocks, num_kv_heads, block_size, head_dim]
+  Tensor v;  // same
+  int64_t num_blocks() const { return k.dim(0); }
+  int64_t block_size() const { return k.dim(2); }
+};
+
+// Per-step batch layout shared by all layers. Tokens of all sequences are packed ("ragged"):
+// sequence s owns token rows [query_start[s], query_start[s+1]); its new tokens sit at positions
+// context_lens[s] - query_len .. context_lens[s] - 1, after everything already in its cache.
+// A step may mix prefill chunks and single-token decodes.
+struct StepMetadata {
+  int32_t num_tokens = 0;
+  int32_t num_seqs = 0;
+  int32_t max_query_len = 0;
+  int32_t max_context_len = 0;
+  int32_t num_logit_rows = 0;
+  Tensor token_ids;     // i32 [num_tokens]
+  Tensor positions;     // i32 [num_tokens]
+  Tensor slot_mapping;  // i32 [num_tokens]: where each token's K/V goes; < 0 skips the write
+  Tensor query_start;   // i32 [num_seqs + 1]
+  Tensor context_lens;  // i32 [num_seqs]: cached tokens after this step (prefix + new)
+  Tensor block_tables;  // i32 [num_seqs, max_blocks_per_seq]
+  Tensor logit_rows;    // i32 [num_logit_rows]: token rows whose logits are wanted
+};
+
+// Rotary embedding, precomputed on the host for every rope variant (default, linear, llama3,
+// yarn): cos/sin are built from position * inv_freq[i], times attention_scaling. Rotation is the
+// Hugging Face "rotate_half" layout: element i pairs with i + rotary_dim / 2.
+struct RopeParams {
+  Tensor inv_freq;  // f32 [rotary_dim / 2]
+  int32_t rotary_dim = 0;
+  float attention_scaling = 1.0f;
+};
+
+// Splits a fused QKV projection, optionally RMS-normalizes each q and k head (Qwen3), applies
+// RoPE to q and k, writes k and v into the paged cache at slot_mapping and q into q_out.
+struct QkvRopeArgs {
+  Tensor qkv;    // [T, (num_heads + 2 * num_kv_heads) * head_dim]
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  Tensor q_norm;  // [head_dim] or empty
+  Tensor k_norm;  // [head_dim] or empty
+  float norm_eps = 1e-6f;
+  RopeParams rope;
+  Tensor positions;     // i32 [T]
+  Tensor slot_mapping;  // i32 [T]
+  KvCacheLayer cache;
+  Tensor q_out;  // [T, num_heads * head_dim]
+};
+
+// Causal attention of the step's queries over each sequence's paged cache (which already holds
+// this step's keys). GQA: query head h reads KV head h / (num_heads / num_kv_heads).
+struct AttentionArgs {
+  Tensor q;  // [T, num_heads * head_dim]
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  float scale = 1.0f;
+  int32_t sliding_window = 0;  // 0: unlimited; else a query at position p sees keys > p - window
+  KvCacheLayer cache;
+  const StepMetadata* meta = nullptr;
+  Tensor out;  // [T, num_heads * head_dim]
+};
+
+inline constexpr int kMaxTopLogprobs = 20;
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // (0, 1]
+  float min_p = 0.0f;        // [0, 1]
+  float repetition_penalty = 1.0f;  // > 0; over prompt and output tokens
+  float presence_penalty = 0.0f;    // over output tokens
+  float frequency_penalty = 0.0f;   // over output tokens
+  uint64_t seed = 0;
+  int32_t num_top_logprobs = 0;  // 0..kMaxTopLogprobs
+};
+
+// One row of logits to sample from.
+struct SampleRow {
+  const SamplingParams* params = nullptr;
+  uint64_t step = 0;  // tokens generated so far: the RNG counter
+  absl::Span<const int32_t> prompt_tokens;
+  absl::Span<const int32_t> output_tokens;
+};
+
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+};
+
+// Log-probabilities are those of the model's raw distribution (before penalties/temperature).
+struct SampleResult {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  int32_t num_top = 0;
+  std::array<TokenLogprob, kMaxTopLogprobs> top{};
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual DType activation_dtype() const = 0;
+
+  // --- memory: at start-up only ---
+  virtual absl::StatusOr<Buffer> Allocate(size_t bytes) = 0;
+  // Bytes the device can still give (for sizing the KV cache).
+  virtual absl::StatusOr<size_t> FreeMemory() const = 0;
+  // Host -> device (`dst` on the device) and device -> host; async on the stream, the host
+  // side must stay valid until Synchronize().
+  virtual absl::Status CopyToDevice(Tensor dst, const void* src) = 0;
+  virtual absl::Status CopyToHost(void* dst, Tensor src) = 0;
+  // Converts `count` host elements of a floating `src_dtype` into device tensor `dst` (its dtype).
+  virtual absl::Status UploadConverted(const void* src, DType src_dtype, Tensor dst) = 0;
+  virtual absl::Status Synchronize() = 0;
+
+  // --- ops ---
+  // out[t] = table[ids[t] - vocab_offset], zeros where the id falls outside this shard's rows.
+  virtual absl::Status Embedding(Tensor table, Tensor ids, int64_t vocab_offset, Tensor out) = 0;
+  // out = x / rms(x) * weight, over rows of length weight.numel().
+  virtual absl::Status RmsNorm(Tensor x, Tensor weight, float eps, Tensor out) = 0;
+  // residual += delta (when delta is not empty); out = RmsNorm(residual).
+  virtual absl::Status AddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out) = 0;
+  // x += y.
+  virtual absl::Status Add(Tensor x, Tensor y) = 0;
+  virtual absl::Status Linear(Tensor x, const LinearWeight& w, Tensor out) = 0;
+  virtual absl::Status QkvRope(const QkvRopeArgs& args) = 0;
+  virtual absl::Status Attention(const AttentionArgs& args) = 0;
+  // out[t, i] = silu(gate_up[t, i]) * gate_up[t, F + i], gate_up [T, 2F], out [T, F].
+  virtual absl::Status SiluMul(Tensor gate_up, Tensor out) = 0;
+  // out[i] = x[rows[i]].
+  virtual absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) = 0;
+  // Samples one token per row of float32 logits [rows.size(), vocab]; results on the host.
+  virtual absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows,
+                              absl::Span<SampleResult> results) = 0;
+};
+
+}  // namespace llm

@@ -1,0 +1,49 @@
+// CpuBackend: the float32 reference implementation of every backend op. It is the oracle the CUDA
+// backend is tested against and lets every test run in CI. Weights and activations are float32
+// whatever the checkpoint stores.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/backend/cpu/thread_pool.h"
+
+namespace llm {
+
+class CpuBackend final : public Backend {
+ public:
+  // num_threads <= 0: all hardware threads.
+  explicit CpuBackend(int num_threads = 0);
+
+  Device device() const override { return Device{DeviceKind::kCpu, 0}; }
+  DType activation_dtype() const override { return DType::kF32; }
+
+  absl::StatusOr<Buffer> Allocate(size_t bytes) override;
+  absl::StatusOr<size_t> FreeMemory() const override;
+  absl::Status CopyToDevice(Tensor dst, const void* src) override;
+  absl::Status CopyToHost(void* dst, Tensor src) override;
+  absl::Status UploadConverted(const void* src, DType src_dtype, Tensor dst) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::Status Embedding(Tensor table, Tensor ids, int64_t vocab_offset, Tensor out) override;
+  absl::Status RmsNorm(Tensor x, Tensor weight, float eps, Tensor out) override;
+  absl::Status AddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out) override;
+  absl::Status Add(Tensor x, Tensor y) override;
+  absl::Status Linear(Tensor x, const LinearWeight& w, Tensor out) override;
+  absl::Status QkvRope(const QkvRopeArgs& args) override;
+  absl::Status Attention(const AttentionArgs& args) override;
+  absl::Status SiluMul(Tensor gate_up, Tensor out) override;
+  absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) override;
+  absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows,
+                      absl::Span<SampleResult> results) override;
+
+  int num_threads() const { return pool_.num_threads(); }
+
+ private:
+  ThreadPool pool_;
+  std::vector<cpu::SamplerScratch> sampler_scratch_;
+};
+
+}  // namespace llm

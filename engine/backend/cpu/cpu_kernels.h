@@ -1,0 +1,36 @@
+// Float32 reference kernels of the CPU backend: plain loops over plain pointers, split across the
+// thread pool. Written for clarity first; the inner loops are shaped so the compiler vectorizes
+// them (independent accumulators, unit-stride).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/thread_pool.h"
+
+namespace llm::cpu {
+
+// y[M, N] = x[M, K] · w[N, K]ᵀ (+ bias[N]).
+void Matmul(ThreadPool& pool, const float* x, const float* w, const float* bias, float* y, int64_t m,
+            int64_t n, int64_t k);
+
+void RmsNormRows(ThreadPool& pool, const float* x, const float* weight, float eps, float* out,
+                 int64_t rows, int64_t dim, float* residual_in_out, const float* delta);
+
+void QkvRope(ThreadPool& pool, const QkvRopeArgs& args);
+
+void PagedAttention(ThreadPool& pool, const AttentionArgs& args);
+
+// Per-thread working memory of the sampler, grown on first use and then reused.
+struct SamplerScratch {
+  std::vector<float> values;
+  std::vector<int32_t> order;
+  std::vector<int32_t> counts;
+};
+
+void SampleRows(ThreadPool& pool, const float* logits, int64_t vocab, absl::Span<const SampleRow> rows,
+                absl::Span<SampleResult> results, std::vector<SamplerScratch>& scratch);
+
+}  // namespace llm::cpu

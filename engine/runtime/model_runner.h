@@ -1,0 +1,68 @@
+// ModelRunner: everything one rank needs to execute a StepPlan: the backend, this shard's
+// weights and decoder, the stage's KV cache and fixed device buffers for the step metadata
+// (fixed addresses, so a step can be replayed as a CUDA graph). It computes; it does not decide
+// what to compute: that is the scheduler's job.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/kv_cache/kv_cache.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/config.h"
+#include "engine/model/decoder.h"
+#include "engine/model/step_plan.h"
+#include "engine/model/weights.h"
+
+namespace llm {
+
+struct ModelRunnerOptions {
+  DecoderLimits limits;
+  int32_t block_size = 16;
+  int64_t max_context = 0;       // 0: the model's max_position_embeddings
+  int64_t num_kv_blocks = 0;     // 0: from kv_cache_fraction, capped at what max_seqs x max_context needs
+  double kv_cache_fraction = 0.9;  // of the memory free after weights and activations
+  ShardSpec shard;
+};
+
+class ModelRunner {
+ public:
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const ModelConfig& config, const Checkpoint& checkpoint,
+                                                             std::unique_ptr<Backend> backend,
+                                                             Communicator* tp_comm, const ModelRunnerOptions& options);
+
+  // Runs the whole model (single stage) over `plan` and samples one token per logit row.
+  absl::Status Execute(const StepPlan& plan, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results);
+  // Runs the model and copies the float32 logits of each logit row to `logits` [rows, vocab].
+  absl::Status ComputeLogits(const StepPlan& plan, float* logits);
+
+  const ModelConfig& config() const { return config_; }
+  const KvCacheShape& kv_shape() const { return kv_cache_->shape(); }
+  int32_t block_table_width() const { return block_table_width_; }
+  int64_t max_context() const { return max_context_; }
+  const DecoderLimits& limits() const { return options_.limits; }
+  Backend& backend() { return *backend_; }
+  size_t weight_bytes() const { return decoder_->weights().bytes; }
+  size_t kv_cache_bytes() const { return kv_cache_->bytes(); }
+
+ private:
+  ModelRunner(const ModelConfig& config, const ModelRunnerOptions& options) : config_(config), options_(options) {}
+  absl::Status AllocateMetadata();
+  absl::StatusOr<Tensor> Forward(const StepPlan& plan);
+
+  ModelConfig config_;
+  ModelRunnerOptions options_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Decoder> decoder_;
+  std::unique_ptr<KvCache> kv_cache_;
+  int64_t max_context_ = 0;
+  int32_t block_table_width_ = 0;
+
+  Buffer metadata_memory_;
+  Tensor token_ids_, positions_, slot_mapping_, query_start_, context_lens_, block_tables_, logit_rows_;
+  StepMetadata meta_;
+};
+
+}  // namespace llm

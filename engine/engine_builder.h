@@ -1,0 +1,41 @@
+// Builds a single-process Engine from a model folder: config, checkpoint, tokenizer (when the
+// folder has one), backend, weights, KV cache and scheduler limits, in that order; the first
+// failure is returned with a message naming what failed.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+
+namespace llm {
+
+struct EngineBuildOptions {
+  std::filesystem::path model_dir;
+  std::string device = "cpu";   // cpu | cuda
+  std::string dtype = "auto";   // auto | bf16 | fp16 | fp32 (the CPU backend computes in fp32)
+  int num_threads = 0;          // CPU backend threads; 0: all cores
+  int32_t max_tokens_per_step = 2048;
+  int32_t max_seqs = 64;
+  int32_t block_size = 16;
+  int64_t num_kv_blocks = 0;    // 0: from kv_cache_fraction
+  double kv_cache_fraction = 0.9;
+  int64_t max_context = 0;      // 0: the model's max_position_embeddings
+  int32_t max_queue = 1024;
+};
+
+struct BuiltEngine {
+  std::unique_ptr<Engine> engine;
+  std::shared_ptr<const Tokenizer> tokenizer;  // null when the model folder has none
+  size_t weight_bytes = 0;
+  size_t kv_cache_bytes = 0;
+};
+
+absl::StatusOr<BuiltEngine> BuildLocalEngine(const EngineBuildOptions& options);
+
+// Loads `dir`/tokenizer.json when it exists; null (not an error) when it does not.
+absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadTokenizerIfPresent(const std::filesystem::path& dir);
+
+}  // namespace llm

@@ -1,0 +1,54 @@
+// FlagSet: the command-line flags of one `llm` subcommand. Each flag is declared with a help
+// line and bound to a variable; Parse() rejects unknown flags and bad values with a message, and
+// --help prints the generated usage. Flags are read in main() only and passed down as structs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace llm::cli {
+
+class FlagSet {
+ public:
+  FlagSet(std::string command, std::string summary) : command_(std::move(command)), summary_(std::move(summary)) {}
+
+  void String(const std::string& name, std::string* value, const std::string& help);
+  void Int(const std::string& name, int64_t* value, const std::string& help);
+  void Float(const std::string& name, double* value, const std::string& help);
+  void Bool(const std::string& name, bool* value, const std::string& help);  // --name sets true
+  // Repeatable: each occurrence appends.
+  void StringList(const std::string& name, std::vector<std::string>* values, const std::string& help);
+
+  // argv[0] is the subcommand. Sets help_requested() on --help/-h.
+  absl::Status Parse(int argc, char** argv);
+  bool help_requested() const { return help_; }
+  bool IsSet(const std::string& name) const;
+  std::string Usage() const;
+
+ private:
+  struct Flag {
+    std::string name;
+    std::string help;
+    std::string default_text;
+    bool takes_value = true;
+    bool set = false;
+    std::function<absl::Status(const std::string&)> assign;
+  };
+  Flag* Find(const std::string& name);
+
+  std::string command_;
+  std::string summary_;
+  std::vector<Flag> flags_;
+  bool help_ = false;
+};
+
+// Runs a subcommand: prints usage on --help (exit 0), the error and a hint on a bad flag (exit 2).
+// Returns std::nullopt when the command should go on.
+std::optional<int> HandleParse(FlagSet& flags, int argc, char** argv);
+
+}  // namespace llm::cli

@@ -1,0 +1,161 @@
+// The `llm` binary as users and other checks call it: exit codes, --json contract, error messages.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/runtime/fixture_reference.h"
+
+namespace llm {
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+RunResult RunLlm(const std::string& args) {
+  const std::string err_file = ::testing::TempDir() + "/cli_stderr.txt";
+  const std::string cmd = absl::StrCat(LLM_BINARY_DIR, "/bin/llm ", args, " 2>", err_file);
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(in), {});
+  return r;
+}
+
+nlohmann::json LastJsonLine(const std::string& out) {
+  std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  if (lines.empty()) return nullptr;
+  return nlohmann::json::parse(lines.back(), nullptr, false);
+}
+
+std::string Model(const std::string& name) { return testing::ModelDir(name); }
+
+// Greedy tokens through the whole stack (CLI -> engine -> scheduler -> CPU backend) equal the
+// reference's 24 greedy tokens, for every fixture's first three prompts.
+TEST(CliGenerateTest, GreedyTokensMatchReference) {
+  for (const char* model : testing::kFixtureModels) {
+    auto prompts = testing::LoadFixturePrompts(model);
+    for (int i = 0; i < 3; ++i) {
+      SCOPED_TRACE(absl::StrCat(model, " prompt ", i));
+      RunResult r = RunLlm(absl::StrCat("generate --model ", Model(model), " --prompt-ids ",
+                                     absl::StrJoin(prompts[i].prompt, ","),
+                                     " --max-tokens 24 --temperature 0 --ignore-eos --json --threads 2"));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      nlohmann::json j = LastJsonLine(r.out);
+      ASSERT_TRUE(j.is_object()) << r.out;
+      EXPECT_EQ(j["token_ids"].get<std::vector<int32_t>>(), prompts[i].greedy);
+      EXPECT_EQ(j["finish_reason"], "length");
+      EXPECT_EQ(j["prompt_tokens"], prompts[i].prompt.size());
+      EXPECT_EQ(j["completion_tokens"], 24);
+      EXPECT_TRUE(j.contains("text"));
+    }
+  }
+}
+
+TEST(CliGenerateTest, SameSeedSameOutputAndSeedsDiffer) {
+  const std::string base = absl::StrCat("generate --model ", Model("qwen2-tiny"),
+                                        " --prompt-ids 3,14,15,92 --max-tokens 20 --temperature 1.0 --top-k 50 "
+                                        "--top-p 0.9 --min-p 0.01 --json --seed ");
+  RunResult a = RunLlm(base + "7"), b = RunLlm(base + "7"), c = RunLlm(base + "8");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(LastJsonLine(a.out)["token_ids"], LastJsonLine(b.out)["token_ids"]);
+  EXPECT_NE(LastJsonLine(a.out)["token_ids"], LastJsonLine(c.out)["token_ids"]);
+}
+
+TEST(CliErrorsTest, BadUsageExitsTwoWithMessage) {
+  struct Case {
+    std::string args;
+    std::string message;
+  } cases[] = {
+      {"", "usage: llm"},
+      {"frobnicate", "unknown command"},
+      {"generate --model " + Model("llama-tiny"), "exactly one of --prompt and --prompt-ids"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --prompt hi", "exactly one of"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,x", "is not a token id"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --bogus", "unknown flag --bogus"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --max-tokens abc", "expects an integer"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,99999", "outside the vocabulary"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --temperature -1", "temperature"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --top-p 1.5", "top_p"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --max-tokens 100000", "exceeds the context"},
+      {"generate --model " + Model("llama-tiny") + " --prompt hello", "no tokenizer"},
+      {"tokenize --text hi", "--tokenizer is required"},
+      {"tokenize --tokenizer x", "exactly one of --text"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    RunResult r = RunLlm(c.args);
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+  }
+}
+
+TEST(CliErrorsTest, MissingOrCorruptModelExitsOneNamingTheProblem) {
+  RunResult r = RunLlm("generate --model /nonexistent/model --prompt-ids 1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/model"), std::string::npos) << r.err;
+
+  // A copy of a fixture with a truncated weights file.
+  const std::string dir = ::testing::TempDir() + "/truncated-model";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(Model("llama-tiny") + "/config.json", dir + "/config.json");
+  {
+    std::ifstream in(Model("llama-tiny") + "/model.safetensors", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream out(dir + "/model.safetensors", std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  }
+  r = RunLlm("generate --model " + dir + " --prompt-ids 1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << r.err;
+}
+
+TEST(CliTest, HelpOnEverySubcommand) {
+  for (const char* cmd : {"generate", "tokenize"}) {
+    RunResult r = RunLlm(absl::StrCat(cmd, " --help"));
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_NE(r.out.find(absl::StrCat("usage: llm ", cmd)), std::string::npos);
+  }
+  EXPECT_EQ(RunLlm("--help").exit_code, 0);
+}
+
+// tokenize --jsonl over every Llama-3 case: one {"ids": [...]} line per input line, in order.
+TEST(CliTokenizeTest, JsonlMatchesReferenceCases) {
+  std::ifstream in(std::string(LLM_TEST_DATA_DIR) + "/tokenizers/llama3-cases.json");
+  nlohmann::json cases = nlohmann::json::parse(in)["cases"];
+  const std::string input = ::testing::TempDir() + "/cases.jsonl";
+  {
+    std::ofstream out(input);
+    for (const auto& c : cases) out << nlohmann::json(c["text"].get<std::string>()).dump() << "\n";
+  }
+  RunResult r = RunLlm(absl::StrCat("tokenize --tokenizer ", LLM_TOKENIZER_DATA_DIR, "/llama3-tokenizer.json --jsonl ", input));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i)
+    EXPECT_EQ(nlohmann::json::parse(lines[i])["ids"], cases[i]["ids"]) << i;
+
+  r = RunLlm(absl::StrCat("tokenize --tokenizer ", LLM_TOKENIZER_DATA_DIR,
+                       "/llama2-tokenizer.json --text 'Hello world' --add-special-tokens"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["ids"][0], 1);  // <s>
+}
+
+}  // namespace
+}  // namespace llm

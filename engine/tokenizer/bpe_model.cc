@@ -44,7 +44,7 @@ void AddSymbol(std::vector<Symbol>* symbols, int32_t id, int32_t len) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& config) {
+absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(const Json& config, BpeTables tables) {
   if (!config.is_object()) return absl::InvalidArgumentError("tokenizer.json: \"model\" must be an object");
   // Very old files leave the type out; merges identify BPE.
   std::string type = "BPE";
@@ -67,26 +67,21 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& config)
     if (!it->is_string()) return absl::InvalidArgumentError("tokenizer.json: model.unk_token must be a string");
     model->unk_token_ = it->get<std::string>();
   }
-  const auto vocab = config.find("vocab");
-  if (vocab == config.end() || !vocab->is_object()) {
-    return absl::InvalidArgumentError("tokenizer.json: model.vocab must be an object");
-  }
-  RETURN_IF_ERROR(model->LoadVocab(*vocab));
-  const auto merges = config.find("merges");
-  if (merges != config.end() && !merges->is_null()) RETURN_IF_ERROR(model->LoadMerges(*merges));
+  RETURN_IF_ERROR(model->LoadVocab(std::move(tables.vocab)));
+  RETURN_IF_ERROR(model->LoadMerges(tables.merges));
   return model;
 }
 
-absl::Status BpeModel::LoadVocab(const Json& vocab) {
+absl::Status BpeModel::LoadVocab(std::vector<std::pair<std::string, int64_t>> vocab) {
   vocab_.reserve(vocab.size());
   int32_t max_id = -1;
-  for (const auto& [token, id_json] : vocab.items()) {
-    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 || id_json.get<int64_t>() > INT32_MAX - 1) {
+  for (auto& [token, id64] : vocab) {
+    if (id64 < 0 || id64 >= INT32_MAX) {
       return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: vocab id of \"", token, "\" is invalid"));
     }
-    const int32_t id = static_cast<int32_t>(id_json.get<int64_t>());
-    vocab_[token] = id;
+    const int32_t id = static_cast<int32_t>(id64);
     max_id = std::max(max_id, id);
+    vocab_.insert_or_assign(std::move(token), id);
   }
   id_to_token_.assign(max_id + 1, std::string());
   has_token_.assign(max_id + 1, false);
@@ -110,43 +105,25 @@ absl::Status BpeModel::LoadVocab(const Json& vocab) {
   return absl::OkStatus();
 }
 
-absl::Status BpeModel::LoadMerges(const Json& merges) {
-  if (!merges.is_array()) return absl::InvalidArgumentError("tokenizer.json: model.merges must be an array");
+absl::Status BpeModel::LoadMerges(const MergeList& merges) {
   merges_.reserve(merges.size());
   const size_t prefix_length = continuing_subword_prefix_.size();
-  int32_t rank = 0;
-  for (const Json& merge : merges) {
-    std::string left, right;
-    if (merge.is_string()) {
-      // The legacy form "left right": exactly one space, as the reference requires.
-      const std::string& line = merge.get_ref<const std::string&>();
-      if (line.starts_with("#version")) {
-        ++rank;
-        continue;
-      }
-      const size_t space = line.find(' ');
-      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: malformed merge #", rank + 1, ": \"",
-                                                       line, "\""));
-      }
-      left = line.substr(0, space);
-      right = line.substr(space + 1);
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
-      left = merge[0].get<std::string>();
-      right = merge[1].get<std::string>();
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: malformed merge #", rank + 1));
-    }
+  std::string merged;
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const int32_t rank = static_cast<int32_t>(i);
+    const auto [left, right] = merges[i];
     const auto left_id = TokenToId(left);
     const auto right_id = TokenToId(right);
     if (!left_id || !right_id) {
       return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: merge #", rank + 1, " uses \"",
-                                                     left_id ? right : left, "\", which is not in the vocab"));
+                                                     std::string(left_id ? right : left),
+                                                     "\", which is not in the vocab"));
     }
     if (right.size() < prefix_length) {
       return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: merge #", rank + 1, " is malformed"));
     }
-    std::string merged = left + right.substr(prefix_length);
+    merged.assign(left);
+    merged.append(right.substr(prefix_length));
     const auto new_id = TokenToId(merged);
     if (!new_id) {
       return absl::InvalidArgumentError(
@@ -154,7 +131,6 @@ absl::Status BpeModel::LoadMerges(const Json& merges) {
     }
     // A repeated pair keeps its last rank, as the reference's map insertion does.
     merges_[PairKey(*left_id, *right_id)] = Merge{rank, *new_id};
-    ++rank;
   }
   return absl::OkStatus();
 }

@@ -16,13 +16,15 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/tokenizer/json_util.h"
+#include "engine/tokenizer/tokenizer_json.h"
 
 namespace llm::tokenizer_internal {
 
 class BpeModel {
  public:
-  // The "model" object of tokenizer.json; its type must be "BPE".
-  static absl::StatusOr<std::unique_ptr<BpeModel>> FromJson(const Json& config);
+  // The "model" object of tokenizer.json (its type must be "BPE"), with its vocab and merges
+  // read out beforehand.
+  static absl::StatusOr<std::unique_ptr<BpeModel>> Create(const Json& config, BpeTables tables);
 
   // Appends the ids of one pre-token (a "word").
   absl::Status Tokenize(std::string_view word, std::vector<int32_t>* ids) const;
@@ -48,8 +50,8 @@ class BpeModel {
   static constexpr size_t kMaxCachedWordBytes = 128;
 
   BpeModel() = default;
-  absl::Status LoadVocab(const Json& vocab);
-  absl::Status LoadMerges(const Json& merges);
+  absl::Status LoadVocab(std::vector<std::pair<std::string, int64_t>> vocab);
+  absl::Status LoadMerges(const MergeList& merges);
   // Splits `word` into initial symbols (characters, byte-fallback bytes, fused unknowns) and
   // applies the merges.
   absl::Status MergeWord(std::string_view word, std::vector<int32_t>* ids) const;

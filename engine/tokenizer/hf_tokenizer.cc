@@ -18,10 +18,20 @@ const Json& Field(const Json& object, const char* key) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(const Json& tokenizer, const Json& config) {
+absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(TokenizerJson parsed, const Json& config) {
+  const Json& tokenizer = parsed.root;
   if (!tokenizer.is_object()) return absl::InvalidArgumentError("tokenizer.json must hold a JSON object");
+  const Json& model = Field(tokenizer, "model");
+  if (!model.is_object()) return absl::InvalidArgumentError("tokenizer.json: \"model\" must be an object");
   std::unique_ptr<HfTokenizer> result(new HfTokenizer());
-  ASSIGN_OR_RETURN(result->model_, BpeModel::FromJson(Field(tokenizer, "model")));
+  if (!parsed.bpe) {
+    // Not taken out by the fast reader; reading from the DOM also validates.
+    if (const auto type = model.find("type"); type != model.end() && *type != "BPE") {
+      return absl::UnimplementedError(absl::StrCat("unsupported model type ", type->dump(), " (only BPE is)"));
+    }
+    ASSIGN_OR_RETURN(parsed.bpe, BpeTablesFromJson(model));
+  }
+  ASSIGN_OR_RETURN(result->model_, BpeModel::Create(model, *std::move(parsed.bpe)));
   ASSIGN_OR_RETURN(result->added_, AddedVocabulary::FromJson(Field(tokenizer, "added_tokens")));
   ASSIGN_OR_RETURN(result->normalizer_, NormalizerFromJson(Field(tokenizer, "normalizer")));
   ASSIGN_OR_RETURN(result->pre_tokenizer_, PreTokenizerFromJson(Field(tokenizer, "pre_tokenizer")));

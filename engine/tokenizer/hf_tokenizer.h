@@ -19,13 +19,14 @@
 #include "engine/tokenizer/post_processor.h"
 #include "engine/tokenizer/pre_tokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tokenizer_json.h"
 
 namespace llm::tokenizer_internal {
 
 class HfTokenizer : public Tokenizer {
  public:
   // `config` is tokenizer_config.json, or null when there is none.
-  static absl::StatusOr<std::unique_ptr<HfTokenizer>> Create(const Json& tokenizer, const Json& config);
+  static absl::StatusOr<std::unique_ptr<HfTokenizer>> Create(TokenizerJson tokenizer, const Json& config);
 
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens) const override;
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const override;

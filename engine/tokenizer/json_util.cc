@@ -1,7 +1,6 @@
 #include "engine/tokenizer/json_util.h"
 
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 
@@ -75,12 +74,14 @@ absl::StatusOr<PatternSpec> GetPattern(const Json& object, std::string_view key)
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return std::move(contents).str();
+  const std::streamoff size = in.tellg();
+  if (size < 0) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  std::string contents(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(contents.data(), size)) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  return contents;
 }
 
 }  // namespace llm::tokenizer_internal

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/tokenizer/hf_tokenizer.h"
 #include "engine/tokenizer/json_util.h"
+#include "engine/tokenizer/tokenizer_json.h"
 #include "kernels/core/status.h"
 
 namespace llm {
@@ -28,13 +29,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
                                                                std::string_view tokenizer_config_json) {
   // The JSON library reports some misuse by exception; none may leave this module.
   try {
-    ASSIGN_OR_RETURN(const Json tokenizer, ParseJson(tokenizer_json, "tokenizer.json"));
+    ASSIGN_OR_RETURN(tokenizer_internal::TokenizerJson tokenizer,
+                     tokenizer_internal::ParseTokenizerJson(tokenizer_json));
     Json config;
     if (!tokenizer_config_json.empty()) {
       ASSIGN_OR_RETURN(config, ParseJson(tokenizer_config_json, "tokenizer_config.json"));
     }
     ASSIGN_OR_RETURN(std::unique_ptr<tokenizer_internal::HfTokenizer> result,
-                     tokenizer_internal::HfTokenizer::Create(tokenizer, config));
+                     tokenizer_internal::HfTokenizer::Create(std::move(tokenizer), config));
     return std::unique_ptr<Tokenizer>(std::move(result));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("malformed tokenizer files: ", e.what()));

@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -231,27 +230,69 @@ int CudaDeviceCount() {
   return count;
 }
 
-absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(
-    MpiCommunicator& group, void* stream, const NcclOptions& options) {
+absl::StatusOr<std::string> NewNcclUniqueId() {
+  ncclUniqueId id;
+  LLM_NCCL_CHECK(ncclGetUniqueId(&id));
+  return std::string(reinterpret_cast<const char*>(&id), sizeof(id));
+}
+
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicatorFromId(
+    const std::string& unique_id, int rank, int size, void* stream, const NcclOptions& options,
+    const std::string& name) {
+  if (unique_id.size() != sizeof(ncclUniqueId)) {
+    return absl::InvalidArgumentError(absl::StrCat("NCCL unique id of ", unique_id.size(),
+                                                   " bytes, expected ", sizeof(ncclUniqueId)));
+  }
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL rank ", rank, " out of range for size ", size));
+  }
   KeepNvlsOffUnlessSet();
   const int devices = CudaDeviceCount();
   if (options.device < 0 || options.device >= devices) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "NCCL communicator on ", group.name(), " group: device ", options.device,
-        " not present (", devices, " CUDA device(s) visible)"));
+    return absl::FailedPreconditionError(absl::StrCat("NCCL communicator ", name, ": device ",
+                                                      options.device, " not present (", devices,
+                                                      " CUDA device(s) visible)"));
   }
   LLM_CUDA_CHECK(cudaSetDevice(options.device));
+  ncclUniqueId id;
+  std::memcpy(&id, unique_id.data(), sizeof(id));
 
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // returns at once; completion is polled below, with a deadline
+  ncclComm_t comm = nullptr;
+  ncclResult_t state = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  if (state == ncclInProgress || state == ncclSuccess) {
+    if (!PollComm(comm, absl::Now() + options.timeout, &state)) {
+      ncclCommAbort(comm);
+      return absl::DeadlineExceededError(absl::StrCat(
+          "NCCL communicator init of ", name, " (rank ", rank, "/", size, ", device ",
+          options.device, ") did not complete within ", absl::FormatDuration(options.timeout),
+          ": a peer rank did not join"));
+    }
+  }
+  if (state != ncclSuccess) {
+    absl::Status s =
+        internal::NcclStatus(state, "ncclCommInitRankConfig", __FILE__, __LINE__, comm);
+    if (comm != nullptr) ncclCommAbort(comm);
+    return s;
+  }
+  return std::unique_ptr<DeviceCommunicator>(
+      new NcclCommunicator(comm, rank, size, options.device, static_cast<cudaStream_t>(stream),
+                           name, options.timeout));
+}
+
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(
+    MpiCommunicator& group, void* stream, const NcclOptions& options) {
   // Rank 0 makes the id; one flag byte in front tells the others whether that worked.
-  std::array<char, 1 + sizeof(ncclUniqueId)> message{};
+  std::string message(1 + sizeof(ncclUniqueId), '\0');
   absl::Status id_status;
   if (group.rank() == 0) {
-    ncclUniqueId id;
-    id_status = internal::NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId(&id)", __FILE__,
-                                     __LINE__);
-    if (id_status.ok()) {
+    absl::StatusOr<std::string> id = NewNcclUniqueId();
+    id_status = id.status();
+    if (id.ok()) {
       message[0] = 1;
-      std::memcpy(message.data() + 1, &id, sizeof(id));
+      message.replace(1, id->size(), *id);
     }
   }
   RETURN_IF_ERROR(group.Broadcast(message.data(), message.size(), DType::kU8, 0));
@@ -260,31 +301,8 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(
     return absl::UnavailableError(absl::StrCat("NCCL communicator on ", group.name(),
                                                " group: rank 0 could not create the unique id"));
   }
-  ncclUniqueId id;
-  std::memcpy(&id, message.data() + 1, sizeof(id));
-
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // returns at once; completion is polled below, with a deadline
-  ncclComm_t comm = nullptr;
-  ncclResult_t state = ncclCommInitRankConfig(&comm, group.size(), id, group.rank(), &config);
-  if (state == ncclInProgress || state == ncclSuccess) {
-    if (!PollComm(comm, absl::Now() + options.timeout, &state)) {
-      ncclCommAbort(comm);
-      return absl::DeadlineExceededError(absl::StrCat(
-          "NCCL communicator init on ", group.name(), " group (rank ", group.rank(), "/",
-          group.size(), ", device ", options.device, ") did not complete within ",
-          absl::FormatDuration(options.timeout), ": a peer rank did not join"));
-    }
-  }
-  if (state != ncclSuccess) {
-    absl::Status s = internal::NcclStatus(state, "ncclCommInitRankConfig", __FILE__, __LINE__,
-                                          comm);
-    if (comm != nullptr) ncclCommAbort(comm);
-    return s;
-  }
-  return std::unique_ptr<DeviceCommunicator>(new NcclCommunicator(
-      comm, group.rank(), group.size(), options.device, static_cast<cudaStream_t>(stream),
-      group.name(), options.timeout));
+  return CreateNcclCommunicatorFromId(message.substr(1), group.rank(), group.size(), stream,
+                                      options, group.name());
 }
 
 }  // namespace llm

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -62,5 +63,14 @@ int CudaDeviceCount();
 // default stream. Unimplemented when !NcclAvailable().
 absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(
     MpiCommunicator& group, void* stream, const NcclOptions& options);
+
+// The two halves of CreateNcclCommunicator, for callers that bootstrap by other means:
+// NewNcclUniqueId() on one rank (an opaque byte string), shipped to the others (e.g. with
+// MpiCommunicator::BroadcastBytes), then CreateNcclCommunicatorFromId on every rank of the group
+// with its rank in [0, size). `name` labels the communicator in errors.
+absl::StatusOr<std::string> NewNcclUniqueId();
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicatorFromId(
+    const std::string& unique_id, int rank, int size, void* stream, const NcclOptions& options,
+    const std::string& name = "nccl");
 
 }  // namespace llm

@@ -7,10 +7,24 @@ bool NcclAvailable() { return false; }
 
 int CudaDeviceCount() { return 0; }
 
-absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(
-    MpiCommunicator& group, void* stream, const NcclOptions& options) {
+namespace {
+absl::Status NoNccl() {
   return absl::UnimplementedError(
       "NCCL communicator unavailable: this build has no CUDA/NCCL (LLM_HAVE_CUDA is OFF)");
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(
+    MpiCommunicator& group, void* stream, const NcclOptions& options) {
+  return NoNccl();
+}
+
+absl::StatusOr<std::string> NewNcclUniqueId() { return NoNccl(); }
+
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicatorFromId(
+    const std::string& unique_id, int rank, int size, void* stream, const NcclOptions& options,
+    const std::string& name) {
+  return NoNccl();
 }
 
 }  // namespace llm

@@ -244,7 +244,9 @@ TEST(NcclCommunicatorTest, NvlinkMulticastStaysOff) {
   EXPECT_STREQ(nvls, "0");
 }
 
-TEST(NcclDeadlineTest, RecvFromSilentPeerTimesOutInSynchronize) {
+// Rank-dependent branches below use EXPECT, never ASSERT: a rank that returned early would
+// leave its peers waiting in the next collective.
+TEST(NcclDeadlineTest, RecvFromSilentPeerTimesOut) {
   DeviceCommunicator& main_comm = Comm();
   if (main_comm.size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
   MpiCommunicator& world = MpiTestEnvironment::world();
@@ -256,16 +258,19 @@ TEST(NcclDeadlineTest, RecvFromSilentPeerTimesOutInSynchronize) {
   DeviceCommunicator& comm = **made;
   DeviceBuffer buf(1024);
   if (comm.rank() == 0) {
-    ASSERT_TRUE(comm.Recv(buf.get(), 256, DType::kF32, 1).ok());  // enqueued; rank 1 never sends
     const absl::Time start = absl::Now();
-    const absl::Status s = comm.Synchronize();
+    // Rank 1 never sends. NCCL connects a new pair of peers lazily, which needs the peer, so
+    // either the enqueue or Synchronize (the kernel waits for data) meets the deadline.
+    absl::Status s = comm.Recv(buf.get(), 256, DType::kF32, 1);
+    if (s.ok()) s = comm.Synchronize();
     EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-    EXPECT_THAT(std::string(s.message()), HasSubstr("Synchronize"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("within"));
     EXPECT_LT(absl::Now() - start, absl::Seconds(30));
     EXPECT_EQ(comm.AllReduceSum(buf.get(), 1, DType::kF32).code(),
-              absl::StatusCode::kFailedPrecondition);
+              absl::StatusCode::kFailedPrecondition)
+        << "the communicator is aborted after a deadline";
   }
-  ASSERT_TRUE(world.Barrier().ok());
+  EXPECT_TRUE(world.Barrier().ok());
   made->reset();
   cudaStreamDestroy(stream);
   // The main communicator is unaffected.
@@ -273,6 +278,34 @@ TEST(NcclDeadlineTest, RecvFromSilentPeerTimesOutInSynchronize) {
   ASSERT_TRUE(main_comm.AllReduceSum(ones.get(), 4, DType::kI32).ok());
   ASSERT_TRUE(main_comm.Synchronize().ok());
   EXPECT_EQ(Decode(DType::kI32, ones.Download())[0], main_comm.size());
+}
+
+TEST(NcclDeadlineTest, InitWithMissingPeerTimesOut) {
+  DeviceCommunicator& main_comm = Comm();
+  if (main_comm.size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  MpiCommunicator& world = MpiTestEnvironment::world();
+  std::string id;
+  if (world.rank() == 0) {
+    absl::StatusOr<std::string> made = NewNcclUniqueId();
+    EXPECT_TRUE(made.ok()) << made.status();
+    if (made.ok()) id = *made;
+  }
+  ASSERT_TRUE(world.BroadcastBytes(&id, 0).ok());
+  if (world.rank() == 0) {  // the other ranks never join
+    const absl::Time start = absl::Now();
+    auto comm = CreateNcclCommunicatorFromId(
+        id, 0, world.size(), nullptr,
+        NcclOptions{.device = main_comm.device(), .timeout = absl::Seconds(3)}, "lonely");
+    EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
+    EXPECT_THAT(std::string(comm.status().message()), HasSubstr("lonely"));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  }
+  EXPECT_TRUE(world.Barrier().ok());
+}
+
+TEST(NcclCommunicatorTest, FromIdRejectsMalformedIds) {
+  auto comm = CreateNcclCommunicatorFromId("short", 0, 1, nullptr, NcclOptions{});
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -62,7 +62,7 @@ class ByteLevelPreTokenizer : public PreTokenizer {
   absl::Status PreTokenize(PreTokens* pieces) const override {
     if (add_prefix_space_) {
       for (PreToken& piece : *pieces) {
-        if (!piece.text.starts_with(' ')) piece.text.insert(0, " ");
+        if (!piece.text.starts_with(' ')) piece.text.insert(piece.text.begin(), ' ');
       }
     }
     if (regex_ != nullptr) {

@@ -24,12 +24,18 @@ constexpr absl::Duration kCancelGrace = absl::Seconds(2);
 // The MPI type that carries one element of `dtype` (f16/bf16 travel as 16-bit words).
 MPI_Datatype MpiType(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kF16: return MPI_UINT16_T;
-    case DType::kBF16: return MPI_UINT16_T;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kI64: return MPI_INT64_T;
-    case DType::kU8: return MPI_UINT8_T;
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kF16:
+      return MPI_UINT16_T;
+    case DType::kBF16:
+      return MPI_UINT16_T;
+    case DType::kI32:
+      return MPI_INT32_T;
+    case DType::kI64:
+      return MPI_INT64_T;
+    case DType::kU8:
+      return MPI_UINT8_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -97,8 +103,8 @@ struct MpiCommunicator::Mpi {
                      const std::string& what, bool* broken) {
     absl::Status s = PollUntil(reqs, n, absl::Now() + timeout);
     if (!absl::IsDeadlineExceeded(s)) return s;
-    const std::string message = absl::StrCat(what, " did not complete within ",
-                                             absl::FormatDuration(timeout));
+    const std::string message =
+        absl::StrCat(what, " did not complete within ", absl::FormatDuration(timeout));
     if (cancellable) {
       for (int i = 0; i < n; ++i) {
         if (reqs[i] != MPI_REQUEST_NULL) MPI_Cancel(&reqs[i]);
@@ -126,8 +132,12 @@ struct MpiCommunicator::Mpi {
 
 MpiCommunicator::MpiCommunicator(std::unique_ptr<Mpi> mpi, int rank, int size, std::string name,
                                  std::vector<int> world_ranks, absl::Duration timeout)
-    : mpi_(std::move(mpi)), rank_(rank), size_(size), name_(std::move(name)),
-      world_ranks_(std::move(world_ranks)), timeout_(timeout) {}
+    : mpi_(std::move(mpi)),
+      rank_(rank),
+      size_(size),
+      name_(std::move(name)),
+      world_ranks_(std::move(world_ranks)),
+      timeout_(timeout) {}
 
 MpiCommunicator::~MpiCommunicator() {
   if (mpi_ != nullptr && !mpi_->parked.empty()) {
@@ -136,8 +146,8 @@ MpiCommunicator::~MpiCommunicator() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::World(
-    const MpiRuntime& runtime, const MpiCommOptions& options) {
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::World(const MpiRuntime& runtime,
+                                                                        const MpiCommOptions& options) {
   if (!runtime.uses_mpi()) {
     return std::unique_ptr<MpiCommunicator>(
         new MpiCommunicator(nullptr, 0, 1, "world", {0}, options.timeout));
@@ -146,8 +156,8 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::World(
   MPI_Request req = MPI_REQUEST_NULL;
   LLM_MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, &mpi->comm, &req));
   bool broken = false;
-  absl::Status s = mpi->Await(&req, 1, options.timeout, /*cancellable=*/false,
-                              "MPI_Comm_idup of MPI_COMM_WORLD", &broken);
+  absl::Status s =
+      mpi->Await(&req, 1, options.timeout, /*cancellable=*/false, "MPI_Comm_idup of MPI_COMM_WORLD", &broken);
   if (!s.ok()) {
     // The parked idup may still write the new handle into *mpi later: leak it on purpose.
     (void)mpi.release();
@@ -158,8 +168,8 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::World(
   LLM_MPI_CHECK(MPI_Comm_rank(mpi->comm, &rank));
   LLM_MPI_CHECK(MPI_Comm_size(mpi->comm, &size));
   std::vector<int> world_ranks = WorldRanksOf(mpi->comm, size);
-  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(
-      std::move(mpi), rank, size, "world", std::move(world_ranks), options.timeout));
+  return std::unique_ptr<MpiCommunicator>(
+      new MpiCommunicator(std::move(mpi), rank, size, "world", std::move(world_ranks), options.timeout));
 }
 
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Split(int color, int key,
@@ -180,8 +190,8 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Split(int colo
   LLM_MPI_CHECK(MPI_Comm_rank(mpi->comm, &rank));
   LLM_MPI_CHECK(MPI_Comm_size(mpi->comm, &size));
   std::vector<int> world_ranks = WorldRanksOf(mpi->comm, size);
-  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(
-      std::move(mpi), rank, size, std::move(name), std::move(world_ranks), timeout_));
+  return std::unique_ptr<MpiCommunicator>(
+      new MpiCommunicator(std::move(mpi), rank, size, std::move(name), std::move(world_ranks), timeout_));
 }
 
 absl::Status MpiCommunicator::CheckUsable(const char* op) const {
@@ -193,8 +203,8 @@ absl::Status MpiCommunicator::CheckUsable(const char* op) const {
 }
 
 std::string MpiCommunicator::Describe(const char* op, int peer) const {
-  std::string s = absl::StrCat("MPI ", op, " on ", name_, " communicator (rank ", rank_, "/",
-                               size_, ", world rank ", world_ranks_[rank_], ")");
+  std::string s = absl::StrCat("MPI ", op, " on ", name_, " communicator (rank ", rank_, "/", size_,
+                               ", world rank ", world_ranks_[rank_], ")");
   if (peer >= 0) {
     absl::StrAppend(&s, " with peer rank ", peer, " (world rank ", world_ranks_[peer], ")");
   } else {
@@ -212,8 +222,8 @@ absl::Status MpiCommunicator::AllReduceSum(void* data, size_t count, DType dtype
   if (size_ == 1 || count == 0) return absl::OkStatus();
   if (dtype == DType::kF16 || dtype == DType::kBF16) return AllReduceWidened(data, count, dtype);
   MPI_Request req = MPI_REQUEST_NULL;
-  LLM_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MpiType(dtype),
-                               MPI_SUM, mpi_->comm, &req));
+  LLM_MPI_CHECK(
+      MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MpiType(dtype), MPI_SUM, mpi_->comm, &req));
   return mpi_->Await(&req, 1, timeout_, false, Describe("AllReduceSum", -1), &broken_);
 }
 
@@ -223,8 +233,8 @@ absl::Status MpiCommunicator::AllReduceWidened(void* data, size_t count, DType d
   widen_scratch_.resize(count);
   ConvertToFloat(dtype, data, widen_scratch_.data(), count);
   MPI_Request req = MPI_REQUEST_NULL;
-  LLM_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, widen_scratch_.data(), static_cast<int>(count),
-                               MPI_FLOAT, MPI_SUM, mpi_->comm, &req));
+  LLM_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, widen_scratch_.data(), static_cast<int>(count), MPI_FLOAT,
+                               MPI_SUM, mpi_->comm, &req));
   RETURN_IF_ERROR(mpi_->Await(&req, 1, timeout_, false, Describe("AllReduceSum", -1), &broken_));
   ConvertFromFloat(widen_scratch_.data(), dtype, data, count);
   return absl::OkStatus();
@@ -268,8 +278,7 @@ absl::Status MpiCommunicator::Send(const void* data, size_t count, DType dtype, 
                                                    size_, ") (this rank is ", rank_, ")"));
   }
   MPI_Request req = MPI_REQUEST_NULL;
-  LLM_MPI_CHECK(MPI_Isend(data, static_cast<int>(count), MpiType(dtype), peer, kDataTag,
-                          mpi_->comm, &req));
+  LLM_MPI_CHECK(MPI_Isend(data, static_cast<int>(count), MpiType(dtype), peer, kDataTag, mpi_->comm, &req));
   return mpi_->Await(&req, 1, timeout_, true, Describe("Send", peer), &broken_);
 }
 
@@ -281,8 +290,7 @@ absl::Status MpiCommunicator::Recv(void* data, size_t count, DType dtype, int pe
                                                    size_, ") (this rank is ", rank_, ")"));
   }
   MPI_Request req = MPI_REQUEST_NULL;
-  LLM_MPI_CHECK(MPI_Irecv(data, static_cast<int>(count), MpiType(dtype), peer, kDataTag,
-                          mpi_->comm, &req));
+  LLM_MPI_CHECK(MPI_Irecv(data, static_cast<int>(count), MpiType(dtype), peer, kDataTag, mpi_->comm, &req));
   return mpi_->Await(&req, 1, timeout_, true, Describe("Recv", peer), &broken_);
 }
 
@@ -313,20 +321,17 @@ absl::Status MpiCommunicator::Barrier() {
   return mpi_->Await(&req, 1, timeout_, false, Describe("Barrier", -1), &broken_);
 }
 
-absl::StatusOr<ParallelGroups> MakeParallelGroups(const MpiRuntime& runtime,
-                                                  const Topology& topology,
+absl::StatusOr<ParallelGroups> MakeParallelGroups(const MpiRuntime& runtime, const Topology& topology,
                                                   const MpiCommOptions& options) {
   if (topology.world_size() != runtime.world_size() || topology.rank() != runtime.world_rank()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "topology (", topology.ToString(), ") does not match the MPI world (rank ",
-        runtime.world_rank(), " of ", runtime.world_size(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("topology (", topology.ToString(),
+                                                   ") does not match the MPI world (rank ",
+                                                   runtime.world_rank(), " of ", runtime.world_size(), ")"));
   }
   ParallelGroups groups;
   ASSIGN_OR_RETURN(groups.world, MpiCommunicator::World(runtime, options));
-  ASSIGN_OR_RETURN(groups.tp,
-                   groups.world->Split(topology.tp_group_color(), topology.tp_rank(), "tp"));
-  ASSIGN_OR_RETURN(groups.pp,
-                   groups.world->Split(topology.pp_group_color(), topology.pp_stage(), "pp"));
+  ASSIGN_OR_RETURN(groups.tp, groups.world->Split(topology.tp_group_color(), topology.tp_rank(), "tp"));
+  ASSIGN_OR_RETURN(groups.pp, groups.world->Split(topology.pp_group_color(), topology.pp_stage(), "pp"));
   return groups;
 }
 

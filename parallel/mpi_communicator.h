@@ -104,8 +104,7 @@ struct ParallelGroups {
   std::unique_ptr<MpiCommunicator> tp;
   std::unique_ptr<MpiCommunicator> pp;
 };
-absl::StatusOr<ParallelGroups> MakeParallelGroups(const MpiRuntime& runtime,
-                                                  const Topology& topology,
+absl::StatusOr<ParallelGroups> MakeParallelGroups(const MpiRuntime& runtime, const Topology& topology,
                                                   const MpiCommOptions& options = {});
 
 }  // namespace llm

@@ -51,8 +51,7 @@ absl::Status QueryRanks(int* world_rank, int* world_size, int* local_rank, int* 
   LLM_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, world_rank));
   LLM_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, world_size));
   MPI_Comm node = MPI_COMM_NULL;
-  LLM_MPI_CHECK(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, *world_rank, MPI_INFO_NULL, &node));
+  LLM_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, *world_rank, MPI_INFO_NULL, &node));
   const int rank_rc = MPI_Comm_rank(node, local_rank);
   const int size_rc = MPI_Comm_size(node, local_size);
   MPI_Comm_free(&node);
@@ -63,8 +62,7 @@ absl::Status QueryRanks(int* world_rank, int* world_size, int* local_rank, int* 
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MpiRuntime>> MpiRuntime::Create(MpiMode mode, int* argc,
-                                                               char*** argv) {
+absl::StatusOr<std::unique_ptr<MpiRuntime>> MpiRuntime::Create(MpiMode mode, int* argc, char*** argv) {
   if (g_runtime_alive.exchange(true)) {
     return absl::FailedPreconditionError("an MpiRuntime already exists in this process");
   }

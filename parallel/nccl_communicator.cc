@@ -24,12 +24,18 @@ void KeepNvlsOffUnlessSet() { setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0); 
 
 ncclDataType_t NcclType(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kF16: return ncclFloat16;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
-    case DType::kU8: return ncclUint8;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
+    case DType::kU8:
+      return ncclUint8;
   }
   return ncclUint8;
 }
@@ -51,10 +57,15 @@ bool PollComm(ncclComm_t comm, absl::Time deadline, ncclResult_t* state) {
 
 class NcclCommunicator final : public DeviceCommunicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, int device, cudaStream_t stream,
-                   std::string name, absl::Duration timeout)
-      : comm_(comm), rank_(rank), size_(size), device_(device), stream_(stream),
-        name_(std::move(name)), timeout_(timeout) {}
+  NcclCommunicator(ncclComm_t comm, int rank, int size, int device, cudaStream_t stream, std::string name,
+                   absl::Duration timeout)
+      : comm_(comm),
+        rank_(rank),
+        size_(size),
+        device_(device),
+        stream_(stream),
+        name_(std::move(name)),
+        timeout_(timeout) {}
   ~NcclCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -73,8 +84,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   absl::Status CheckPeer(const char* op, int peer) const;
   // Completes one enqueue call: waits out ncclInProgress (non-blocking communicator) until the
   // deadline, maps errors; aborts the communicator when it cannot be used any more.
-  absl::Status Enqueued(ncclResult_t res, const char* stmt, const char* file, int line,
-                        const char* op);
+  absl::Status Enqueued(ncclResult_t res, const char* stmt, const char* file, int line, const char* op);
   std::string Describe(const char* op) const;
   absl::Status Abort(absl::Status why);
 
@@ -104,8 +114,8 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 std::string NcclCommunicator::Describe(const char* op) const {
-  return absl::StrCat("NCCL ", op, " on ", name_, " communicator (rank ", rank_, "/", size_,
-                      ", device ", device_, ")");
+  return absl::StrCat("NCCL ", op, " on ", name_, " communicator (rank ", rank_, "/", size_, ", device ",
+                      device_, ")");
 }
 
 absl::Status NcclCommunicator::Abort(absl::Status why) {
@@ -126,18 +136,18 @@ absl::Status NcclCommunicator::CheckUsable(const char* op) const {
 
 absl::Status NcclCommunicator::CheckPeer(const char* op, int peer) const {
   if (peer < 0 || peer >= size_ || peer == rank_) {
-    return absl::InvalidArgumentError(absl::StrCat(Describe(op), ": peer ", peer,
-                                                   " must be another rank in [0, ", size_, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(op), ": peer ", peer, " must be another rank in [0, ", size_, ")"));
   }
   return absl::OkStatus();
 }
 
-absl::Status NcclCommunicator::Enqueued(ncclResult_t res, const char* stmt, const char* file,
-                                        int line, const char* op) {
+absl::Status NcclCommunicator::Enqueued(ncclResult_t res, const char* stmt, const char* file, int line,
+                                        const char* op) {
   if (res == ncclInProgress) {
     if (!PollComm(comm_, absl::Now() + timeout_, &res)) {
-      return Abort(absl::DeadlineExceededError(absl::StrCat(
-          Describe(op), ": enqueue did not complete within ", absl::FormatDuration(timeout_))));
+      return Abort(absl::DeadlineExceededError(
+          absl::StrCat(Describe(op), ": enqueue did not complete within ", absl::FormatDuration(timeout_))));
     }
   }
   if (res == ncclSuccess) return absl::OkStatus();
@@ -153,17 +163,15 @@ absl::Status NcclCommunicator::AllReduceSum(void* data, size_t count, DType dtyp
     return absl::InvalidArgumentError("AllReduceSum: uint8 is not a summable dtype");
   }
   if (count == 0) return absl::OkStatus();
-  return LLM_NCCL_ENQUEUE("AllReduceSum", ncclAllReduce(data, data, count, NcclType(dtype),
-                                                        ncclSum, comm_, stream_));
+  return LLM_NCCL_ENQUEUE("AllReduceSum",
+                          ncclAllReduce(data, data, count, NcclType(dtype), ncclSum, comm_, stream_));
 }
 
-absl::Status NcclCommunicator::AllGather(const void* send, void* recv, size_t count,
-                                         DType dtype) {
+absl::Status NcclCommunicator::AllGather(const void* send, void* recv, size_t count, DType dtype) {
   RETURN_IF_ERROR(CheckUsable("AllGather"));
   if (count == 0) return absl::OkStatus();
   // In place when send == recv + rank * count elements (NCCL detects it).
-  return LLM_NCCL_ENQUEUE("AllGather",
-                          ncclAllGather(send, recv, count, NcclType(dtype), comm_, stream_));
+  return LLM_NCCL_ENQUEUE("AllGather", ncclAllGather(send, recv, count, NcclType(dtype), comm_, stream_));
 }
 
 absl::Status NcclCommunicator::Broadcast(void* data, size_t count, DType dtype, int root) {
@@ -173,8 +181,8 @@ absl::Status NcclCommunicator::Broadcast(void* data, size_t count, DType dtype, 
         absl::StrCat(Describe("Broadcast"), ": root ", root, " out of range [0, ", size_, ")"));
   }
   if (count == 0) return absl::OkStatus();
-  return LLM_NCCL_ENQUEUE("Broadcast", ncclBroadcast(data, data, count, NcclType(dtype), root,
-                                                     comm_, stream_));
+  return LLM_NCCL_ENQUEUE("Broadcast",
+                          ncclBroadcast(data, data, count, NcclType(dtype), root, comm_, stream_));
 }
 
 absl::Status NcclCommunicator::Send(const void* data, size_t count, DType dtype, int peer) {
@@ -200,18 +208,17 @@ absl::Status NcclCommunicator::Synchronize() {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t res = ncclCommGetAsyncError(comm_, &state);
     if (res != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
-      return Abort(internal::NcclStatus(res != ncclSuccess ? res : state,
-                                        "ncclCommGetAsyncError", __FILE__, __LINE__, comm_));
+      return Abort(internal::NcclStatus(res != ncclSuccess ? res : state, "ncclCommGetAsyncError", __FILE__,
+                                        __LINE__, comm_));
     }
     if (err == cudaSuccess) return absl::OkStatus();
     if (err != cudaErrorNotReady) {
       return Abort(internal::CudaStatus(err, "cudaStreamQuery(stream_)", __FILE__, __LINE__));
     }
     if (absl::Now() >= deadline) {
-      return Abort(absl::DeadlineExceededError(
-          absl::StrCat(Describe("Synchronize"), ": stream did not drain within ",
-                       absl::FormatDuration(timeout_),
-                       " (a peer did not join a collective); communicator aborted")));
+      return Abort(absl::DeadlineExceededError(absl::StrCat(
+          Describe("Synchronize"), ": stream did not drain within ", absl::FormatDuration(timeout_),
+          " (a peer did not join a collective); communicator aborted")));
     }
     internal::Backoff(i);
   }
@@ -236,23 +243,23 @@ absl::StatusOr<std::string> NewNcclUniqueId() {
   return std::string(reinterpret_cast<const char*>(&id), sizeof(id));
 }
 
-absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicatorFromId(
-    const std::string& unique_id, int rank, int size, void* stream, const NcclOptions& options,
-    const std::string& name) {
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicatorFromId(const std::string& unique_id,
+                                                                                 int rank, int size,
+                                                                                 void* stream,
+                                                                                 const NcclOptions& options,
+                                                                                 const std::string& name) {
   if (unique_id.size() != sizeof(ncclUniqueId)) {
-    return absl::InvalidArgumentError(absl::StrCat("NCCL unique id of ", unique_id.size(),
-                                                   " bytes, expected ", sizeof(ncclUniqueId)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL unique id of ", unique_id.size(), " bytes, expected ", sizeof(ncclUniqueId)));
   }
   if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("NCCL rank ", rank, " out of range for size ", size));
+    return absl::InvalidArgumentError(absl::StrCat("NCCL rank ", rank, " out of range for size ", size));
   }
   KeepNvlsOffUnlessSet();
   const int devices = CudaDeviceCount();
   if (options.device < 0 || options.device >= devices) {
-    return absl::FailedPreconditionError(absl::StrCat("NCCL communicator ", name, ": device ",
-                                                      options.device, " not present (", devices,
-                                                      " CUDA device(s) visible)"));
+    return absl::FailedPreconditionError(absl::StrCat("NCCL communicator ", name, ": device ", options.device,
+                                                      " not present (", devices, " CUDA device(s) visible)"));
   }
   LLM_CUDA_CHECK(cudaSetDevice(options.device));
   ncclUniqueId id;
@@ -266,24 +273,22 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicatorFromId
     if (!PollComm(comm, absl::Now() + options.timeout, &state)) {
       ncclCommAbort(comm);
       return absl::DeadlineExceededError(absl::StrCat(
-          "NCCL communicator init of ", name, " (rank ", rank, "/", size, ", device ",
-          options.device, ") did not complete within ", absl::FormatDuration(options.timeout),
-          ": a peer rank did not join"));
+          "NCCL communicator init of ", name, " (rank ", rank, "/", size, ", device ", options.device,
+          ") did not complete within ", absl::FormatDuration(options.timeout), ": a peer rank did not join"));
     }
   }
   if (state != ncclSuccess) {
-    absl::Status s =
-        internal::NcclStatus(state, "ncclCommInitRankConfig", __FILE__, __LINE__, comm);
+    absl::Status s = internal::NcclStatus(state, "ncclCommInitRankConfig", __FILE__, __LINE__, comm);
     if (comm != nullptr) ncclCommAbort(comm);
     return s;
   }
-  return std::unique_ptr<DeviceCommunicator>(
-      new NcclCommunicator(comm, rank, size, options.device, static_cast<cudaStream_t>(stream),
-                           name, options.timeout));
+  return std::unique_ptr<DeviceCommunicator>(new NcclCommunicator(
+      comm, rank, size, options.device, static_cast<cudaStream_t>(stream), name, options.timeout));
 }
 
-absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(
-    MpiCommunicator& group, void* stream, const NcclOptions& options) {
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(MpiCommunicator& group,
+                                                                           void* stream,
+                                                                           const NcclOptions& options) {
   // Rank 0 makes the id; one flag byte in front tells the others whether that worked.
   std::string message(1 + sizeof(ncclUniqueId), '\0');
   absl::Status id_status;
@@ -298,11 +303,11 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(
   RETURN_IF_ERROR(group.Broadcast(message.data(), message.size(), DType::kU8, 0));
   if (message[0] != 1) {
     if (!id_status.ok()) return id_status;
-    return absl::UnavailableError(absl::StrCat("NCCL communicator on ", group.name(),
-                                               " group: rank 0 could not create the unique id"));
+    return absl::UnavailableError(
+        absl::StrCat("NCCL communicator on ", group.name(), " group: rank 0 could not create the unique id"));
   }
-  return CreateNcclCommunicatorFromId(message.substr(1), group.rank(), group.size(), stream,
-                                      options, group.name());
+  return CreateNcclCommunicatorFromId(message.substr(1), group.rank(), group.size(), stream, options,
+                                      group.name());
 }
 
 }  // namespace llm

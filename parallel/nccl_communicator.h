@@ -61,8 +61,9 @@ int CudaDeviceCount();
 // (DeadlineExceeded, after ncclCommAbort). The NCCL rank equals group.rank(). `stream` is the
 // cudaStream_t (on options.device) that every operation is enqueued on; nullptr is the legacy
 // default stream. Unimplemented when !NcclAvailable().
-absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(
-    MpiCommunicator& group, void* stream, const NcclOptions& options);
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(MpiCommunicator& group,
+                                                                           void* stream,
+                                                                           const NcclOptions& options);
 
 // The two halves of CreateNcclCommunicator, for callers that bootstrap by other means:
 // NewNcclUniqueId() on one rank (an opaque byte string), shipped to the others (e.g. with

@@ -14,16 +14,19 @@ absl::Status NoNccl() {
 }
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(
-    MpiCommunicator& group, void* stream, const NcclOptions& options) {
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicator(MpiCommunicator& group,
+                                                                           void* stream,
+                                                                           const NcclOptions& options) {
   return NoNccl();
 }
 
 absl::StatusOr<std::string> NewNcclUniqueId() { return NoNccl(); }
 
-absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicatorFromId(
-    const std::string& unique_id, int rank, int size, void* stream, const NcclOptions& options,
-    const std::string& name) {
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNcclCommunicatorFromId(const std::string& unique_id,
+                                                                                 int rank, int size,
+                                                                                 void* stream,
+                                                                                 const NcclOptions& options,
+                                                                                 const std::string& name) {
   return NoNccl();
 }
 

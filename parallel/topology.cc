@@ -6,25 +6,22 @@
 
 namespace llm {
 
-absl::StatusOr<Topology> Topology::Create(int world_size, int rank, int local_rank,
-                                          int local_size, int tp, int pp) {
+absl::StatusOr<Topology> Topology::Create(int world_size, int rank, int local_rank, int local_size, int tp,
+                                          int pp) {
   if (tp < 1 || pp < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor-parallel size (", tp, ") and pipeline-parallel size (", pp,
-                     ") must both be >= 1"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor-parallel size (", tp, ") and pipeline-parallel size (", pp, ") must both be >= 1"));
   }
   if (world_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("world size must be >= 1, got ", world_size));
   }
   if (static_cast<long long>(tp) * pp != world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("world size ", world_size, " != tp ", tp, " x pp ", pp,
-                     " (launch exactly tp*pp ranks, e.g. mpirun -np ",
-                     static_cast<long long>(tp) * pp, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("world size ", world_size, " != tp ", tp, " x pp ", pp,
+                                                   " (launch exactly tp*pp ranks, e.g. mpirun -np ",
+                                                   static_cast<long long>(tp) * pp, ")"));
   }
   if (rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " out of range [0, ", world_size, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " out of range [0, ", world_size, ")"));
   }
   if (local_size < 1 || local_size > world_size) {
     return absl::InvalidArgumentError(
@@ -65,8 +62,8 @@ std::optional<int> Topology::NextStageRank() const {
 
 std::string Topology::ToString() const {
   return absl::StrCat("rank ", rank_, "/", world_size_, " (local ", local_rank_, "/", local_size_,
-                      ", device ", device(), "): tp ", tp_rank(), "/", tp_, ", pp stage ",
-                      pp_stage(), "/", pp_);
+                      ", device ", device(), "): tp ", tp_rank(), "/", tp_, ", pp stage ", pp_stage(), "/",
+                      pp_);
 }
 
 absl::StatusOr<ShardedDims> ShardModel(const ModelDims& d, int tp, int pp) {
@@ -76,39 +73,35 @@ absl::StatusOr<ShardedDims> ShardModel(const ModelDims& d, int tp, int pp) {
   if (d.num_heads < 1 || d.num_kv_heads < 1 || d.intermediate_size < 1 || d.vocab_size < 1 ||
       d.num_layers < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model dims must be positive: heads ", d.num_heads, ", kv heads ", d.num_kv_heads,
-        ", intermediate ", d.intermediate_size, ", vocab ", d.vocab_size, ", layers ",
-        d.num_layers));
+        "model dims must be positive: heads ", d.num_heads, ", kv heads ", d.num_kv_heads, ", intermediate ",
+        d.intermediate_size, ", vocab ", d.vocab_size, ", layers ", d.num_layers));
   }
   if (d.num_heads % d.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_heads ", d.num_heads,
-                                                   " is not a multiple of num_kv_heads ",
-                                                   d.num_kv_heads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_heads ", d.num_heads, " is not a multiple of num_kv_heads ", d.num_kv_heads));
   }
   if (d.num_heads % tp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_heads ", d.num_heads,
-                                                   " is not divisible by tensor-parallel size ",
-                                                   tp));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_heads ", d.num_heads, " is not divisible by tensor-parallel size ", tp));
   }
   if (d.intermediate_size % tp != 0) {
     return absl::InvalidArgumentError(absl::StrCat("intermediate_size ", d.intermediate_size,
-                                                   " is not divisible by tensor-parallel size ",
-                                                   tp));
+                                                   " is not divisible by tensor-parallel size ", tp));
   }
   ShardedDims s;
   s.heads_per_rank = d.num_heads / tp;
   if (d.num_kv_heads >= tp) {
     if (d.num_kv_heads % tp != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "num_kv_heads ", d.num_kv_heads, " is not divisible by tensor-parallel size ", tp));
+      return absl::InvalidArgumentError(
+          absl::StrCat("num_kv_heads ", d.num_kv_heads, " is not divisible by tensor-parallel size ", tp));
     }
     s.kv_heads_per_rank = d.num_kv_heads / tp;
     s.kv_replication = 1;
   } else {
     if (tp % d.num_kv_heads != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor-parallel size ", tp, " is not a multiple of num_kv_heads ", d.num_kv_heads,
-          " (fewer KV heads than TP ranks are replicated, which needs tp % kv_heads == 0)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor-parallel size ", tp, " is not a multiple of num_kv_heads ", d.num_kv_heads,
+                       " (fewer KV heads than TP ranks are replicated, which needs tp % kv_heads == 0)"));
     }
     s.kv_heads_per_rank = 1;
     s.kv_replication = tp / d.num_kv_heads;
@@ -125,11 +118,11 @@ absl::StatusOr<ShardedDims> ShardModel(const ModelDims& d, int tp, int pp) {
 }
 
 absl::StatusOr<std::vector<LayerRange>> SplitLayers(int num_layers, int pp,
-                                                   absl::Span<const int> layers_per_stage) {
+                                                    absl::Span<const int> layers_per_stage) {
   if (pp < 1) return absl::InvalidArgumentError(absl::StrCat("pp must be >= 1, got ", pp));
   if (num_layers < pp) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_layers ", num_layers, " is smaller than pipeline-parallel size ", pp));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_layers ", num_layers, " is smaller than pipeline-parallel size ", pp));
   }
   std::vector<int> counts;
   if (layers_per_stage.empty()) {
@@ -144,16 +137,16 @@ absl::StatusOr<std::vector<LayerRange>> SplitLayers(int num_layers, int pp,
     long long sum = 0;
     for (int c : layers_per_stage) {
       if (c < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("layers per stage [", absl::StrJoin(layers_per_stage, ","),
-                         "]: every stage needs at least one layer"));
+        return absl::InvalidArgumentError(absl::StrCat("layers per stage [",
+                                                       absl::StrJoin(layers_per_stage, ","),
+                                                       "]: every stage needs at least one layer"));
       }
       sum += c;
     }
     if (sum != num_layers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layers per stage [", absl::StrJoin(layers_per_stage, ","), "] sums to ",
-                       sum, ", expected num_layers = ", num_layers));
+      return absl::InvalidArgumentError(absl::StrCat("layers per stage [",
+                                                     absl::StrJoin(layers_per_stage, ","), "] sums to ", sum,
+                                                     ", expected num_layers = ", num_layers));
     }
     counts.assign(layers_per_stage.begin(), layers_per_stage.end());
   }
@@ -168,10 +161,9 @@ absl::StatusOr<std::vector<LayerRange>> SplitLayers(int num_layers, int pp,
 }
 
 absl::StatusOr<LayerRange> StageLayers(int num_layers, int pp, int stage,
-                                      absl::Span<const int> layers_per_stage) {
+                                       absl::Span<const int> layers_per_stage) {
   if (stage < 0 || stage >= pp) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("stage ", stage, " out of range [0, ", pp, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("stage ", stage, " out of range [0, ", pp, ")"));
   }
   auto ranges = SplitLayers(num_layers, pp, layers_per_stage);
   if (!ranges.ok()) return ranges.status();

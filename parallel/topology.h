@@ -28,8 +28,8 @@ class Topology {
  public:
   // Validates and builds the topology of `rank`. InvalidArgument when world_size != tp * pp,
   // tp or pp < 1, rank or local_rank out of range, or local_size larger than world_size.
-  static absl::StatusOr<Topology> Create(int world_size, int rank, int local_rank, int local_size,
-                                         int tp, int pp);
+  static absl::StatusOr<Topology> Create(int world_size, int rank, int local_rank, int local_size, int tp,
+                                         int pp);
   // The trivial topology of a single process: world 1, tp 1, pp 1.
   static Topology Single();
 
@@ -74,8 +74,12 @@ class Topology {
 
  private:
   Topology(int world_size, int rank, int local_rank, int local_size, int tp, int pp)
-      : world_size_(world_size), rank_(rank), local_rank_(local_rank), local_size_(local_size),
-        tp_(tp), pp_(pp) {}
+      : world_size_(world_size),
+        rank_(rank),
+        local_rank_(local_rank),
+        local_size_(local_size),
+        tp_(tp),
+        pp_(pp) {}
 
   int world_size_;
   int rank_;
@@ -128,10 +132,10 @@ struct LayerRange {
 // so is already the heaviest. Otherwise `layers_per_stage` gives each stage's count explicitly:
 // it must have pp entries, each >= 1, summing to num_layers.
 absl::StatusOr<std::vector<LayerRange>> SplitLayers(int num_layers, int pp,
-                                                   absl::Span<const int> layers_per_stage = {});
+                                                    absl::Span<const int> layers_per_stage = {});
 
 // The range of one stage; same rules as SplitLayers.
 absl::StatusOr<LayerRange> StageLayers(int num_layers, int pp, int stage,
-                                      absl::Span<const int> layers_per_stage = {});
+                                       absl::Span<const int> layers_per_stage = {});
 
 }  // namespace llm

@@ -20,16 +20,14 @@ inline std::string MpiErrorString(int code) {
 // Status of one MPI call: statement text, file and line with the library's message.
 inline absl::Status MpiStatus(int code, const char* stmt, const char* file, int line) {
   if (code == MPI_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(stmt, " failed at ", file, ":", line, ": ", MpiErrorString(code)));
+  return absl::InternalError(absl::StrCat(stmt, " failed at ", file, ":", line, ": ", MpiErrorString(code)));
 }
 
 }  // namespace llm::internal
 
 // Returns an Internal status from the enclosing function when the MPI call fails.
-#define LLM_MPI_CHECK(stmt)                                                             \
-  do {                                                                                  \
-    ::absl::Status llm_mpi_status_ = ::llm::internal::MpiStatus((stmt), #stmt, __FILE__, \
-                                                                __LINE__);              \
-    if (!llm_mpi_status_.ok()) return llm_mpi_status_;                                  \
+#define LLM_MPI_CHECK(stmt)                                                                         \
+  do {                                                                                              \
+    ::absl::Status llm_mpi_status_ = ::llm::internal::MpiStatus((stmt), #stmt, __FILE__, __LINE__); \
+    if (!llm_mpi_status_.ok()) return llm_mpi_status_;                                              \
   } while (0)

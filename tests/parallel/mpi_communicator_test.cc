@@ -20,10 +20,10 @@
 namespace llm {
 namespace {
 
-using ::llm::testing::kTestTimeout;
-using ::llm::testing::MpiTestEnvironment;
 using ::llm::testing::Decode;
 using ::llm::testing::Encode;
+using ::llm::testing::kTestTimeout;
+using ::llm::testing::MpiTestEnvironment;
 using ::llm::testing::RankValues;
 using ::llm::testing::Tolerance;
 using ::llm::testing::Value;
@@ -55,8 +55,7 @@ TEST_P(AllReduceTest, SumMatchesDoubleReferenceOnEveryRank) {
     for (int r = 0; r < world.size(); ++r) ref += Value(dtype, r, i);
     if (std::abs(got[i] - ref) > Tolerance(dtype, ref)) {
       ++bad;
-      ADD_FAILURE() << DTypeName(dtype) << " index " << i << ": got " << got[i] << ", want "
-                    << ref;
+      ADD_FAILURE() << DTypeName(dtype) << " index " << i << ": got " << got[i] << ", want " << ref;
     }
   }
   // Every rank holds the same bits.
@@ -72,14 +71,13 @@ std::string ReduceName(const ::testing::TestParamInfo<ReduceCase>& info) {
   return absl::StrCat(std::string(DTypeName(info.param.dtype)), "_", info.param.count);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Dtypes, AllReduceTest,
-    ::testing::Values(ReduceCase{DType::kF32, 1}, ReduceCase{DType::kF32, 4099},
-                      ReduceCase{DType::kF32, 1 << 18}, ReduceCase{DType::kF16, 1},
-                      ReduceCase{DType::kF16, 4099}, ReduceCase{DType::kBF16, 1},
-                      ReduceCase{DType::kBF16, 4099}, ReduceCase{DType::kBF16, 1 << 18},
-                      ReduceCase{DType::kI32, 4099}, ReduceCase{DType::kI64, 257}),
-    ReduceName);
+INSTANTIATE_TEST_SUITE_P(Dtypes, AllReduceTest,
+                         ::testing::Values(ReduceCase{DType::kF32, 1}, ReduceCase{DType::kF32, 4099},
+                                           ReduceCase{DType::kF32, 1 << 18}, ReduceCase{DType::kF16, 1},
+                                           ReduceCase{DType::kF16, 4099}, ReduceCase{DType::kBF16, 1},
+                                           ReduceCase{DType::kBF16, 4099}, ReduceCase{DType::kBF16, 1 << 18},
+                                           ReduceCase{DType::kI32, 4099}, ReduceCase{DType::kI64, 257}),
+                         ReduceName);
 
 TEST(MpiCommunicatorTest, AllReduceRejectsUint8) {
   uint8_t x = 1;
@@ -109,8 +107,7 @@ TEST(MpiCommunicatorTest, AllGatherInPlace) {
   const size_t count = 33;
   std::vector<int32_t> buf(count * world.size(), -1);
   for (size_t i = 0; i < count; ++i) buf[world.rank() * count + i] = world.rank() * 1000 + i;
-  ASSERT_TRUE(
-      world.AllGather(buf.data() + world.rank() * count, buf.data(), count, DType::kI32).ok());
+  ASSERT_TRUE(world.AllGather(buf.data() + world.rank() * count, buf.data(), count, DType::kI32).ok());
   for (int r = 0; r < world.size(); ++r) {
     for (size_t i = 0; i < count; ++i) ASSERT_EQ(buf[r * count + i], r * 1000 + int(i));
   }
@@ -121,15 +118,13 @@ TEST(MpiCommunicatorTest, BroadcastFromLastRank) {
   const int root = world.size() - 1;
   for (DType dtype : {DType::kF32, DType::kF16, DType::kI32}) {
     const size_t count = 5000;
-    std::vector<uint8_t> data = world.rank() == root
-                                    ? Encode(dtype, RankValues(dtype, root, count))
-                                    : std::vector<uint8_t>(count * DTypeSize(dtype), 0);
+    std::vector<uint8_t> data = world.rank() == root ? Encode(dtype, RankValues(dtype, root, count))
+                                                     : std::vector<uint8_t>(count * DTypeSize(dtype), 0);
     ASSERT_TRUE(world.Broadcast(data.data(), count, dtype, root).ok());
     EXPECT_EQ(Decode(dtype, data), RankValues(dtype, root, count)) << DTypeName(dtype);
   }
   int32_t x = 0;
-  EXPECT_EQ(world.Broadcast(&x, 1, DType::kI32, world.size()).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(world.Broadcast(&x, 1, DType::kI32, world.size()).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // --- point to point ---------------------------------------------------------------------------
@@ -160,10 +155,8 @@ INSTANTIATE_TEST_SUITE_P(Sizes, RingTest, ::testing::Values(size_t{7}, size_t{1}
 TEST(MpiCommunicatorTest, SendToSelfOrOutOfRangeIsInvalid) {
   MpiCommunicator& world = World();
   float x = 0;
-  EXPECT_EQ(world.Send(&x, 1, DType::kF32, world.rank()).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(world.Recv(&x, 1, DType::kF32, world.size()).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(world.Send(&x, 1, DType::kF32, world.rank()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(world.Recv(&x, 1, DType::kF32, world.size()).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(world.Recv(&x, 1, DType::kF32, -1).code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -174,8 +167,7 @@ TEST(MpiCommunicatorTest, BroadcastBytesOfAnyLength) {
   std::string big(3 << 20, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 131) ^ (i >> 9));
   for (int root : {0, world.size() - 1}) {
-    for (const std::string& payload : {std::string(), std::string("x"),
-                                       std::string("step\0plan", 9), big}) {
+    for (const std::string& payload : {std::string(), std::string("x"), std::string("step\0plan", 9), big}) {
       std::string bytes = world.rank() == root ? payload : std::string("stale contents");
       ASSERT_TRUE(world.BroadcastBytes(&bytes, root).ok());
       EXPECT_EQ(bytes.size(), payload.size()) << "root " << root;

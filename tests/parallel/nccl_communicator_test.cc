@@ -42,8 +42,7 @@ constexpr absl::Duration kNcclTimeout = absl::Seconds(120);
 class NcclTestEnvironment : public MpiTestEnvironment {
  public:
   NcclTestEnvironment()
-      : MpiTestEnvironment(MpiRuntime::LaunchedByMpiLauncher() ? MpiMode::kInit
-                                                               : MpiMode::kSingleProcess) {}
+      : MpiTestEnvironment(MpiRuntime::LaunchedByMpiLauncher() ? MpiMode::kInit : MpiMode::kSingleProcess) {}
 
   void SetUp() override {
     MpiTestEnvironment::SetUp();
@@ -53,20 +52,20 @@ class NcclTestEnvironment : public MpiTestEnvironment {
     int32_t have_gpu = NcclAvailable() && devices >= rt.local_size() ? 1 : 0;
     if (!world().AllReduceSum(&have_gpu, 1, DType::kI32).ok()) Die("GPU vote failed");
     if (have_gpu != world().size()) {
-      std::printf("[  SKIPPED ] nccl_communicator_test: rank %d sees %d CUDA device(s) for %d "
-                  "local rank(s)%s; NCCL tests need one GPU per rank\n",
-                  rt.world_rank(), devices, rt.local_size(),
-                  NcclAvailable() ? "" : " and this build has no NCCL");
+      std::printf(
+          "[  SKIPPED ] nccl_communicator_test: rank %d sees %d CUDA device(s) for %d "
+          "local rank(s)%s; NCCL tests need one GPU per rank\n",
+          rt.world_rank(), devices, rt.local_size(), NcclAvailable() ? "" : " and this build has no NCCL");
       FinalizeAndExit(77);
     }
     if (cudaSetDevice(rt.local_rank()) != cudaSuccess) Die("cudaSetDevice failed");
     if (cudaStreamCreate(&stream_) != cudaSuccess) Die("cudaStreamCreate failed");
-    auto comm = CreateNcclCommunicator(
-        world(), stream_, NcclOptions{.device = rt.local_rank(), .timeout = kNcclTimeout});
+    auto comm = CreateNcclCommunicator(world(), stream_,
+                                       NcclOptions{.device = rt.local_rank(), .timeout = kNcclTimeout});
     if (!comm.ok()) Die(absl::StrCat("CreateNcclCommunicator: ", comm.status().ToString()));
     comm_ = std::move(*comm);
-    std::printf("rank %d: NCCL communicator of %d rank(s) on device %d\n", rt.world_rank(),
-                comm_->size(), comm_->device());
+    std::printf("rank %d: NCCL communicator of %d rank(s) on device %d\n", rt.world_rank(), comm_->size(),
+                comm_->device());
   }
 
   void TearDown() override {
@@ -121,10 +120,14 @@ class DeviceBuffer {
 // NCCL reduces 16-bit floats hop by hop, rounding at each: allow one rounding per rank.
 double NcclTolerance(DType t, double sum_abs, int ranks) {
   switch (t) {
-    case DType::kF32: return 1e-6 * sum_abs + 1e-6;
-    case DType::kF16: return ranks * std::ldexp(1.0, -11) * sum_abs + 1e-4;
-    case DType::kBF16: return ranks * std::ldexp(1.0, -8) * sum_abs + 1e-3;
-    default: return 0;
+    case DType::kF32:
+      return 1e-6 * sum_abs + 1e-6;
+    case DType::kF16:
+      return ranks * std::ldexp(1.0, -11) * sum_abs + 1e-4;
+    case DType::kBF16:
+      return ranks * std::ldexp(1.0, -8) * sum_abs + 1e-3;
+    default:
+      return 0;
   }
 }
 
@@ -152,8 +155,7 @@ TEST_P(NcclAllReduceTest, SumMatchesDoubleReference) {
     }
     if (std::abs(got[i] - ref) > NcclTolerance(dtype, sum_abs, comm.size())) {
       ++bad;
-      ADD_FAILURE() << DTypeName(dtype) << " index " << i << ": got " << got[i] << ", want "
-                    << ref;
+      ADD_FAILURE() << DTypeName(dtype) << " index " << i << ": got " << got[i] << ", want " << ref;
     }
   }
   // Every rank holds the same bits (compared over the MPI control plane).
@@ -166,15 +168,15 @@ TEST_P(NcclAllReduceTest, SumMatchesDoubleReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Dtypes, NcclAllReduceTest,
-    ::testing::Values(ReduceCase{DType::kF32, 1}, ReduceCase{DType::kF32, 4099},
-                      ReduceCase{DType::kF32, 1 << 22}, ReduceCase{DType::kF16, 4099},
-                      ReduceCase{DType::kBF16, 4099}, ReduceCase{DType::kBF16, 1 << 22},
-                      ReduceCase{DType::kI32, 1 << 16}),
-    [](const ::testing::TestParamInfo<ReduceCase>& info) {
-      return absl::StrCat(std::string(DTypeName(info.param.dtype)), "_", info.param.count);
-    });
+INSTANTIATE_TEST_SUITE_P(Dtypes, NcclAllReduceTest,
+                         ::testing::Values(ReduceCase{DType::kF32, 1}, ReduceCase{DType::kF32, 4099},
+                                           ReduceCase{DType::kF32, 1 << 22}, ReduceCase{DType::kF16, 4099},
+                                           ReduceCase{DType::kBF16, 4099}, ReduceCase{DType::kBF16, 1 << 22},
+                                           ReduceCase{DType::kI32, 1 << 16}),
+                         [](const ::testing::TestParamInfo<ReduceCase>& info) {
+                           return absl::StrCat(std::string(DTypeName(info.param.dtype)), "_",
+                                               info.param.count);
+                         });
 
 TEST(NcclCommunicatorTest, AllGatherPlacesEachRankAtItsOffset) {
   DeviceCommunicator& comm = Comm();
@@ -226,12 +228,10 @@ TEST(NcclCommunicatorTest, SendRecvRing) {
 TEST(NcclCommunicatorTest, BadArgumentsLeaveTheCommunicatorUsable) {
   DeviceCommunicator& comm = Comm();
   DeviceBuffer buf(64);
-  EXPECT_EQ(comm.Send(buf.get(), 1, DType::kF32, comm.rank()).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.Send(buf.get(), 1, DType::kF32, comm.rank()).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(comm.Broadcast(buf.get(), 1, DType::kF32, comm.size()).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(comm.AllReduceSum(buf.get(), 1, DType::kU8).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.AllReduceSum(buf.get(), 1, DType::kU8).code(), absl::StatusCode::kInvalidArgument);
   DeviceBuffer ones(Encode(DType::kI32, std::vector<double>(16, 1.0)));
   ASSERT_TRUE(comm.AllReduceSum(ones.get(), 16, DType::kI32).ok());
   ASSERT_TRUE(comm.Synchronize().ok());
@@ -252,8 +252,8 @@ TEST(NcclDeadlineTest, RecvFromSilentPeerTimesOut) {
   MpiCommunicator& world = MpiTestEnvironment::world();
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  auto made = CreateNcclCommunicator(
-      world, stream, NcclOptions{.device = main_comm.device(), .timeout = absl::Seconds(3)});
+  auto made = CreateNcclCommunicator(world, stream,
+                                     NcclOptions{.device = main_comm.device(), .timeout = absl::Seconds(3)});
   ASSERT_TRUE(made.ok()) << made.status();
   DeviceCommunicator& comm = **made;
   DeviceBuffer buf(1024);
@@ -266,8 +266,7 @@ TEST(NcclDeadlineTest, RecvFromSilentPeerTimesOut) {
     EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("within"));
     EXPECT_LT(absl::Now() - start, absl::Seconds(30));
-    EXPECT_EQ(comm.AllReduceSum(buf.get(), 1, DType::kF32).code(),
-              absl::StatusCode::kFailedPrecondition)
+    EXPECT_EQ(comm.AllReduceSum(buf.get(), 1, DType::kF32).code(), absl::StatusCode::kFailedPrecondition)
         << "the communicator is aborted after a deadline";
   }
   EXPECT_TRUE(world.Barrier().ok());
@@ -294,8 +293,8 @@ TEST(NcclDeadlineTest, InitWithMissingPeerTimesOut) {
   if (world.rank() == 0) {  // the other ranks never join
     const absl::Time start = absl::Now();
     auto comm = CreateNcclCommunicatorFromId(
-        id, 0, world.size(), nullptr,
-        NcclOptions{.device = main_comm.device(), .timeout = absl::Seconds(3)}, "lonely");
+        id, 0, world.size(), nullptr, NcclOptions{.device = main_comm.device(), .timeout = absl::Seconds(3)},
+        "lonely");
     EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
     EXPECT_THAT(std::string(comm.status().message()), HasSubstr("lonely"));
     EXPECT_LT(absl::Now() - start, absl::Seconds(30));

@@ -33,12 +33,36 @@ inline std::vector<uint8_t> Encode(DType t, const std::vector<double>& values) {
     uint8_t* p = bytes.data() + i * DTypeSize(t);
     const double v = values[i];
     switch (t) {
-      case DType::kF32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-      case DType::kF16: { const uint16_t h = FloatToFp16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-      case DType::kBF16: { const uint16_t h = FloatToBf16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-      case DType::kI32: { const int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-      case DType::kI64: { const int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-      case DType::kU8: { const uint8_t x = static_cast<uint8_t>(v); *p = x; break; }
+      case DType::kF32: {
+        const float f = static_cast<float>(v);
+        std::memcpy(p, &f, 4);
+        break;
+      }
+      case DType::kF16: {
+        const uint16_t h = FloatToFp16(static_cast<float>(v));
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DType::kBF16: {
+        const uint16_t h = FloatToBf16(static_cast<float>(v));
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DType::kI32: {
+        const int32_t x = static_cast<int32_t>(v);
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      case DType::kI64: {
+        const int64_t x = static_cast<int64_t>(v);
+        std::memcpy(p, &x, 8);
+        break;
+      }
+      case DType::kU8: {
+        const uint8_t x = static_cast<uint8_t>(v);
+        *p = x;
+        break;
+      }
     }
   }
   return bytes;
@@ -50,12 +74,39 @@ inline std::vector<double> Decode(DType t, const std::vector<uint8_t>& bytes) {
   for (size_t i = 0; i < n; ++i) {
     const uint8_t* p = bytes.data() + i * DTypeSize(t);
     switch (t) {
-      case DType::kF32: { float f; std::memcpy(&f, p, 4); values[i] = f; break; }
-      case DType::kF16: { uint16_t h; std::memcpy(&h, p, 2); values[i] = Fp16ToFloat(h); break; }
-      case DType::kBF16: { uint16_t h; std::memcpy(&h, p, 2); values[i] = Bf16ToFloat(h); break; }
-      case DType::kI32: { int32_t x; std::memcpy(&x, p, 4); values[i] = x; break; }
-      case DType::kI64: { int64_t x; std::memcpy(&x, p, 8); values[i] = static_cast<double>(x); break; }
-      case DType::kU8: values[i] = *p; break;
+      case DType::kF32: {
+        float f;
+        std::memcpy(&f, p, 4);
+        values[i] = f;
+        break;
+      }
+      case DType::kF16: {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        values[i] = Fp16ToFloat(h);
+        break;
+      }
+      case DType::kBF16: {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        values[i] = Bf16ToFloat(h);
+        break;
+      }
+      case DType::kI32: {
+        int32_t x;
+        std::memcpy(&x, p, 4);
+        values[i] = x;
+        break;
+      }
+      case DType::kI64: {
+        int64_t x;
+        std::memcpy(&x, p, 8);
+        values[i] = static_cast<double>(x);
+        break;
+      }
+      case DType::kU8:
+        values[i] = *p;
+        break;
     }
   }
   return values;
@@ -70,10 +121,14 @@ inline std::vector<double> RankValues(DType t, int r, size_t count) {
 // Tolerance of one result: the sum is rounded once into `t` (f16/bf16 reduce in f32).
 inline double Tolerance(DType t, double ref) {
   switch (t) {
-    case DType::kF32: return 1e-5 * std::abs(ref) + 1e-6;
-    case DType::kF16: return std::ldexp(1.0, -10) * std::abs(ref) + 1e-4;
-    case DType::kBF16: return std::ldexp(1.0, -7) * std::abs(ref) + 1e-3;
-    default: return 0;
+    case DType::kF32:
+      return 1e-5 * std::abs(ref) + 1e-6;
+    case DType::kF16:
+      return std::ldexp(1.0, -10) * std::abs(ref) + 1e-4;
+    case DType::kBF16:
+      return std::ldexp(1.0, -7) * std::abs(ref) + 1e-3;
+    default:
+      return 0;
   }
 }
 

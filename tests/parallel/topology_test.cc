@@ -98,14 +98,10 @@ TEST(TopologyTest, RejectsInvalidShapes) {
     const char* message;
   };
   const Case cases[] = {
-      {4, 0, 0, 4, 2, 1, "world size 4 != tp 2 x pp 1"},
-      {4, 0, 0, 4, 0, 4, "must both be >= 1"},
-      {4, 0, 0, 4, 4, -1, "must both be >= 1"},
-      {0, 0, 0, 1, 1, 1, "world size must be >= 1"},
-      {4, 4, 0, 4, 2, 2, "rank 4 out of range"},
-      {4, -1, 0, 4, 2, 2, "rank -1 out of range"},
-      {4, 0, 2, 2, 2, 2, "local rank 2 out of range"},
-      {4, 0, 0, 5, 2, 2, "local size 5 out of range"},
+      {4, 0, 0, 4, 2, 1, "world size 4 != tp 2 x pp 1"}, {4, 0, 0, 4, 0, 4, "must both be >= 1"},
+      {4, 0, 0, 4, 4, -1, "must both be >= 1"},          {0, 0, 0, 1, 1, 1, "world size must be >= 1"},
+      {4, 4, 0, 4, 2, 2, "rank 4 out of range"},         {4, -1, 0, 4, 2, 2, "rank -1 out of range"},
+      {4, 0, 2, 2, 2, 2, "local rank 2 out of range"},   {4, 0, 0, 5, 2, 2, "local size 5 out of range"},
   };
   for (const Case& c : cases) {
     auto t = Topology::Create(c.world, c.rank, c.local_rank, c.local_size, c.tp, c.pp);
@@ -116,8 +112,7 @@ TEST(TopologyTest, RejectsInvalidShapes) {
 }
 
 TEST(TopologyTest, ToStringNamesEveryCoordinate) {
-  EXPECT_EQ(Make(4, 3, 1, 2, 2, 2).ToString(),
-            "rank 3/4 (local 1/2, device 1): tp 1/2, pp stage 1/2");
+  EXPECT_EQ(Make(4, 3, 1, 2, 2, 2).ToString(), "rank 3/4 (local 1/2, device 1): tp 1/2, pp stage 1/2");
 }
 
 // --- model divisibility ---
@@ -193,15 +188,13 @@ TEST(ShardModelTest, RejectsIndivisibleModels) {
 TEST(SplitLayersTest, EvenSplit) {
   auto r = SplitLayers(32, 4);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_THAT(*r, ElementsAre(LayerRange{0, 8}, LayerRange{8, 16}, LayerRange{16, 24},
-                              LayerRange{24, 32}));
+  EXPECT_THAT(*r, ElementsAre(LayerRange{0, 8}, LayerRange{8, 16}, LayerRange{16, 24}, LayerRange{24, 32}));
 }
 
 TEST(SplitLayersTest, RemainderGoesToEarlierStages) {
   auto r = SplitLayers(30, 4);  // 8, 8, 7, 7: the last stage also runs the LM head
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_THAT(*r, ElementsAre(LayerRange{0, 8}, LayerRange{8, 16}, LayerRange{16, 23},
-                              LayerRange{23, 30}));
+  EXPECT_THAT(*r, ElementsAre(LayerRange{0, 8}, LayerRange{8, 16}, LayerRange{16, 23}, LayerRange{23, 30}));
   auto one = SplitLayers(5, 1);
   ASSERT_TRUE(one.ok());
   EXPECT_THAT(*one, ElementsAre(LayerRange{0, 5}));
@@ -224,11 +217,9 @@ TEST(SplitLayersTest, RejectsBadSplits) {
   EXPECT_FALSE(SplitLayers(3, 4).ok());
   EXPECT_FALSE(SplitLayers(8, 0).ok());
   const std::vector<int> wrong_sum = {4, 5};
-  EXPECT_THAT(std::string(SplitLayers(8, 2, wrong_sum).status().message()),
-              HasSubstr("sums to 9"));
+  EXPECT_THAT(std::string(SplitLayers(8, 2, wrong_sum).status().message()), HasSubstr("sums to 9"));
   const std::vector<int> wrong_len = {4, 4};
-  EXPECT_THAT(std::string(SplitLayers(8, 3, wrong_len).status().message()),
-              HasSubstr("expected pp = 3"));
+  EXPECT_THAT(std::string(SplitLayers(8, 3, wrong_len).status().message()), HasSubstr("expected pp = 3"));
   const std::vector<int> empty_stage = {8, 0};
   EXPECT_THAT(std::string(SplitLayers(8, 2, empty_stage).status().message()),
               HasSubstr("at least one layer"));

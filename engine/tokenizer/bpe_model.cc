@@ -15,15 +15,6 @@ namespace {
 
 absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-// One symbol of a word being merged: a doubly linked list threaded through a vector, as merged
-// symbols are absorbed by their left neighbor and marked dead with len 0.
-struct Symbol {
-  int32_t id;
-  int32_t prev;
-  int32_t next;
-  int32_t len;  // bytes of the word it covers; 0 once merged away
-};
-
 // A pair that may merge. The queue pops the lowest rank, then the leftmost position.
 struct Candidate {
   int32_t rank;
@@ -35,12 +26,6 @@ struct CandidateAfter {
     return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
   }
 };
-
-void AddSymbol(std::vector<Symbol>* symbols, int32_t id, int32_t len) {
-  const int32_t index = static_cast<int32_t>(symbols->size());
-  if (!symbols->empty()) symbols->back().next = index;
-  symbols->push_back({id, index - 1, -1, len});
-}
 
 }  // namespace
 
@@ -146,8 +131,6 @@ const std::string* BpeModel::IdToToken(int32_t id) const {
   return &id_to_token_[id];
 }
 
-std::optional<int32_t> BpeModel::SymbolId(std::string_view symbol) const { return TokenToId(symbol); }
-
 absl::Status BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) const {
   if (word.empty()) return absl::OkStatus();
   if (ignore_merges_) {
@@ -176,9 +159,24 @@ absl::Status BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids
   return absl::OkStatus();
 }
 
+void BpeModel::AddSymbol(std::vector<Symbol>* symbols, int32_t id, int32_t len) {
+  const int32_t index = static_cast<int32_t>(symbols->size());
+  if (!symbols->empty()) symbols->back().next = index;
+  symbols->push_back({id, index - 1, -1, len});
+}
+
 absl::Status BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* ids) const {
   std::vector<Symbol> symbols;
-  symbols.reserve(word.size());
+  RETURN_IF_ERROR(InitialSymbols(word, &symbols));
+  ApplyMerges(&symbols);
+  for (const Symbol& s : symbols) {
+    if (s.len != 0) ids->push_back(s.id);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BpeModel::InitialSymbols(std::string_view word, std::vector<Symbol>* symbols) const {
+  symbols->reserve(word.size());
   // A run of unknown characters waiting to be emitted as one (fused) or several unk tokens.
   int32_t unk_id = -1;  // -1: no pending unknown run
   int32_t unk_len = 0;
@@ -191,20 +189,20 @@ absl::Status BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* id
     std::optional<int32_t> id;
     if (!code_point_ids_.empty() && cp < 0x10000) {
       if (code_point_ids_[cp] >= 0) id = code_point_ids_[cp];
-      symbol_text.assign(word.substr(begin, byte_len));
+      if (!id) symbol_text.assign(word.substr(begin, byte_len));
     } else {
       symbol_text.clear();
       if (begin != 0) symbol_text += continuing_subword_prefix_;
       symbol_text.append(word.substr(begin, byte_len));
       if (pos == word.size()) symbol_text += end_of_word_suffix_;
-      id = SymbolId(symbol_text);
+      id = TokenToId(symbol_text);
     }
     if (id) {
       if (unk_id >= 0) {
-        AddSymbol(&symbols, unk_id, unk_len);
+        AddSymbol(symbols, unk_id, unk_len);
         unk_id = -1;
       }
-      AddSymbol(&symbols, *id, byte_len);
+      AddSymbol(symbols, *id, byte_len);
       continue;
     }
     if (byte_fallback_) {
@@ -212,7 +210,7 @@ absl::Status BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* id
       for (unsigned char b : symbol_text) all_bytes_known = all_bytes_known && byte_fallback_ids_[b] >= 0;
       if (all_bytes_known) {
         // The reference does not flush a pending unk here; neither do we, to match it.
-        for (unsigned char b : symbol_text) AddSymbol(&symbols, byte_fallback_ids_[b], 1);
+        for (unsigned char b : symbol_text) AddSymbol(symbols, byte_fallback_ids_[b], 1);
         continue;
       }
     }
@@ -224,13 +222,17 @@ absl::Status BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* id
     if (unk_id >= 0 && fuse_unk_) {
       unk_len += byte_len;
     } else {
-      if (unk_id >= 0) AddSymbol(&symbols, unk_id, unk_len);
+      if (unk_id >= 0) AddSymbol(symbols, unk_id, unk_len);
       unk_id = *unk_token_id;
       unk_len = byte_len;
     }
   }
-  if (unk_id >= 0) AddSymbol(&symbols, unk_id, unk_len);
+  if (unk_id >= 0) AddSymbol(symbols, unk_id, unk_len);
+  return absl::OkStatus();
+}
 
+void BpeModel::ApplyMerges(std::vector<Symbol>* symbols_ptr) const {
+  std::vector<Symbol>& symbols = *symbols_ptr;
   // Merge the lowest-ranked adjacent pair first, leftmost on ties. Stale queue entries (whose
   // pair has since changed) are recognized by the pair no longer producing the same token.
   std::priority_queue<Candidate, std::vector<Candidate>, CandidateAfter> queue;
@@ -252,6 +254,7 @@ absl::Status BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* id
     const Merge* current = find_merge(left.id, right.id);
     if (current == nullptr || current->new_id != top.new_id) continue;
 
+    // The right symbol is absorbed; the new neighbors may now merge with the result.
     symbols[left.next].len = 0;
     left.id = top.new_id;
     left.len += right.len;
@@ -268,10 +271,6 @@ absl::Status BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* id
       }
     }
   }
-  for (const Symbol& s : symbols) {
-    if (s.len != 0) ids->push_back(s.id);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace llm::tokenizer_internal

@@ -52,10 +52,21 @@ class BpeModel {
   BpeModel() = default;
   absl::Status LoadVocab(std::vector<std::pair<std::string, int64_t>> vocab);
   absl::Status LoadMerges(const MergeList& merges);
-  // Splits `word` into initial symbols (characters, byte-fallback bytes, fused unknowns) and
-  // applies the merges.
+  // One symbol of a word being merged: a doubly linked list threaded through a vector, as merged
+  // symbols are absorbed by their left neighbor and marked dead with len 0.
+  struct Symbol {
+    int32_t id;
+    int32_t prev;
+    int32_t next;
+    int32_t len;  // bytes of the word it covers; 0 once merged away
+  };
+
+  // Splits `word` into initial symbols and applies the merges.
   absl::Status MergeWord(std::string_view word, std::vector<int32_t>* ids) const;
-  std::optional<int32_t> SymbolId(std::string_view symbol) const;
+  // Characters (with the subword prefix / word suffix), byte-fallback bytes, unknown runs.
+  absl::Status InitialSymbols(std::string_view word, std::vector<Symbol>* symbols) const;
+  void ApplyMerges(std::vector<Symbol>* symbols) const;
+  static void AddSymbol(std::vector<Symbol>* symbols, int32_t id, int32_t len);
 
   static uint64_t PairKey(int32_t left, int32_t right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);

@@ -35,6 +35,61 @@ ThreadMatchState& MatchState() {
   return state;
 }
 
+// Oniguruma (the reference library's regex engine) and PCRE2 disagree on a few code points in
+// \s and \w: PCRE2 counts U+180E as a space, and its \w takes every number but no marks. Spelling
+// the classes out as Oniguruma defines them makes the two agree.
+constexpr std::string_view kSpaceItems = R"(\t\n\x0B\f\r\x{85}\p{Z})";
+constexpr std::string_view kWordItems = R"(\p{L}\p{M}\p{Nd}\p{Pc})";
+
+std::string OnigurumaClasses(std::string_view pattern) {
+  std::string out;
+  out.reserve(pattern.size() * 2);
+  bool in_class = false;
+  size_t class_start = 0;  // index in `out` just past "[" or "[^": a "]" there is literal
+  for (size_t i = 0; i < pattern.size();) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[i + 1];
+      if (e == 'Q') {  // quoted literal text runs to \E
+        const size_t end = pattern.find("\\E", i + 2);
+        const size_t stop = end == std::string_view::npos ? pattern.size() : end + 2;
+        out.append(pattern.substr(i, stop - i));
+        i = stop;
+        continue;
+      }
+      std::string_view items;
+      if (e == 's' || e == 'S') items = kSpaceItems;
+      if (e == 'w' || e == 'W') items = kWordItems;
+      const bool negated = e == 'S' || e == 'W';
+      if (!items.empty() && in_class && !negated) {
+        out.append(items);
+      } else if (!items.empty() && !in_class) {
+        out.append(negated ? "[^" : "[").append(items).append("]");
+      } else {
+        out.append(pattern.substr(i, 2));  // other escapes, and \S \W inside a class, stay
+      }
+      i += 2;
+      continue;
+    }
+    out.push_back(c);
+    ++i;
+    if (!in_class && c == '[') {
+      in_class = true;
+      if (i < pattern.size() && pattern[i] == '^') out.push_back(pattern[i++]);
+      class_start = out.size();
+    } else if (in_class && c == '[' && i < pattern.size() && pattern[i] == ':') {
+      const size_t end = pattern.find(":]", i);  // POSIX class such as [:alpha:]
+      if (end != std::string_view::npos) {
+        out.append(pattern.substr(i, end + 2 - i));
+        i = end + 2;
+      }
+    } else if (in_class && c == ']' && out.size() - 1 != class_start) {
+      in_class = false;
+    }
+  }
+  return out;
+}
+
 std::string ErrorMessage(int code) {
   PCRE2_UCHAR buffer[256];
   pcre2_get_error_message(code, buffer, sizeof(buffer));
@@ -46,13 +101,14 @@ std::string ErrorMessage(int code) {
 absl::StatusOr<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern) {
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
+  const std::string rewritten = OnigurumaClasses(pattern);
   pcre2_code* code =
-      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(), PCRE2_UTF | PCRE2_UCP,
                     &error_code, &error_offset, nullptr);
   if (code == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("regex pattern \"", std::string(pattern),
-                                                   "\" does not compile at offset ", error_offset, ": ",
-                                                   ErrorMessage(error_code)));
+                                                   "\" does not compile: ", ErrorMessage(error_code),
+                                                   " (at offset ", error_offset, " of \"", rewritten, "\")"));
   }
   // JIT is an optimization only: pcre2_match falls back to the interpreter when it is unavailable.
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);

@@ -11,20 +11,14 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadTokenizerIfPresent(const st
   return std::shared_ptr<const Tokenizer>(std::move(tokenizer));
 }
 
-absl::StatusOr<BuiltEngine> BuildLocalEngine(const EngineBuildOptions& o) {
-  if (!std::filesystem::is_directory(o.model_dir))
-    return absl::NotFoundError(absl::StrCat("model folder '", o.model_dir.string(), "' does not exist"));
-  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(o.model_dir));
+absl::StatusOr<std::unique_ptr<ModelRunner>> BuildModelRunner(const EngineBuildOptions& o, const ModelConfig& config,
+                                                              const ShardSpec& shard, Communicator* tp_comm) {
   ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(o.model_dir));
-  BuiltEngine built;
-  ASSIGN_OR_RETURN(built.tokenizer, LoadTokenizerIfPresent(o.model_dir));
-
   if (o.device != "cpu")
     return absl::UnimplementedError(absl::StrCat("device '", o.device, "' is not available in this build"));
   if (o.dtype != "auto" && o.dtype != "fp32" && o.dtype != "float32")
     return absl::InvalidArgumentError(absl::StrCat("the CPU backend computes in fp32; --dtype ", o.dtype, " is not supported"));
   auto backend = std::make_unique<CpuBackend>(o.num_threads);
-
   ModelRunnerOptions ro;
   ro.limits.max_tokens = o.max_tokens_per_step;
   ro.limits.max_seqs = o.max_seqs;
@@ -32,28 +26,46 @@ absl::StatusOr<BuiltEngine> BuildLocalEngine(const EngineBuildOptions& o) {
   ro.num_kv_blocks = o.num_kv_blocks;
   ro.kv_cache_fraction = o.kv_cache_fraction;
   ro.max_context = o.max_context;
-  ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(config, *checkpoint, std::move(backend), nullptr, ro));
-  built.weight_bytes = runner->weight_bytes();
-  built.kv_cache_bytes = runner->kv_cache_bytes();
+  ro.shard = shard;
+  // The checkpoint's mapping is only needed while loading: weights then live in backend memory.
+  return ModelRunner::Create(config, *checkpoint, std::move(backend), tp_comm, ro);
+}
 
+absl::StatusOr<std::unique_ptr<Engine>> BuildEngine(const EngineBuildOptions& o, const ModelConfig& config,
+                                                    const ModelRunner& runner, int32_t num_kv_blocks,
+                                                    std::unique_ptr<StepExecutor> executor,
+                                                    std::shared_ptr<const Tokenizer> tokenizer) {
   EngineInfo info;
   info.config = config;
-  info.max_context = runner->max_context();
+  info.max_context = runner.max_context();
   info.max_tokens_per_step = o.max_tokens_per_step;
   info.max_seqs = o.max_seqs;
-  info.kv_blocks = static_cast<int32_t>(runner->kv_shape().num_blocks);
+  info.kv_blocks = num_kv_blocks;
   info.kv_block_size = o.block_size;
   EngineOptions eo;
   eo.max_queue = o.max_queue;
-  eo.max_context = runner->max_context();
+  eo.max_context = runner.max_context();
   eo.scheduler.max_tokens_per_step = o.max_tokens_per_step;
   eo.scheduler.max_seqs = o.max_seqs;
   eo.scheduler.block_size = o.block_size;
-  eo.scheduler.num_blocks = info.kv_blocks;
-  eo.scheduler.block_table_width = runner->block_table_width();
-  // The checkpoint's mapping is only needed while loading: weights now live in backend memory.
-  ASSIGN_OR_RETURN(built.engine,
-                   Engine::Create(info, eo, std::make_unique<LocalStepExecutor>(std::move(runner)), built.tokenizer));
+  eo.scheduler.num_blocks = num_kv_blocks;
+  eo.scheduler.block_table_width = runner.block_table_width();
+  return Engine::Create(info, eo, std::move(executor), std::move(tokenizer));
+}
+
+absl::StatusOr<BuiltEngine> BuildLocalEngine(const EngineBuildOptions& o) {
+  if (!std::filesystem::is_directory(o.model_dir))
+    return absl::NotFoundError(absl::StrCat("model folder '", o.model_dir.string(), "' does not exist"));
+  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(o.model_dir));
+  BuiltEngine built;
+  ASSIGN_OR_RETURN(built.tokenizer, LoadTokenizerIfPresent(o.model_dir));
+  ASSIGN_OR_RETURN(auto runner, BuildModelRunner(o, config, ShardSpec{}, nullptr));
+  built.weight_bytes = runner->weight_bytes();
+  built.kv_cache_bytes = runner->kv_cache_bytes();
+  const auto blocks = static_cast<int32_t>(runner->kv_shape().num_blocks);
+  const ModelRunner& r = *runner;
+  ASSIGN_OR_RETURN(built.engine, BuildEngine(o, config, r, blocks, std::make_unique<LocalStepExecutor>(std::move(runner)),
+                                             built.tokenizer));
   return built;
 }
 

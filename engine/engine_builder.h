@@ -35,6 +35,17 @@ struct BuiltEngine {
 
 absl::StatusOr<BuiltEngine> BuildLocalEngine(const EngineBuildOptions& options);
 
+// The pieces BuildLocalEngine and the multi-rank builder share.
+absl::StatusOr<std::unique_ptr<ModelRunner>> BuildModelRunner(const EngineBuildOptions& options,
+                                                              const ModelConfig& config, const ShardSpec& shard,
+                                                              Communicator* tp_comm);
+// An engine over `executor`, with limits taken from `runner` (any rank's: they agree) and
+// `num_kv_blocks` blocks in the scheduler's pool.
+absl::StatusOr<std::unique_ptr<Engine>> BuildEngine(const EngineBuildOptions& options, const ModelConfig& config,
+                                                    const ModelRunner& runner, int32_t num_kv_blocks,
+                                                    std::unique_ptr<StepExecutor> executor,
+                                                    std::shared_ptr<const Tokenizer> tokenizer);
+
 // Loads `dir`/tokenizer.json when it exists; null (not an error) when it does not.
 absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadTokenizerIfPresent(const std::filesystem::path& dir);
 

@@ -46,11 +46,19 @@ absl::Status Decoder::AllocateActivations() {
       {&last_normed_, dt, {s, h}},
       {&logits_, DType::kF32, {s, dims_.vocab_local}},
   };
+  std::vector<Want> all(std::begin(wants), std::end(wants));
+  const int64_t tp = tp_comm_ ? tp_comm_->size() : 1;
+  if (tp > 1 && dims_.is_last_stage) {
+    all.push_back({&gathered_logits_, DType::kF32, {tp * s, dims_.vocab_local}});
+    all.push_back({&gather_order_, DType::kI32, {tp * s}});
+    all.push_back({&full_logits_, DType::kF32, {s, tp * dims_.vocab_local}});
+    gather_order_host_.resize(tp * s);
+  }
   size_t total = 0;
-  for (const Want& w : wants) total += (w.shape.numel() * DTypeSize(w.dtype) + 255) / 256 * 256;
+  for (const Want& w : all) total += (w.shape.numel() * DTypeSize(w.dtype) + 255) / 256 * 256;
   ASSIGN_OR_RETURN(Buffer buffer, backend_.Allocate(total));
   Arena arena(std::move(buffer));
-  for (const Want& w : wants) {
+  for (const Want& w : all) {
     ASSIGN_OR_RETURN(*w.dst, arena.Take(w.dtype, w.shape));
   }
   activations_ = std::move(arena).Release();
@@ -136,7 +144,24 @@ absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<con
   RETURN_IF_ERROR(backend_.AddRmsNorm(last_residual, last_delta, weights_->final_norm,
                                       static_cast<float>(config_.rms_norm_eps), last_normed));
   RETURN_IF_ERROR(backend_.Linear(last_normed, weights_->lm_head, logits));
-  return logits;
+  if (tp_comm_ == nullptr || tp_comm_->size() == 1) return logits;
+  return GatherVocabShards(logits, rows);
+}
+
+absl::StatusOr<Tensor> Decoder::GatherVocabShards(Tensor local, int32_t rows) {
+  // All-gather stacks the shards rank-major: gathered row s * rows + r is shard s of row r.
+  // Full row r is shards 0..tp-1 side by side, i.e. viewed as [rows * tp, vocab_local] its row
+  // r * tp + s; one GatherRows puts every shard in place.
+  const int32_t tp = tp_comm_->size();
+  Tensor gathered = gathered_logits_.Rows(0, int64_t{tp} * rows);
+  RETURN_IF_ERROR(tp_comm_->AllGather(local.data(), gathered.data(), local.numel(), DType::kF32));
+  for (int32_t r = 0; r < rows; ++r)
+    for (int32_t s = 0; s < tp; ++s) gather_order_host_[r * tp + s] = s * rows + r;
+  Tensor order = gather_order_.Rows(0, int64_t{tp} * rows);
+  RETURN_IF_ERROR(backend_.CopyToDevice(order, gather_order_host_.data()));
+  Tensor full = full_logits_.Rows(0, rows);
+  RETURN_IF_ERROR(backend_.GatherRows(gathered, order, full.Reshape({int64_t{rows} * tp, dims_.vocab_local})));
+  return full;
 }
 
 }  // namespace llm

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -37,6 +38,8 @@ class Decoder {
   // otherwise HiddenInput(). Returns, on the last stage, float32 logits
   // [meta.num_logit_rows, vocab_local] (this rank's vocabulary shard), else the hidden state
   // [num_tokens, hidden] to send on. The returned view lives until the next call.
+  // With tensor parallelism the vocabulary shards are gathered: logits are
+  // [num_logit_rows, tp * vocab_local], padded columns at -1e30.
   absl::StatusOr<Tensor> Forward(const StepMetadata& meta, absl::Span<const KvCacheLayer> cache);
 
   const LocalDims& dims() const { return dims_; }
@@ -65,6 +68,11 @@ class Decoder {
   Buffer activations_;
   Tensor residual_, delta_, normed_, qkv_, q_, attn_, gate_up_, act_;
   Tensor last_residual_, last_delta_, last_normed_, logits_;
+  // Tensor parallelism: all-gathered shards [tp * max_seqs, vocab_local], the row order that
+  // interleaves them, and the full logits [max_seqs, tp * vocab_local].
+  Tensor gathered_logits_, gather_order_, full_logits_;
+  std::vector<int32_t> gather_order_host_;
+  absl::StatusOr<Tensor> GatherVocabShards(Tensor local, int32_t rows);
 };
 
 }  // namespace llm

@@ -23,6 +23,8 @@ struct Assembly {
   Tensor* dst = nullptr;
   Shape shape;
   std::vector<Piece> pieces;
+  int64_t fill_from = -1;  // elements from here on get `fill` instead of 0
+  float fill = 0.0f;
 };
 
 int64_t RecordCols(const TensorRecord& r) { return r.shape.size() == 2 ? r.shape[1] : r.numel(); }
@@ -133,6 +135,15 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Loader::Run(Backend& backend) {
   if (d_.is_last_stage) {
     RETURN_IF_ERROR(Whole(&w.final_norm, "model.norm.weight", {d_.hidden}));
     if (!c_.tie_word_embeddings) RETURN_IF_ERROR(PlanVocab(&w.lm_head.weight, "lm_head.weight"));
+    // A vocabulary that does not split evenly over TP ranks is padded; the padded rows' logits
+    // are pushed to -1e30 so that no sampler can ever pick them.
+    const int64_t valid = std::max<int64_t>(0, std::min(d_.vocab_local, d_.vocab - d_.vocab_offset));
+    if (valid < d_.vocab_local) {
+      Assembly bias{&w.lm_head.bias, Shape({d_.vocab_local}), {}};
+      bias.fill_from = valid;
+      bias.fill = -1e30f;
+      plan_.push_back(bias);
+    }
   }
 
   // One allocation for the whole shard, then each tensor assembled on the host and uploaded.
@@ -151,6 +162,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Loader::Run(Backend& backend) {
     ASSIGN_OR_RETURN(*a.dst, arena.Take(dtype, a.shape, kAlign));
     const int64_t dst_cols = a.shape.rank() == 2 ? a.shape[1] : a.shape.numel();
     std::fill(staging.begin(), staging.begin() + a.shape.numel(), 0.0f);
+    if (a.fill_from >= 0) std::fill(staging.begin() + a.fill_from, staging.begin() + a.shape.numel(), a.fill);
     for (const Piece& p : a.pieces) {
       const int64_t src_cols = RecordCols(*p.src);
       const size_t elem = DTypeSize(p.src->dtype);

@@ -105,6 +105,12 @@ absl::Status ModelRunner::Execute(const StepPlan& plan, absl::Span<const SampleR
   return backend_->Synchronize();
 }
 
+absl::Status ModelRunner::Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) {
+  if (rows.empty()) return backend_->Synchronize();
+  RETURN_IF_ERROR(backend_->Sample(logits, rows, results));
+  return backend_->Synchronize();
+}
+
 absl::Status ModelRunner::ComputeLogits(const StepPlan& plan, float* out) {
   ASSIGN_OR_RETURN(Tensor logits, Forward(plan));
   RETURN_IF_ERROR(backend_->CopyToHost(out, logits));

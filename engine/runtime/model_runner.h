@@ -33,6 +33,14 @@ class ModelRunner {
                                                              std::unique_ptr<Backend> backend,
                                                              Communicator* tp_comm, const ModelRunnerOptions& options);
 
+  // Runs this stage's layers over `plan` (see Decoder::Forward): logits on the last stage, the
+  // hidden state to send on otherwise. A later stage first receives into HiddenInput().
+  absl::StatusOr<Tensor> Forward(const StepPlan& plan);
+  Tensor HiddenInput(int32_t num_tokens) const { return decoder_->HiddenInput(num_tokens); }
+  // Samples one token per row of `logits` (from Forward on the last stage).
+  absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results);
+  const LocalDims& dims() const { return decoder_->dims(); }
+
   // Runs the whole model (single stage) over `plan` and samples one token per logit row.
   absl::Status Execute(const StepPlan& plan, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results);
   // Runs the model and copies the float32 logits of each logit row to `logits` [rows, vocab].
@@ -50,7 +58,6 @@ class ModelRunner {
  private:
   ModelRunner(const ModelConfig& config, const ModelRunnerOptions& options) : config_(config), options_(options) {}
   absl::Status AllocateMetadata();
-  absl::StatusOr<Tensor> Forward(const StepPlan& plan);
 
   ModelConfig config_;
   ModelRunnerOptions options_;

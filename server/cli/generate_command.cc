@@ -94,17 +94,21 @@ int RunGenerate(int argc, char** argv) {
     if (!ids.ok()) return Fail(ids.status(), 2);
     request.prompt_tokens = std::move(*ids);
   }
-  auto built = BuildLocalEngine(model.ToBuildOptions());
-  if (!built.ok()) return Fail(built.status(), 1);
-  Engine& engine = *built->engine;
+  auto handle = EngineHandle::Create(model, &argc, &argv);
+  if (!handle.ok()) return Fail(handle.status(), 1);
+  if ((*handle)->engine() == nullptr) {  // a worker rank of an mpirun group
+    absl::Status s = (*handle)->RunWorker();
+    return s.ok() ? 0 : Fail(s, 1);
+  }
+  Engine& engine = *(*handle)->engine();
+  const std::shared_ptr<const Tokenizer> tokenizer = (*handle)->tokenizer();
   if (flags.IsSet("prompt")) {
-    if (!built->tokenizer)
-      return Fail(absl::InvalidArgumentError("this model has no tokenizer.json: use --prompt-ids"), 2);
-    auto ids = built->tokenizer->Encode(prompt, !no_special);
+    if (!tokenizer) return Fail(absl::InvalidArgumentError("this model has no tokenizer.json: use --prompt-ids"), 2);
+    auto ids = tokenizer->Encode(prompt, !no_special);
     if (!ids.ok()) return Fail(ids.status(), 2);
     request.prompt_tokens = std::move(*ids);
   }
-  request.detokenize = built->tokenizer != nullptr;
+  request.detokenize = tokenizer != nullptr;
   request.sampling.temperature = static_cast<float>(temperature);
   request.sampling.top_k = static_cast<int32_t>(top_k);
   request.sampling.top_p = static_cast<float>(top_p);
@@ -163,7 +167,6 @@ int RunGenerate(int argc, char** argv) {
     }
     break;
   }
-  engine.Shutdown(true);
   return 0;
 }
 

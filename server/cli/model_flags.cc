@@ -2,6 +2,10 @@
 
 #include <filesystem>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
 namespace llm::cli {
 
 void ModelFlags::Register(FlagSet& f) {
@@ -15,6 +19,55 @@ void ModelFlags::Register(FlagSet& f) {
   f.Int("kv-cache-blocks", &kv_cache_blocks, "KV cache blocks (0: from --kv-cache-fraction)");
   f.Float("kv-cache-fraction", &kv_cache_fraction, "fraction of free memory for the KV cache");
   f.Int("block-size", &block_size, "tokens per KV cache block");
+  f.Int("tp", &tp, "tensor-parallel ranks (launch TP*PP ranks with mpirun)");
+  f.Int("pp", &pp, "pipeline stages");
+  f.String("layers-per-stage", &layers_per_stage, "comma-separated layer counts per stage (default: even split)");
+}
+
+bool ModelFlags::Distributed() const { return tp * pp > 1 || MpiRuntime::LaunchedByMpiLauncher(); }
+
+absl::StatusOr<ParallelOptions> ModelFlags::ToParallelOptions() const {
+  ParallelOptions p;
+  if (tp < 1 || pp < 1 || tp > 4096 || pp > 4096)
+    return absl::InvalidArgumentError("--tp and --pp must be positive");
+  p.tp = static_cast<int>(tp);
+  p.pp = static_cast<int>(pp);
+  for (absl::string_view part : absl::StrSplit(layers_per_stage, ',', absl::SkipWhitespace())) {
+    int n;
+    if (!absl::SimpleAtoi(part, &n))
+      return absl::InvalidArgumentError(absl::StrCat("--layers-per-stage: '", std::string(part), "' is not a number"));
+    p.layers_per_stage.push_back(n);
+  }
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<EngineHandle>> EngineHandle::Create(const ModelFlags& flags, int* argc, char*** argv) {
+  auto h = std::make_unique<EngineHandle>();
+  if (!flags.Distributed()) {
+    ASSIGN_OR_RETURN(h->local_, BuildLocalEngine(flags.ToBuildOptions()));
+    h->engine_ = h->local_.engine.get();
+    h->tokenizer_ = h->local_.tokenizer;
+    return h;
+  }
+  ASSIGN_OR_RETURN(ParallelOptions parallel, flags.ToParallelOptions());
+  ASSIGN_OR_RETURN(h->mpi_, MpiRuntime::Create(MpiMode::kInit, argc, argv));
+  h->rank_ = h->mpi_->world_rank();
+  if (h->mpi_->world_size() != parallel.tp * parallel.pp)
+    return absl::InvalidArgumentError(absl::StrCat("launched with ", h->mpi_->world_size(), " ranks but --tp ", parallel.tp,
+                                                   " x --pp ", parallel.pp, " needs ", parallel.tp * parallel.pp,
+                                                   " (mpirun -np ", parallel.tp * parallel.pp, ")"));
+  ASSIGN_OR_RETURN(h->group_, EngineGroup::Create(flags.ToBuildOptions(), parallel, *h->mpi_));
+  h->engine_ = h->group_->engine();
+  h->tokenizer_ = h->group_->tokenizer();
+  return h;
+}
+
+EngineHandle::~EngineHandle() {
+  // Engines stop before their communicators, and communicators before MPI finalizes.
+  if (engine_) engine_->Shutdown(true);
+  group_.reset();
+  local_.engine.reset();
+  mpi_.reset();
 }
 
 std::string ModelFlags::ModelDir() const {

@@ -3,7 +3,9 @@
 
 #include <string>
 
+#include "engine/distributed/engine_group.h"
 #include "engine/engine_builder.h"
+#include "parallel/mpi_runtime.h"
 #include "server/cli/flags.h"
 
 namespace llm::cli {
@@ -19,11 +21,37 @@ struct ModelFlags {
   int64_t kv_cache_blocks = 0;
   double kv_cache_fraction = 0.9;
   int64_t block_size = 16;
+  int64_t tp = 1;
+  int64_t pp = 1;
+  std::string layers_per_stage;  // e.g. "10,6": explicit pipeline split
 
   void Register(FlagSet& flags);
   // The model folder to use: --model, else the small model kept in the repository.
   std::string ModelDir() const;
   EngineBuildOptions ToBuildOptions() const;
+  absl::StatusOr<ParallelOptions> ToParallelOptions() const;
+  // Launched by mpirun, or asked for more than one rank.
+  bool Distributed() const;
+};
+
+// The engine a command talks to, whether it runs in this process alone or on world rank 0 of an
+// mpirun-launched group. On other ranks `engine` is null: the command must call RunWorker().
+class EngineHandle {
+ public:
+  static absl::StatusOr<std::unique_ptr<EngineHandle>> Create(const ModelFlags& flags, int* argc, char*** argv);
+  ~EngineHandle();
+  Engine* engine() { return engine_; }
+  std::shared_ptr<const Tokenizer> tokenizer() const { return tokenizer_; }
+  int rank() const { return rank_; }
+  absl::Status RunWorker() { return group_->RunWorker(); }
+
+ private:
+  std::unique_ptr<MpiRuntime> mpi_;
+  std::unique_ptr<EngineGroup> group_;
+  BuiltEngine local_;
+  Engine* engine_ = nullptr;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  int rank_ = 0;
 };
 
 }  // namespace llm::cli

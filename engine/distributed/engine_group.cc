@@ -1,0 +1,92 @@
+#include "engine/distributed/engine_group.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace llm {
+namespace {
+
+// Every rank contributes its status; all learn the first failure, so nobody hangs in a later
+// collective waiting for a rank that gave up.
+absl::Status AgreeOnStatus(MpiCommunicator& world, const absl::Status& local, const char* what) {
+  std::vector<int32_t> failed(world.size());
+  int32_t mine = local.ok() ? 0 : 1;
+  RETURN_IF_ERROR(world.AllGather(&mine, failed.data(), 1, DType::kI32));
+  if (!local.ok()) return absl::Status(local.code(), absl::StrCat("rank ", world.rank(), ": ", local.message()));
+  for (int r = 0; r < world.size(); ++r)
+    if (failed[r]) return absl::AbortedError(absl::StrCat(what, " failed on rank ", r, " (see its message)"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+EngineGroup::~EngineGroup() {
+  // The engine's executor broadcasts the stop message when destroyed; engines first.
+  engine_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBuildOptions& options,
+                                                                 const ParallelOptions& parallel,
+                                                                 const MpiRuntime& mpi) {
+  std::unique_ptr<EngineGroup> g(new EngineGroup());
+  ASSIGN_OR_RETURN(g->topology_, mpi.MakeTopology(parallel.tp, parallel.pp));
+  MpiCommOptions comm_options;
+  comm_options.timeout = parallel.comm_timeout;
+  ASSIGN_OR_RETURN(g->groups_, MakeParallelGroups(mpi, g->topology_, comm_options));
+  MpiCommunicator& world = *g->groups_.world;
+  const Topology& t = g->topology_;
+
+  // Load this rank's shard; agree on success before anyone goes on.
+  EngineBuildOptions o = options;
+  if (o.num_threads <= 0)  // share the node's cores between its ranks
+    o.num_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / t.local_size());
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(o.model_dir);
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner = absl::UnknownError("not loaded");
+  if (!config.ok()) {
+    runner = config.status();
+  } else {
+    absl::StatusOr<LayerRange> layers =
+        StageLayers(static_cast<int>(config->num_layers), t.pp_size(), t.pp_stage(), parallel.layers_per_stage);
+    if (!layers.ok()) {
+      runner = layers.status();
+    } else {
+      ShardSpec shard;
+      shard.tp_rank = t.tp_rank();
+      shard.tp_size = t.tp_size();
+      shard.first_layer = layers->begin;
+      shard.end_layer = layers->end;
+      runner = BuildModelRunner(o, *config, shard, g->groups_.tp.get());
+    }
+  }
+  absl::StatusOr<std::shared_ptr<const Tokenizer>> tokenizer = std::shared_ptr<const Tokenizer>();
+  if (t.rank() == 0 && runner.ok()) tokenizer = LoadTokenizerIfPresent(o.model_dir);
+  RETURN_IF_ERROR(AgreeOnStatus(world, runner.ok() ? tokenizer.status() : runner.status(), "loading the model"));
+  g->tokenizer_ = *tokenizer;
+  g->weight_bytes_ = (*runner)->weight_bytes();
+
+  // The scheduler's pool may only use blocks that exist on every rank.
+  std::vector<int32_t> blocks(world.size());
+  const int32_t mine = static_cast<int32_t>((*runner)->kv_shape().num_blocks);
+  RETURN_IF_ERROR(world.AllGather(&mine, blocks.data(), 1, DType::kI32));
+  const int32_t num_blocks = *std::min_element(blocks.begin(), blocks.end());
+
+  PipelineGroup pg{t, &world, g->groups_.pp.get()};
+  if (t.rank() == 0) {
+    const ModelRunner& r = **runner;
+    ASSIGN_OR_RETURN(g->engine_, BuildEngine(o, *config, r, num_blocks,
+                                             std::make_unique<PipelineStepExecutor>(std::move(*runner), pg),
+                                             g->tokenizer_));
+  } else {
+    g->worker_ = std::make_unique<PipelineWorker>(std::move(*runner), pg);
+  }
+  return g;
+}
+
+absl::Status EngineGroup::RunWorker() {
+  if (!worker_) return absl::FailedPreconditionError("world rank 0 runs the engine, not a worker");
+  return worker_->Run();
+}
+
+}  // namespace llm

@@ -1,0 +1,49 @@
+// One rank's share of a tensor x pipeline parallel deployment, launched as
+// `mpirun -np TP*PP llm <command> --tp T --pp P`: world rank 0 holds the Engine (scheduler,
+// front-end) and runs stage 0 / TP rank 0; every other rank holds a PipelineWorker. Each rank
+// loads only its shard: TP slices of its stage's layers.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engine/engine_builder.h"
+#include "engine/distributed/pipeline_executor.h"
+#include "parallel/mpi_runtime.h"
+
+namespace llm {
+
+struct ParallelOptions {
+  int tp = 1;
+  int pp = 1;
+  std::vector<int> layers_per_stage;  // empty: even split
+  absl::Duration comm_timeout = absl::Seconds(300);
+};
+
+class EngineGroup {
+ public:
+  // Collective over the world: every rank must call it. A rank that fails to load makes every
+  // rank return an error (naming the failing rank) instead of hanging.
+  static absl::StatusOr<std::unique_ptr<EngineGroup>> Create(const EngineBuildOptions& options,
+                                                             const ParallelOptions& parallel, const MpiRuntime& mpi);
+  ~EngineGroup();
+
+  bool is_scheduler() const { return engine_ != nullptr; }
+  Engine* engine() { return engine_.get(); }  // world rank 0 only
+  std::shared_ptr<const Tokenizer> tokenizer() const { return tokenizer_; }
+  const Topology& topology() const { return topology_; }
+  size_t weight_bytes() const { return weight_bytes_; }
+  // Ranks other than 0: serve steps until rank 0 shuts the engine down.
+  absl::Status RunWorker();
+
+ private:
+  EngineGroup() = default;
+  Topology topology_ = Topology::Single();
+  ParallelGroups groups_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<PipelineWorker> worker_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  size_t weight_bytes_ = 0;
+};
+
+}  // namespace llm

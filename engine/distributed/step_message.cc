@@ -1,0 +1,108 @@
+#include "engine/distributed/step_message.h"
+
+#include <cstring>
+
+namespace llm {
+namespace {
+
+class Writer {
+ public:
+  explicit Writer(std::string& out) : out_(out) { out_.clear(); }
+  template <typename T>
+  void Put(const T& v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  template <typename T>
+  void PutVector(absl::Span<const T> v) {
+    Put<uint32_t>(static_cast<uint32_t>(v.size()));
+    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  }
+
+ private:
+  std::string& out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  template <typename T>
+  bool Get(T& v) {
+    if (pos_ + sizeof(T) > in_.size()) return false;
+    std::memcpy(&v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  template <typename T>
+  bool GetVector(std::vector<T>& v) {
+    uint32_t n;
+    if (!Get(n) || pos_ + size_t{n} * sizeof(T) > in_.size()) return false;
+    v.resize(n);
+    std::memcpy(v.data(), in_.data() + pos_, n * sizeof(T));
+    pos_ += n * sizeof(T);
+    return true;
+  }
+  bool done() const { return pos_ == in_.size(); }
+
+ private:
+  const std::string& in_;
+  size_t pos_ = 0;
+};
+
+constexpr uint32_t kMagic = 0x504c5453;  // "STLP"
+
+bool NeedsTokens(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
+}  // namespace
+
+void EncodeStepMessage(const StepPlan& plan, absl::Span<const SampleRow> rows, std::string& out) {
+  Writer w(out);
+  w.Put(kMagic);
+  w.Put(plan.block_table_width);
+  w.Put(plan.max_query_len);
+  w.Put(plan.max_context_len);
+  w.PutVector<int32_t>(plan.token_ids);
+  w.PutVector<int32_t>(plan.positions);
+  w.PutVector<int32_t>(plan.slot_mapping);
+  w.PutVector<int32_t>(plan.query_start);
+  w.PutVector<int32_t>(plan.context_lens);
+  w.PutVector<int32_t>(plan.block_tables);
+  w.PutVector<int32_t>(plan.logit_rows);
+  w.Put<uint32_t>(static_cast<uint32_t>(rows.size()));
+  for (const SampleRow& r : rows) {
+    w.Put(*r.params);
+    w.Put(r.step);
+    // Only penalties read the token history; leave it out otherwise.
+    const bool tokens = NeedsTokens(*r.params);
+    w.PutVector<int32_t>(tokens ? r.prompt_tokens : absl::Span<const int32_t>());
+    w.PutVector<int32_t>(tokens ? r.output_tokens : absl::Span<const int32_t>());
+  }
+}
+
+absl::Status DecodeStepMessage(const std::string& bytes, StepMessage& m) {
+  Reader r(bytes);
+  uint32_t magic = 0, num_rows = 0;
+  StepPlan& p = m.plan;
+  bool ok = r.Get(magic) && magic == kMagic && r.Get(p.block_table_width) && r.Get(p.max_query_len) &&
+            r.Get(p.max_context_len) && r.GetVector(p.token_ids) && r.GetVector(p.positions) &&
+            r.GetVector(p.slot_mapping) && r.GetVector(p.query_start) && r.GetVector(p.context_lens) &&
+            r.GetVector(p.block_tables) && r.GetVector(p.logit_rows) && r.Get(num_rows);
+  if (!ok) return absl::DataLossError("malformed step message");
+  m.params.resize(num_rows);
+  m.steps.resize(num_rows);
+  m.prompt_tokens.resize(num_rows);
+  m.output_tokens.resize(num_rows);
+  for (uint32_t i = 0; i < num_rows; ++i) {
+    if (!(r.Get(m.params[i]) && r.Get(m.steps[i]) && r.GetVector(m.prompt_tokens[i]) &&
+          r.GetVector(m.output_tokens[i])))
+      return absl::DataLossError("malformed step message rows");
+  }
+  if (!r.done()) return absl::DataLossError("trailing bytes in step message");
+  m.rows.resize(num_rows);
+  for (uint32_t i = 0; i < num_rows; ++i)
+    m.rows[i] = {&m.params[i], m.steps[i], m.prompt_tokens[i], m.output_tokens[i]};
+  return absl::OkStatus();
+}
+
+}  // namespace llm

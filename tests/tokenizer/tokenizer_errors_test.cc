@@ -1,6 +1,7 @@
 // Error paths and loading, plus behaviors of the BPE model and added tokens on tiny hand-written
 // tokenizers, where the expected ids can be worked out by hand.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>

@@ -9,7 +9,7 @@ namespace {
 
 // SAX handler: builds a DOM, except that the values of root.model.vocab and root.model.merges go
 // to BpeTables (and become null in the DOM). Anything unexpected inside those two makes it give
-// up (`unusual_` set), and the caller falls back to a plain DOM parse.
+// up (`unusual` set), and the caller falls back to a plain DOM parse.
 class Reader : public nlohmann::json_sax<Json> {
  public:
   Json root;

@@ -13,11 +13,13 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/core/tensor.h"
+#include "kernels/core/philox.h"
 
 namespace llm {
 
@@ -132,6 +134,14 @@ struct SampleResult {
   std::array<TokenLogprob, kMaxTopLogprobs> top{};
 };
 
+// A recorded sequence of backend ops (a CUDA graph) that replays with the same arguments and
+// addresses; inputs change by writing new values into the same device buffers first.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  virtual absl::Status Replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -159,6 +169,8 @@ class Backend {
   virtual absl::Status AddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out) = 0;
   // x += y.
   virtual absl::Status Add(Tensor x, Tensor y) = 0;
+  // x [M, K] and W in the activation dtype; `out` [M, N] in the activation dtype or float32 (the
+  // LM head writes float32 logits straight from activation-dtype inputs).
   virtual absl::Status Linear(Tensor x, const LinearWeight& w, Tensor out) = 0;
   virtual absl::Status QkvRope(const QkvRopeArgs& args) = 0;
   virtual absl::Status Attention(const AttentionArgs& args) = 0;
@@ -169,6 +181,27 @@ class Backend {
   // Samples one token per row of float32 logits [rows.size(), vocab]; results on the host.
   virtual absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows,
                               absl::Span<SampleResult> results) = 0;
+
+  // --- optional capabilities; the defaults suit a host backend ---
+  // dst[i] = low + (high - low) * UniformFloat(seed, i) (kernels/core/philox.h): random weights for
+  // benchmarks (--dummy-weights). The default draws on the host and uploads; device backends
+  // generate in place.
+  virtual absl::Status FillUniform(Tensor dst, uint64_t seed, float low, float high) {
+    std::vector<float> host(static_cast<size_t>(dst.numel()));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = low + (high - low) * UniformFloat(seed, i);
+    RETURN_IF_ERROR(UploadConverted(host.data(), DType::kF32, dst));
+    return Synchronize();
+  }
+  // Sizes the sampler's working memory for up to `max_rows` rows of `vocab` logits at start-up,
+  // so that Sample allocates nothing while serving.
+  virtual absl::Status PrepareSampler(int32_t max_rows, int64_t vocab) { return absl::OkStatus(); }
+  // Graph capture: the ops issued between BeginCapture and EndCapture are recorded, not run, and
+  // EndCapture returns them as a StepGraph. Backends without graphs say Unimplemented.
+  virtual bool SupportsGraphs() const { return false; }
+  virtual absl::Status BeginCapture() { return absl::UnimplementedError("this backend has no graph capture"); }
+  virtual absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture() {
+    return absl::UnimplementedError("this backend has no graph capture");
+  }
 };
 
 }  // namespace llm

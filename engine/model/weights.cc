@@ -31,14 +31,15 @@ int64_t RecordCols(const TensorRecord& r) { return r.shape.size() == 2 ? r.shape
 
 class Loader {
  public:
-  Loader(const ModelConfig& c, const Checkpoint& ckpt, const LocalDims& d, const ShardSpec& s)
-      : c_(c), ckpt_(ckpt), d_(d), s_(s) {}
+  Loader(const ModelConfig& c, const internal::TensorLookup& lookup, const internal::TensorFill& fill,
+         const LocalDims& d, const ShardSpec& s)
+      : c_(c), lookup_(lookup), fill_(fill), d_(d), s_(s) {}
 
   absl::StatusOr<std::unique_ptr<ModelWeights>> Run(Backend& backend);
 
  private:
   absl::StatusOr<const TensorRecord*> Get(const std::string& name, std::vector<int64_t> shape) {
-    return ckpt_.FindFloat(name, shape);
+    return lookup_(name, shape);
   }
   // Whole tensor into `dst` of `shape`.
   absl::Status Whole(Tensor* dst, const std::string& name, std::vector<int64_t> shape) {
@@ -54,7 +55,8 @@ class Loader {
   absl::Status PlanVocab(Tensor* dst, const std::string& name);
 
   const ModelConfig& c_;
-  const Checkpoint& ckpt_;
+  const internal::TensorLookup& lookup_;
+  const internal::TensorFill& fill_;  // null: copy checkpoint slices
   const LocalDims& d_;
   const ShardSpec& s_;
   std::vector<Assembly> plan_;
@@ -156,10 +158,14 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Loader::Run(Backend& backend) {
   }
   ASSIGN_OR_RETURN(Buffer memory, backend.Allocate(total));
   Arena arena(std::move(memory));
-  std::vector<float> staging(largest);
-  std::vector<float> row_buf;
+  std::vector<float> staging;  // grown to `largest` when first needed
   for (Assembly& a : plan_) {
     ASSIGN_OR_RETURN(*a.dst, arena.Take(dtype, a.shape, kAlign));
+    if (fill_ && !a.pieces.empty()) {
+      RETURN_IF_ERROR(fill_(*a.dst, a.pieces.front().src->name));
+      continue;
+    }
+    if (staging.size() < static_cast<size_t>(a.shape.numel())) staging.resize(fill_ ? a.shape.numel() : largest);
     const int64_t dst_cols = a.shape.rank() == 2 ? a.shape[1] : a.shape.numel();
     std::fill(staging.begin(), staging.begin() + a.shape.numel(), 0.0f);
     if (a.fill_from >= 0) std::fill(staging.begin() + a.fill_from, staging.begin() + a.shape.numel(), a.fill);
@@ -174,6 +180,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Loader::Run(Backend& backend) {
     RETURN_IF_ERROR(backend.UploadConverted(staging.data(), DType::kF32, *a.dst));
     RETURN_IF_ERROR(backend.Synchronize());  // staging is reused by the next tensor
   }
+  if (fill_) RETURN_IF_ERROR(backend.Synchronize());
   if (d_.is_last_stage && c_.tie_word_embeddings) w.lm_head.weight = w.embedding;
   w.bytes = arena.used();
   // The arena's buffer must outlive the views: move it into the weights.
@@ -217,9 +224,22 @@ absl::StatusOr<LocalDims> ComputeLocalDims(const ModelConfig& c, const ShardSpec
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const ModelConfig& config, const Checkpoint& checkpoint,
                                                           const ShardSpec& shard, Backend& backend) {
+  const internal::TensorLookup lookup = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    return checkpoint.FindFloat(name, shape);
+  };
+  return internal::BuildWeights(config, shard, backend, lookup, nullptr);
+}
+
+namespace internal {
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> BuildWeights(const ModelConfig& config, const ShardSpec& shard,
+                                                           Backend& backend, const TensorLookup& lookup,
+                                                           const TensorFill& fill) {
   ASSIGN_OR_RETURN(LocalDims dims, ComputeLocalDims(config, shard));
-  Loader loader(config, checkpoint, dims, shard);
+  Loader loader(config, lookup, fill, dims, shard);
   return loader.Run(backend);
 }
+
+}  // namespace internal
 
 }  // namespace llm

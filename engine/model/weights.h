@@ -5,7 +5,9 @@
 // KV heads fewer than TP ranks are replicated: rank r uses KV head r / (tp / num_kv_heads).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -68,5 +70,18 @@ struct ModelWeights {
 // shape and dtype; errors name the tensor and its file.
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const ModelConfig& config, const Checkpoint& checkpoint,
                                                           const ShardSpec& shard, Backend& backend);
+
+namespace internal {
+// The loader with its two inputs made explicit, so that LoadWeights and CreateDummyWeights
+// (dummy_weights.h) share one shape/sharding plan. `lookup` returns the checkpoint record of a
+// tensor name with the expected full shape; `fill`, when set, fills each planned tensor (named by
+// its first source tensor) instead of copying the records' slices.
+using TensorLookup =
+    std::function<absl::StatusOr<const TensorRecord*>(const std::string& name, const std::vector<int64_t>& shape)>;
+using TensorFill = std::function<absl::Status(Tensor dst, const std::string& name)>;
+absl::StatusOr<std::unique_ptr<ModelWeights>> BuildWeights(const ModelConfig& config, const ShardSpec& shard,
+                                                           Backend& backend, const TensorLookup& lookup,
+                                                           const TensorFill& fill);
+}  // namespace internal
 
 }  // namespace llm

@@ -11,11 +11,25 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelConf
                                                                  std::unique_ptr<Backend> backend,
                                                                  Communicator* tp_comm,
                                                                  const ModelRunnerOptions& options) {
+  if (backend == nullptr) return absl::InvalidArgumentError("ModelRunner: no backend");
+  ASSIGN_OR_RETURN(auto weights, LoadWeights(config, checkpoint, options.shard, *backend));
+  return CreateFromWeights(config, std::move(weights), std::move(backend), tp_comm, options);
+}
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::CreateFromWeights(const ModelConfig& config,
+                                                                            std::unique_ptr<ModelWeights> weights,
+                                                                            std::unique_ptr<Backend> backend,
+                                                                            Communicator* tp_comm,
+                                                                            const ModelRunnerOptions& options) {
+  if (backend == nullptr || weights == nullptr) return absl::InvalidArgumentError("ModelRunner: no backend or weights");
   std::unique_ptr<ModelRunner> r(new ModelRunner(config, options));
   r->backend_ = std::move(backend);
+  r->tp_comm_ = tp_comm;
   ASSIGN_OR_RETURN(LocalDims dims, ComputeLocalDims(config, options.shard));
-  ASSIGN_OR_RETURN(auto weights, LoadWeights(config, checkpoint, options.shard, *r->backend_));
   ASSIGN_OR_RETURN(r->decoder_, Decoder::Create(config, dims, std::move(weights), *r->backend_, tp_comm, options.limits));
+  // The sampler's working memory is sized now, before the KV cache takes what is left.
+  if (dims.is_last_stage)
+    RETURN_IF_ERROR(r->backend_->PrepareSampler(options.limits.max_seqs, dims.vocab_local * options.shard.tp_size));
 
   r->max_context_ = options.max_context > 0 ? options.max_context : config.max_position_embeddings;
   if (r->max_context_ <= 0) return absl::InvalidArgumentError("the model's context length is unknown");
@@ -42,6 +56,14 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelConf
         " tokens (", r->block_table_width_, " blocks of ", kv.block_size, "); lower --max-context or give more memory"));
   ASSIGN_OR_RETURN(r->kv_cache_, KvCache::Create(*r->backend_, kv));
   RETURN_IF_ERROR(r->AllocateMetadata());
+  // Decode graph buckets: powers of two to 32, then steps of 32, up to the sequence limit.
+  const int32_t graph_max = std::min({options.max_graph_batch, options.limits.max_seqs, options.limits.max_tokens});
+  const bool graphs = graph_max > 0 && r->backend_->SupportsGraphs() && dims.is_first_stage && dims.is_last_stage &&
+                      (tp_comm == nullptr || tp_comm->size() == 1);
+  if (graphs) {
+    for (int32_t b = 1; b < graph_max; b = b < 32 ? 2 * b : b + 32) r->graph_buckets_.push_back(b);
+    r->graph_buckets_.push_back(graph_max);
+  }
   return r;
 }
 
@@ -64,6 +86,99 @@ absl::Status ModelRunner::AllocateMetadata() {
   return absl::OkStatus();
 }
 
+int32_t ModelRunner::GraphBucket(const StepPlan& plan) const {
+  if (graph_buckets_.empty() || !graphs_enabled_ || !graph_status_.ok()) return 0;
+  const int32_t n = plan.num_tokens();
+  if (plan.max_query_len != 1 || plan.num_seqs() != n || static_cast<int32_t>(plan.logit_rows.size()) != n ||
+      n > graph_buckets_.back())
+    return 0;
+  for (int32_t i = 0; i < n; ++i)
+    if (plan.logit_rows[i] != i) return 0;
+  return *std::lower_bound(graph_buckets_.begin(), graph_buckets_.end(), n);
+}
+
+// A decode step padded to `bucket` sequences. Padding sequences hold one token at position 0 of
+// block 0 with no KV write (slot -1), so they read valid memory and change nothing; their logits
+// rows are ignored. The metadata is written into the same device buffers every step (the graph's
+// addresses) with one host-to-device copy, then the bucket's graph replays (captured on first use,
+// right after an eager run of the same step, which also yields this step's result).
+absl::StatusOr<Tensor> ModelRunner::ForwardGraph(const StepPlan& plan, int32_t bucket) {
+  const int32_t n = plan.num_tokens(), w = block_table_width_;
+  const char* base = static_cast<const char*>(metadata_memory_.data());
+  auto host = [&](const Tensor& t) {
+    return host_metadata_.data() + (static_cast<const char*>(t.data()) - base) / sizeof(int32_t);
+  };
+  if (host_metadata_.empty()) host_metadata_.resize(metadata_memory_.bytes() / sizeof(int32_t));
+  int32_t* ids = host(token_ids_);
+  int32_t* pos = host(positions_);
+  int32_t* slots = host(slot_mapping_);
+  int32_t* qs = host(query_start_);
+  int32_t* ctx = host(context_lens_);
+  int32_t* rows = host(logit_rows_);
+  int32_t* tables = host(block_tables_);
+  for (int32_t i = 0; i < bucket; ++i) {
+    const bool real = i < n;
+    ids[i] = real ? plan.token_ids[i] : 0;
+    pos[i] = real ? plan.positions[i] : 0;
+    slots[i] = real ? plan.slot_mapping[i] : -1;
+    ctx[i] = real ? plan.context_lens[i] : 1;
+    rows[i] = i;
+    qs[i] = i;
+  }
+  qs[bucket] = bucket;
+  std::copy(plan.block_tables.begin(), plan.block_tables.end(), tables);
+  std::fill(tables + static_cast<size_t>(n) * w, tables + static_cast<size_t>(bucket) * w, 0);
+  // block_tables_ is the last buffer of the metadata arena: one copy covers everything used.
+  const size_t used = (reinterpret_cast<const char*>(host(block_tables_) + static_cast<size_t>(bucket) * w) -
+                       reinterpret_cast<const char*>(host_metadata_.data()));
+  RETURN_IF_ERROR(backend_->CopyToDevice(
+      Tensor(metadata_memory_.data(), DType::kI32, {static_cast<int64_t>(used / sizeof(int32_t))}, backend_->device()),
+      host_metadata_.data()));
+
+  meta_.num_tokens = bucket;
+  meta_.num_seqs = bucket;
+  meta_.max_query_len = 1;
+  meta_.max_context_len = static_cast<int32_t>(max_context_);  // a bound: the graph serves any context
+  meta_.num_logit_rows = bucket;
+  meta_.token_ids = token_ids_.Rows(0, bucket);
+  meta_.positions = positions_.Rows(0, bucket);
+  meta_.slot_mapping = slot_mapping_.Rows(0, bucket);
+  meta_.query_start = query_start_.Rows(0, bucket + 1);
+  meta_.context_lens = context_lens_.Rows(0, bucket);
+  meta_.logit_rows = logit_rows_.Rows(0, bucket);
+  meta_.block_tables = block_tables_.Rows(0, static_cast<int64_t>(bucket) * w).Reshape({bucket, w});
+
+  auto it = graphs_.find(bucket);
+  if (it != graphs_.end()) {
+    RETURN_IF_ERROR(it->second.graph->Replay());
+    return it->second.output.Rows(0, n);
+  }
+  ASSIGN_OR_RETURN(Tensor eager, decoder_->Forward(meta_, kv_cache_->layers()));
+  RETURN_IF_ERROR(backend_->Synchronize());
+  // Capture. A failure turns graphs off for good (graph_status() says why); this step's result
+  // is the eager one either way.
+  CapturedStep step;
+  absl::Status st = backend_->BeginCapture();
+  if (st.ok()) {
+    absl::StatusOr<Tensor> out = decoder_->Forward(meta_, kv_cache_->layers());
+    absl::StatusOr<std::unique_ptr<StepGraph>> graph = backend_->EndCapture();
+    if (!out.ok()) st = out.status();
+    else if (!graph.ok()) st = graph.status();
+    else {
+      step.graph = std::move(*graph);
+      step.output = *out;
+    }
+  }
+  if (!st.ok()) {
+    graph_status_ = st;
+    ++graph_misses_;
+    graphs_.emplace(bucket, CapturedStep{});
+    return eager.Rows(0, n);
+  }
+  graphs_.emplace(bucket, std::move(step));
+  return eager.Rows(0, n);
+}
+
 absl::StatusOr<Tensor> ModelRunner::Forward(const StepPlan& plan) {
   const int32_t n = plan.num_tokens(), s = plan.num_seqs();
   const int32_t rows = static_cast<int32_t>(plan.logit_rows.size());
@@ -75,6 +190,7 @@ absl::StatusOr<Tensor> ModelRunner::Forward(const StepPlan& plan) {
   if (plan.max_context_len > max_context_)
     return absl::InvalidArgumentError(absl::StrCat("sequence of ", plan.max_context_len,
                                                    " tokens exceeds the context length ", max_context_));
+  if (const int32_t bucket = GraphBucket(plan); bucket > 0) return ForwardGraph(plan, bucket);
   meta_.num_tokens = n;
   meta_.num_seqs = s;
   meta_.max_query_len = plan.max_query_len;

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
@@ -25,6 +27,10 @@ struct ModelRunnerOptions {
   int64_t num_kv_blocks = 0;     // 0: from kv_cache_fraction, capped at what max_seqs x max_context needs
   double kv_cache_fraction = 0.9;  // of the memory free after weights and activations
   ShardSpec shard;
+  // Decode steps (one token per sequence, all logits wanted) of up to this many sequences replay
+  // a CUDA graph captured per batch-size bucket, on backends that support graphs (single stage,
+  // no tensor parallelism). 0 disables graphs.
+  int32_t max_graph_batch = 256;
 };
 
 class ModelRunner {
@@ -32,6 +38,12 @@ class ModelRunner {
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(const ModelConfig& config, const Checkpoint& checkpoint,
                                                              std::unique_ptr<Backend> backend,
                                                              Communicator* tp_comm, const ModelRunnerOptions& options);
+  // Same, with weights already in the backend's memory (e.g. CreateDummyWeights).
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> CreateFromWeights(const ModelConfig& config,
+                                                                        std::unique_ptr<ModelWeights> weights,
+                                                                        std::unique_ptr<Backend> backend,
+                                                                        Communicator* tp_comm,
+                                                                        const ModelRunnerOptions& options);
 
   // Runs this stage's layers over `plan` (see Decoder::Forward): logits on the last stage, the
   // hidden state to send on otherwise. A later stage first receives into HiddenInput().
@@ -54,10 +66,28 @@ class ModelRunner {
   Backend& backend() { return *backend_; }
   size_t weight_bytes() const { return decoder_->weights().bytes; }
   size_t kv_cache_bytes() const { return kv_cache_->bytes(); }
+  absl::Span<const KvCacheLayer> kv_cache_layers() const { return kv_cache_->layers(); }
+  // Decode graphs captured so far (one per batch-size bucket used), and why capture was given up,
+  // if it was (decode then runs eagerly).
+  int graphs_captured() const { return static_cast<int>(graphs_.size()) - graph_misses_; }
+  const absl::Status& graph_status() const { return graph_status_; }
+  // Drops the captured graphs (they are captured again on next use), e.g. after changing backend
+  // options that kernels read at capture time.
+  // Turns the graph path off/on (eager steps run op by op, e.g. to time each op).
+  void EnableGraphs(bool on) { graphs_enabled_ = on; }
+  void ClearGraphs() {
+    graphs_.clear();
+    graph_misses_ = 0;
+    graph_status_ = absl::OkStatus();
+  }
 
  private:
   ModelRunner(const ModelConfig& config, const ModelRunnerOptions& options) : config_(config), options_(options) {}
   absl::Status AllocateMetadata();
+  // The graph path of Forward: nullopt-like (ok, empty tensor) when `plan` is not a decode step
+  // that a graph can run.
+  int32_t GraphBucket(const StepPlan& plan) const;
+  absl::StatusOr<Tensor> ForwardGraph(const StepPlan& plan, int32_t bucket);
 
   ModelConfig config_;
   ModelRunnerOptions options_;
@@ -70,6 +100,20 @@ class ModelRunner {
   Buffer metadata_memory_;
   Tensor token_ids_, positions_, slot_mapping_, query_start_, context_lens_, block_tables_, logit_rows_;
   StepMetadata meta_;
+
+  // Decode graphs: bucket sizes, and per captured bucket the graph and the logits it writes. The
+  // graph path fills a host image of the metadata buffers and uploads it in one copy.
+  Communicator* tp_comm_ = nullptr;
+  std::vector<int32_t> graph_buckets_;
+  struct CapturedStep {
+    std::unique_ptr<StepGraph> graph;
+    Tensor output;
+  };
+  std::map<int32_t, CapturedStep> graphs_;
+  int graph_misses_ = 0;
+  bool graphs_enabled_ = true;
+  absl::Status graph_status_;
+  std::vector<int32_t> host_metadata_;
 };
 
 }  // namespace llm

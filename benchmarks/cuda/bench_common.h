@@ -1,0 +1,125 @@
+// Shared benchmark harness for the CUDA backend: CUDA-event timing, medians, the two measured
+// ceilings (device-to-device copy bandwidth, cuBLASLt bf16 GEMM rate) and a markdown table.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cuda/cuda_backend.h"
+#include "kernels/cuda/elementwise/elementwise.h"
+#include "kernels/cuda/gemm/cublaslt_gemm.h"
+
+namespace llm::bench {
+
+#define BENCH_CHECK(expr)                                                                              \
+  do {                                                                                                 \
+    const ::absl::Status bench_st_ = (expr);                                                           \
+    if (!bench_st_.ok()) {                                                                             \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, std::string(bench_st_.message()).c_str()); \
+      std::exit(1);                                                                                    \
+    }                                                                                                  \
+  } while (0)
+#define BENCH_CUDA(expr) BENCH_CHECK((expr) == cudaSuccess ? ::absl::OkStatus() : ::absl::InternalError(#expr))
+
+inline double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Milliseconds of each of `reps` runs of `fn` on `stream` (CUDA events), after `warmup` runs.
+inline std::vector<double> TimeOnStream(cudaStream_t stream, int warmup, int reps, const std::function<void()>& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(a, stream);
+    fn();
+    cudaEventRecord(b, stream);
+    cudaEventSynchronize(b);
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms;
+}
+
+// Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written.
+inline double MeasureCopyBandwidth(CudaBackend& backend, size_t bytes = size_t{2} << 30) {
+  cudaStream_t s = backend.stream();
+  void *src = nullptr, *dst = nullptr;
+  BENCH_CUDA(cudaMalloc(&src, bytes));
+  BENCH_CUDA(cudaMalloc(&dst, bytes));
+  BENCH_CHECK(cuda::LaunchFillPattern(src, static_cast<int64_t>(bytes), 0x3f803f80u, s));
+  const auto ms = TimeOnStream(s, 3, 20, [&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s); });
+  cudaFree(src);
+  cudaFree(dst);
+  return 2.0 * static_cast<double>(bytes) / (Median(ms) * 1e-3);
+}
+
+// cuBLASLt bf16 GEMM rate (FLOP/s) at m = n = k = `size`, random operands.
+inline double MeasureGemmPeak(CudaBackend& backend, int64_t size = 8192) {
+  cudaStream_t s = backend.stream();
+  const size_t elems = static_cast<size_t>(size) * size;
+  void *a = nullptr, *b = nullptr, *c = nullptr, *ws = nullptr;
+  const size_t ws_bytes = size_t{64} << 20;
+  BENCH_CUDA(cudaMalloc(&a, elems * 2));
+  BENCH_CUDA(cudaMalloc(&b, elems * 2));
+  BENCH_CUDA(cudaMalloc(&c, elems * 2));
+  BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
+  BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, a, elems, 1, -1.0f, 1.0f, s));
+  BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, b, elems, 2, -1.0f, 1.0f, s));
+  auto gemm = cuda::CublasLtGemm::Create(ws, ws_bytes);
+  BENCH_CHECK(gemm.status());
+  const auto ms = TimeOnStream(s, 3, 10, [&] {
+    BENCH_CHECK((*gemm)->Run(DType::kBF16, DType::kBF16, a, b, nullptr, c, size, size, size, s));
+  });
+  gemm->reset();
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  cudaFree(ws);
+  return 2.0 * size * size * size / (Median(ms) * 1e-3);
+}
+
+// A markdown table accumulated row by row.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
+  void Row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  std::string Markdown() const {
+    std::string s = "|";
+    for (const auto& h : header_) s += " " + h + " |";
+    s += "\n|";
+    for (size_t i = 0; i < header_.size(); ++i) s += " --- |";
+    s += "\n";
+    for (const auto& r : rows_) {
+      s += "|";
+      for (const auto& c : r) s += " " + c + " |";
+      s += "\n";
+    }
+    return s;
+  }
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+inline std::string Fmt(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+}  // namespace llm::bench

@@ -1,0 +1,103 @@
+// llm_cuda_logits: teacher-forced logits of a checkpoint over a token sequence, for parity checks
+// against other implementations (hf_parity.py). The first T - N tokens are prefilled in chunks
+// (every position's logits kept); the last N are fed one token per step through the decode path
+// (CUDA graphs), so both paths are checked.
+// Usage: llm_cuda_logits --model DIR --tokens IDS.i32 --out LOGITS.f32 [--dtype bf16|fp16|fp32]
+//                        [--device cuda|cpu] [--decode N] [--chunk C]
+// Output: float32 [T, vocab], row-major.
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend_factory.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/config.h"
+#include "engine/runtime/model_runner.h"
+
+namespace {
+
+[[noreturn]] void Die(const std::string& msg) {
+  std::fprintf(stderr, "llm_cuda_logits: %s\n", msg.c_str());
+  std::exit(1);
+}
+void Check(const absl::Status& s) {
+  if (!s.ok()) Die(std::string(s.message()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace llm;
+  std::string model, tokens_path, out_path, dtype_name = "bf16", device_name = "cuda";
+  int decode = 0, chunk = 512;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (i + 1 >= argc) Die("missing value for " + k);
+    const std::string v = argv[++i];
+    if (k == "--model") model = v;
+    else if (k == "--tokens") tokens_path = v;
+    else if (k == "--out") out_path = v;
+    else if (k == "--dtype") dtype_name = v;
+    else if (k == "--device") device_name = v;
+    else if (k == "--decode") decode = std::stoi(v);
+    else if (k == "--chunk") chunk = std::stoi(v);
+    else Die("unknown flag " + k);
+  }
+  if (model.empty() || tokens_path.empty() || out_path.empty()) Die("need --model, --tokens and --out");
+  std::vector<int32_t> tokens;
+  {
+    std::ifstream f(tokens_path, std::ios::binary | std::ios::ate);
+    const size_t bytes = f.tellg();
+    f.seekg(0);
+    tokens.assign(bytes / 4, 0);
+    f.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 4));
+  }
+  const int64_t t_total = static_cast<int64_t>(tokens.size());
+  if (t_total == 0 || decode >= t_total) Die("need more tokens than --decode steps");
+
+  auto config = LoadModelConfig(model);
+  Check(config.status());
+  auto ckpt = Checkpoint::Open(model);
+  Check(ckpt.status());
+  auto dtype = ParseDType(dtype_name);
+  Check(dtype.status());
+  auto device = ParseDeviceKind(device_name);
+  Check(device.status());
+  BackendOptions bo;
+  bo.device = *device;
+  bo.dtype = *dtype;
+  auto backend = CreateBackend(bo);
+  Check(backend.status());
+  ModelRunnerOptions ro;
+  ro.limits.max_tokens = chunk;
+  ro.limits.max_seqs = 1;
+  ro.block_size = 16;
+  ro.max_context = (t_total + 15) / 16 * 16;
+  ro.num_kv_blocks = ro.max_context / 16 + 1;
+  auto runner = ModelRunner::Create(*config, **ckpt, std::move(*backend), nullptr, ro);
+  Check(runner.status());
+  ModelRunner& r = **runner;
+  const int64_t vocab = config->vocab_size;
+  std::vector<int32_t> blocks(ro.max_context / 16);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::vector<float> logits(static_cast<size_t>(t_total) * vocab);
+  const int64_t prefill = t_total - decode;
+  for (int64_t start = 0; start < t_total;) {
+    const int64_t n = start < prefill ? std::min<int64_t>(chunk, prefill - start) : 1;
+    StepPlan plan;
+    plan.block_table_width = r.block_table_width();
+    plan.Clear();
+    plan.AddSequence(absl::MakeSpan(tokens).subspan(start, n), static_cast<int32_t>(start), blocks, 16, true);
+    plan.logit_rows.resize(n);
+    std::iota(plan.logit_rows.begin(), plan.logit_rows.end(), 0);
+    Check(r.ComputeLogits(plan, &logits[start * vocab]));
+    start += n;
+  }
+  std::ofstream out(out_path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+  std::printf("llm_cuda_logits: %ld tokens (%ld prefilled, %d decoded, %d graphs), vocab %ld -> %s\n", long(t_total),
+              long(prefill), decode, r.graphs_captured(), long(vocab), out_path.c_str());
+  return 0;
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One batched call on the GPU machine: CUDA tests, benchmark, transformers parity; logs in $OUT,
+# a short table last. Usage (from the repo root, binaries in .device/bin, libraries in
+# .device/bundle.tgz): benchmarks/cuda/run_device.sh [tests] [bench] [parity]
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+tar -C / --skip-old-files -xzf .device/bundle.tgz && ldconfig
+# The test binaries look for tests/data at the path they were built from.
+if [ ! -e /work/main/tests/data ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
+BIN=.device/bin
+modes="${*:-tests bench parity}"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+summary=""
+for m in $modes; do
+  case $m in
+    tests)
+      for t in cuda_ops_test cuda_sampler_test cuda_model_test; do
+        start=$(date +%s)
+        timeout 420 $BIN/$t --gtest_brief=1 > "$OUT/$t.log" 2>&1
+        rc=$?
+        grep -E "^\[parity\]" "$OUT/$t.log" > "$OUT/parity_fixtures.txt.part" 2>/dev/null && cat "$OUT/parity_fixtures.txt.part" >> "$OUT/parity_fixtures.txt"
+        rm -f "$OUT/parity_fixtures.txt.part"
+        summary+="$t rc=$rc ($(( $(date +%s) - start )) s): $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/$t.log" | tr '\n' ' ')\n"
+        grep -E "Failure|FAILED|error|Expected|Which is|actual" "$OUT/$t.log" | head -40
+      done ;;
+    bench)
+      start=$(date +%s)
+      timeout 400 $BIN/llm_cuda_bench --model benchmarks/cuda/configs/llama3-8b --out "$OUT/bench.md" > "$OUT/bench.log" 2>&1
+      summary+="bench rc=$? ($(( $(date +%s) - start )) s)\n"
+      tail -5 "$OUT/bench.log" ;;
+    parity)
+      start=$(date +%s)
+      PYTHONUNBUFFERED=1 timeout 400 python3 benchmarks/cuda/hf_parity.py --binary $BIN/llm_cuda_logits \
+        --workdir /tmp/hf_parity --out "$OUT/parity.md" > "$OUT/parity.log" 2>&1
+      summary+="parity rc=$? ($(( $(date +%s) - start )) s)\n"
+      tail -12 "$OUT/parity.log" ;;
+  esac
+done
+echo "==== summary"
+printf "$summary"
+[ -f "$OUT/parity_fixtures.txt" ] && cat "$OUT/parity_fixtures.txt"
+[ -f "$OUT/bench.md" ] && cat "$OUT/bench.md" | head -60

@@ -1,0 +1,33 @@
+// CreateBackend: the one place that picks a Backend implementation from flags
+// (--device cpu|cuda, --dtype bf16|fp16|fp32, device index, CPU threads).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+
+namespace llm {
+
+struct BackendOptions {
+  DeviceKind device = DeviceKind::kCpu;
+  // Unset: the device's default (CPU float32, CUDA bf16). The CPU backend computes in float32
+  // only.
+  std::optional<DType> dtype;
+  int device_index = 0;  // CUDA device
+  int num_threads = 0;   // CPU threads; 0: all
+};
+
+// "cpu" or "cuda" (also "gpu").
+absl::StatusOr<DeviceKind> ParseDeviceKind(std::string_view name);
+
+// Whether this binary was built with the CUDA backend.
+bool CudaBackendBuilt();
+
+// Unavailable (with the reason) when CUDA was requested but not built or no GPU is usable;
+// InvalidArgument for a dtype the device does not support.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
+
+}  // namespace llm

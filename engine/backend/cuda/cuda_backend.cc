@@ -1,0 +1,580 @@
+#include "engine/backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention/paged_attention.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/elementwise/elementwise.h"
+#include "kernels/cuda/elementwise/gather.h"
+#include "kernels/cuda/gemm/cublaslt_gemm.h"
+#include "kernels/cuda/gemm/gemv.h"
+#include "kernels/cuda/norm/rms_norm.h"
+#include "kernels/cuda/rope/qkv_rope.h"
+#include "kernels/cuda/sampling/sampler.h"
+
+namespace llm {
+namespace {
+
+absl::Status Expect(bool ok, const char* op, const std::string& what) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what));
+}
+
+// RAII device and pinned-host allocations.
+struct DeviceMem {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  DeviceMem() = default;
+  DeviceMem(const DeviceMem&) = delete;
+  DeviceMem& operator=(const DeviceMem&) = delete;
+  ~DeviceMem() { Reset(); }
+  void Reset() {
+    if (ptr) cudaFree(ptr);
+    ptr = nullptr;
+    bytes = 0;
+  }
+  absl::Status Ensure(size_t want) {
+    if (want <= bytes) return absl::OkStatus();
+    Reset();
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, want));
+    bytes = want;
+    return absl::OkStatus();
+  }
+};
+struct HostMem {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  HostMem() = default;
+  HostMem(const HostMem&) = delete;
+  HostMem& operator=(const HostMem&) = delete;
+  ~HostMem() { Reset(); }
+  void Reset() {
+    if (ptr) cudaFreeHost(ptr);
+    ptr = nullptr;
+    bytes = 0;
+  }
+  absl::Status Ensure(size_t want) {
+    if (want <= bytes) return absl::OkStatus();
+    Reset();
+    CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr, want));
+    bytes = want;
+    return absl::OkStatus();
+  }
+};
+
+class CudaStepGraph final : public StepGraph {
+ public:
+  CudaStepGraph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream)
+      : graph_(graph), exec_(exec), stream_(stream) {}
+  ~CudaStepGraph() override {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+  }
+  absl::Status Replay() override {
+    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_, stream_));
+    return absl::OkStatus();
+  }
+
+ private:
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
+constexpr int kMaxTimedOps = 8192;
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  CudaBackendOptions options;
+  cudaStream_t stream = nullptr;
+  cudaDeviceProp prop{};
+  DeviceMem gemm_workspace, attention_workspace;
+  std::unique_ptr<cuda::CublasLtGemm> gemm;
+  bool capturing = false;
+
+  // Sampler buffers.
+  DeviceMem sample_work, sample_params, sample_entries, sample_results;
+  HostMem host_params, host_entries, host_results;
+  std::vector<int32_t> marks;  // per-vocab scratch for de-duplicating penalty tokens
+
+  // Op timing.
+  bool timing = false;
+  std::vector<cudaEvent_t> events;  // pairs
+  std::vector<OpTiming> timed;
+
+  ~Impl() {
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+    gemm.reset();
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
+// Records CUDA events around one op when timing is on.
+class CudaBackend::OpScope {
+ public:
+  OpScope(Impl& impl, const char* op, double bytes, double flops, const std::string& detail = {}) : impl_(impl) {
+    if (!impl_.timing || impl_.capturing || impl_.timed.size() >= kMaxTimedOps) return;
+    index_ = static_cast<int>(impl_.timed.size());
+    impl_.timed.push_back({detail.empty() ? std::string(op) : absl::StrCat(op, " ", detail), 0.0f, bytes, flops});
+    cudaEventRecord(impl_.events[2 * index_], impl_.stream);
+  }
+  ~OpScope() {
+    if (index_ >= 0) cudaEventRecord(impl_.events[2 * index_ + 1], impl_.stream);
+  }
+
+ private:
+  Impl& impl_;
+  int index_ = -1;
+};
+
+CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaBackend::~CudaBackend() = default;
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOptions& options) {
+  if (options.dtype != DType::kBF16 && options.dtype != DType::kF16 && options.dtype != DType::kF32)
+    return absl::InvalidArgumentError(absl::StrCat("CUDA backend: unsupported dtype ",
+                                                   std::string(DTypeName(options.dtype)), " (bf16, fp16 or fp32)"));
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0)
+    return absl::UnavailableError(absl::StrCat("CUDA backend: no usable GPU (",
+                                               err != cudaSuccess ? cudaGetErrorString(err) : "0 devices", ")"));
+  if (options.device_index < 0 || options.device_index >= count)
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA backend: device ", options.device_index, " does not exist (", count, " GPUs)"));
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device_index));
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&impl->prop, options.device_index));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+  RETURN_IF_ERROR(impl->gemm_workspace.Ensure(options.gemm_workspace_bytes));
+  RETURN_IF_ERROR(impl->attention_workspace.Ensure(options.attention_workspace_bytes));
+  ASSIGN_OR_RETURN(impl->gemm, cuda::CublasLtGemm::Create(impl->gemm_workspace.ptr, impl->gemm_workspace.bytes));
+  return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
+}
+
+Device CudaBackend::device() const { return Device{DeviceKind::kCuda, impl_->options.device_index}; }
+DType CudaBackend::activation_dtype() const { return impl_->options.dtype; }
+CUstream_st* CudaBackend::stream() const { return impl_->stream; }
+const CudaBackendOptions& CudaBackend::options() const { return impl_->options; }
+CudaBackendOptions& CudaBackend::mutable_options() { return impl_->options; }
+std::string CudaBackend::device_name() const { return impl_->prop.name; }
+int CudaBackend::num_sms() const { return impl_->prop.multiProcessorCount; }
+
+absl::StatusOr<Buffer> CudaBackend::Allocate(size_t bytes) {
+  void* p = nullptr;
+  if (bytes > 0) {
+    const cudaError_t err = cudaMalloc(&p, bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("CUDA backend: cannot allocate ", bytes >> 20, " MiB on cuda:", impl_->options.device_index,
+                       " (", impl_->prop.name, ": ", free_b >> 20, " MiB free of ", total_b >> 20,
+                       " MiB): the model does not fit; use a smaller model, more tensor-parallel ranks, a "
+                       "lower --kv-cache-fraction or fewer --max-tokens"));
+    }
+  }
+  return Buffer(p, bytes, device(), [](void* q) { cudaFree(q); });
+}
+
+absl::StatusOr<size_t> CudaBackend::FreeMemory() const {
+  size_t free_b = 0, total_b = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
+  return free_b;
+}
+
+absl::Status CudaBackend::CopyToDevice(Tensor dst, const void* src) {
+  if (dst.bytes() == 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data(), src, dst.bytes(), cudaMemcpyHostToDevice, impl_->stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyToHost(void* dst, Tensor src) {
+  if (src.bytes() == 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src.data(), src.bytes(), cudaMemcpyDeviceToHost, impl_->stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::UploadConverted(const void* src, DType src_dtype, Tensor dst) {
+  if (src_dtype != DType::kF32 && src_dtype != DType::kF16 && src_dtype != DType::kBF16)
+    return absl::InvalidArgumentError(absl::StrCat("UploadConverted: cannot convert ",
+                                                   std::string(DTypeName(src_dtype))));
+  if (dst.numel() == 0) return absl::OkStatus();
+  if (src_dtype == dst.dtype()) return CopyToDevice(dst, src);
+  // Stage the source bytes on the device and convert there (start-up only).
+  const size_t bytes = static_cast<size_t>(dst.numel()) * DTypeSize(src_dtype);
+  void* staging = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMallocAsync(&staging, bytes, impl_->stream));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging, src, bytes, cudaMemcpyHostToDevice, impl_->stream));
+  const absl::Status st = cuda::LaunchConvert(src_dtype, staging, dst.dtype(), dst.data(), dst.numel(), impl_->stream);
+  CUDA_RETURN_IF_ERROR(cudaFreeAsync(staging, impl_->stream));
+  return st;
+}
+
+absl::Status CudaBackend::Synchronize() {
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl_->stream));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Checks that every non-empty tensor is on this GPU in `dtype`.
+absl::Status ExpectOnDevice(const char* op, Device dev, DType dtype, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    if (t->empty()) continue;
+    if (t->device() != dev)
+      return absl::InvalidArgumentError(absl::StrCat(op, ": tensor is not on cuda:", dev.index));
+    if (t->dtype() != dtype)
+      return absl::InvalidArgumentError(absl::StrCat(op, ": expected ", std::string(DTypeName(dtype)), ", got ",
+                                                     std::string(DTypeName(t->dtype()))));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpectI32(const char* op, Device dev, std::initializer_list<const Tensor*> ts) {
+  return ExpectOnDevice(op, dev, DType::kI32, ts);
+}
+
+}  // namespace
+
+absl::Status CudaBackend::Embedding(Tensor table, Tensor ids, int64_t vocab_offset, Tensor out) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("Embedding", device(), dt, {&table, &out}));
+  RETURN_IF_ERROR(ExpectI32("Embedding", device(), {&ids}));
+  RETURN_IF_ERROR(Expect(table.rank() == 2 && out.dim(0) == ids.numel() && out.numel() == ids.numel() * table.dim(1),
+                         "Embedding", "shape mismatch"));
+  OpScope scope(*impl_, "Embedding", 2.0 * out.bytes(), 0);
+  return cuda::LaunchEmbedding(dt, table.data(), table.dim(0), table.dim(1), ids.data_as<const int32_t>(), ids.numel(),
+                               vocab_offset, out.data(), impl_->stream);
+}
+
+absl::Status CudaBackend::RmsNorm(Tensor x, Tensor weight, float eps, Tensor out) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("RmsNorm", device(), dt, {&x, &weight, &out}));
+  const int64_t dim = weight.numel();
+  RETURN_IF_ERROR(Expect(dim > 0 && x.numel() % dim == 0 && out.numel() == x.numel(), "RmsNorm", "shape mismatch"));
+  OpScope scope(*impl_, "RmsNorm", 2.0 * x.bytes() + weight.bytes(), 0);
+  return cuda::LaunchRmsNorm(dt, x.data(), nullptr, nullptr, weight.data(), out.data(), x.numel() / dim, dim, eps,
+                             impl_->stream);
+}
+
+absl::Status CudaBackend::AddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("AddRmsNorm", device(), dt, {&residual, &delta, &weight, &out}));
+  const int64_t dim = weight.numel();
+  RETURN_IF_ERROR(Expect(dim > 0 && residual.numel() % dim == 0 && out.numel() == residual.numel() &&
+                             (delta.empty() || delta.numel() == residual.numel()),
+                         "AddRmsNorm", "shape mismatch"));
+  OpScope scope(*impl_, "AddRmsNorm", (delta.empty() ? 2.0 : 4.0) * residual.bytes() + weight.bytes(), 0);
+  return cuda::LaunchRmsNorm(dt, nullptr, residual.data(), delta.empty() ? nullptr : delta.data(), weight.data(),
+                             out.data(), residual.numel() / dim, dim, eps, impl_->stream);
+}
+
+absl::Status CudaBackend::Add(Tensor x, Tensor y) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("Add", device(), dt, {&x, &y}));
+  RETURN_IF_ERROR(Expect(x.numel() == y.numel(), "Add", "shape mismatch"));
+  OpScope scope(*impl_, "Add", 3.0 * x.bytes(), 0);
+  return cuda::LaunchAdd(dt, x.data(), y.data(), x.numel(), impl_->stream);
+}
+
+absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), dt, {&x, &w.weight, &w.bias}));
+  RETURN_IF_ERROR(Expect(out.dtype() == dt || out.dtype() == DType::kF32, "Linear",
+                         "output must be in the activation dtype or float32"));
+  RETURN_IF_ERROR(Expect(out.device() == device(), "Linear", "output is not on this GPU"));
+  const int64_t n = w.out_features(), k = w.in_features();
+  RETURN_IF_ERROR(Expect(w.weight.rank() == 2 && k > 0 && x.numel() % k == 0 && out.numel() == x.numel() / k * n &&
+                             (w.bias.empty() || w.bias.numel() == n),
+                         "Linear",
+                         absl::StrCat("x ", x.shape().ToString(), " · W ", w.weight.shape().ToString(), " -> out ",
+                                      out.shape().ToString())));
+  const int64_t m = x.numel() / k;
+  OpScope scope(*impl_, "Linear", static_cast<double>(w.weight.bytes() + x.bytes() + out.bytes() + w.bias.bytes()),
+                2.0 * m * n * k,
+                impl_->timing ? absl::StrCat(n, "x", k, m <= impl_->options.gemv_max_rows ? " gemv" : " cublasLt")
+                              : std::string());
+  const void* bias = w.bias.empty() ? nullptr : w.bias.data();
+  if (m <= impl_->options.gemv_max_rows && m <= cuda::kGemvMaxRows)
+    return cuda::LaunchGemv(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k,
+                            impl_->options.programmatic_launch, impl_->stream);
+  if (bias && out.dtype() != dt) {  // cuBLASLt's bias epilogue wants the output's type: add it after
+    RETURN_IF_ERROR(impl_->gemm->Run(dt, out.dtype(), x.data(), w.weight.data(), nullptr, out.data(), m, n, k,
+                                     impl_->stream));
+    return cuda::LaunchAddBias(dt, out.dtype(), out.data(), bias, m, n, impl_->stream);
+  }
+  return impl_->gemm->Run(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k, impl_->stream);
+}
+
+absl::Status CudaBackend::QkvRope(const QkvRopeArgs& a) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("QkvRope", device(), dt, {&a.qkv, &a.q_norm, &a.k_norm, &a.cache.k, &a.cache.v, &a.q_out}));
+  RETURN_IF_ERROR(ExpectI32("QkvRope", device(), {&a.positions, &a.slot_mapping}));
+  RETURN_IF_ERROR(ExpectOnDevice("QkvRope", device(), DType::kF32, {&a.rope.inv_freq}));
+  const int64_t t = a.qkv.rank() > 0 ? a.qkv.dim(0) : 0;
+  RETURN_IF_ERROR(Expect(a.head_dim > 0 && a.rope.rotary_dim <= a.head_dim && a.rope.rotary_dim % 2 == 0 &&
+                             a.qkv.numel() == t * (a.num_heads + 2 * a.num_kv_heads) * a.head_dim &&
+                             a.q_out.numel() == t * a.num_heads * a.head_dim && a.positions.numel() >= t &&
+                             a.slot_mapping.numel() >= t && a.cache.k.rank() == 4 &&
+                             a.cache.k.dim(1) == a.num_kv_heads && a.cache.k.dim(3) == a.head_dim &&
+                             a.cache.v.shape() == a.cache.k.shape() &&
+                             (a.q_norm.empty() || a.q_norm.numel() == a.head_dim) &&
+                             (a.k_norm.empty() || a.k_norm.numel() == a.head_dim) &&
+                             (a.rope.rotary_dim == 0 || a.rope.inv_freq.numel() >= a.rope.rotary_dim / 2),
+                         "QkvRope", "shape mismatch"));
+  cuda::QkvRopeParams p;
+  p.qkv = a.qkv.data();
+  p.q_out = a.q_out.data();
+  p.k_cache = a.cache.k.data();
+  p.v_cache = a.cache.v.data();
+  p.q_norm = a.q_norm.empty() ? nullptr : a.q_norm.data();
+  p.k_norm = a.k_norm.empty() ? nullptr : a.k_norm.data();
+  p.inv_freq = a.rope.inv_freq.empty() ? nullptr : a.rope.inv_freq.data_as<const float>();
+  p.positions = a.positions.data_as<const int32_t>();
+  p.slot_mapping = a.slot_mapping.data_as<const int32_t>();
+  p.num_tokens = t;
+  p.num_heads = a.num_heads;
+  p.num_kv_heads = a.num_kv_heads;
+  p.head_dim = a.head_dim;
+  p.rotary_dim = a.rope.rotary_dim;
+  p.block_size = a.cache.block_size();
+  p.norm_eps = a.norm_eps;
+  p.attention_scaling = a.rope.attention_scaling;
+  OpScope scope(*impl_, "QkvRope", 2.0 * a.qkv.bytes(), 0);
+  return cuda::LaunchQkvRope(dt, p, impl_->stream);
+}
+
+absl::Status CudaBackend::Attention(const AttentionArgs& a) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("Attention", device(), dt, {&a.q, &a.cache.k, &a.cache.v, &a.out}));
+  RETURN_IF_ERROR(Expect(a.meta != nullptr, "Attention", "no step metadata"));
+  const StepMetadata& m = *a.meta;
+  RETURN_IF_ERROR(ExpectI32("Attention", device(), {&m.query_start, &m.context_lens, &m.block_tables}));
+  RETURN_IF_ERROR(Expect(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0 &&
+                             a.q.numel() == int64_t{m.num_tokens} * a.num_heads * a.head_dim &&
+                             a.out.numel() == a.q.numel() && a.cache.k.rank() == 4 &&
+                             a.cache.k.dim(1) == a.num_kv_heads && a.cache.k.dim(3) == a.head_dim &&
+                             m.block_tables.rank() == 2 && m.block_tables.dim(0) >= m.num_seqs &&
+                             m.query_start.numel() >= m.num_seqs + 1 && m.context_lens.numel() >= m.num_seqs,
+                         "Attention", "shape mismatch"));
+  cuda::PagedAttentionParams p;
+  p.q = a.q.data();
+  p.out = a.out.data();
+  p.k_cache = a.cache.k.data();
+  p.v_cache = a.cache.v.data();
+  p.query_start = m.query_start.data_as<const int32_t>();
+  p.context_lens = m.context_lens.data_as<const int32_t>();
+  p.block_tables = m.block_tables.data_as<const int32_t>();
+  p.num_tokens = m.num_tokens;
+  p.num_seqs = m.num_seqs;
+  p.max_query_len = m.max_query_len;
+  p.max_context_len = m.max_context_len;
+  p.num_heads = a.num_heads;
+  p.num_kv_heads = a.num_kv_heads;
+  p.head_dim = a.head_dim;
+  p.block_size = static_cast<int32_t>(a.cache.block_size());
+  p.max_blocks_per_seq = static_cast<int32_t>(m.block_tables.dim(1));
+  p.scale = a.scale;
+  p.sliding_window = a.sliding_window;
+  cuda::AttentionOptions opts;
+  opts.num_sms = impl_->prop.multiProcessorCount;
+  opts.force_splits = impl_->options.attention_splits;
+  opts.force_simt = impl_->options.force_simt_attention;
+  const double es = static_cast<double>(DTypeSize(dt));
+  const double kv_bytes = 2.0 * m.num_seqs * static_cast<double>(m.max_context_len) * a.num_kv_heads * a.head_dim * es;
+  const double keys_per_query =
+      m.max_query_len > 1 ? 0.5 * m.max_context_len : static_cast<double>(m.max_context_len);
+  OpScope scope(*impl_, "Attention", kv_bytes + 2.0 * a.q.bytes(),
+                4.0 * m.num_tokens * a.num_heads * static_cast<double>(a.head_dim) * keys_per_query);
+  return cuda::LaunchPagedAttention(dt, p, impl_->attention_workspace.ptr, impl_->attention_workspace.bytes, opts,
+                                    impl_->stream);
+}
+
+absl::Status CudaBackend::SiluMul(Tensor gate_up, Tensor out) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("SiluMul", device(), dt, {&gate_up, &out}));
+  const int64_t rows = gate_up.rank() > 0 ? gate_up.dim(0) : 0;
+  RETURN_IF_ERROR(Expect(gate_up.numel() == 2 * out.numel() && (rows == 0 || out.numel() % rows == 0), "SiluMul",
+                         "shape mismatch"));
+  OpScope scope(*impl_, "SiluMul", 1.5 * gate_up.bytes(), 0);
+  return cuda::LaunchSiluMul(dt, gate_up.data(), out.data(), rows, rows ? out.numel() / rows : 0, impl_->stream);
+}
+
+absl::Status CudaBackend::GatherRows(Tensor x, Tensor rows, Tensor out) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("GatherRows", device(), dt, {&x, &out}));
+  RETURN_IF_ERROR(ExpectI32("GatherRows", device(), {&rows}));
+  const int64_t n = rows.numel();
+  const int64_t width = x.rank() > 0 && x.dim(0) ? x.numel() / x.dim(0) : 0;
+  RETURN_IF_ERROR(Expect(out.numel() == n * width, "GatherRows", "shape mismatch"));
+  OpScope scope(*impl_, "GatherRows", 2.0 * out.bytes(), 0);
+  return cuda::LaunchGatherRows(dt, x.data(), x.dim(0), width, rows.data_as<const int32_t>(), n, out.data(),
+                                impl_->stream);
+}
+
+absl::Status CudaBackend::PrepareSampler(int32_t max_rows, int64_t vocab) {
+  if (max_rows <= 0 || vocab <= 0) return absl::OkStatus();
+  Impl& s = *impl_;
+  RETURN_IF_ERROR(s.sample_work.Ensure(static_cast<size_t>(max_rows) * vocab * sizeof(float)));
+  RETURN_IF_ERROR(s.sample_params.Ensure(max_rows * sizeof(cuda::SamplerRowParams)));
+  RETURN_IF_ERROR(s.host_params.Ensure(max_rows * sizeof(cuda::SamplerRowParams)));
+  RETURN_IF_ERROR(s.sample_results.Ensure(max_rows * sizeof(cuda::SamplerRowResult)));
+  RETURN_IF_ERROR(s.host_results.Ensure(max_rows * sizeof(cuda::SamplerRowResult)));
+  const size_t entries = static_cast<size_t>(max_rows) * 1024 * sizeof(cuda::SamplerPenaltyEntry);
+  RETURN_IF_ERROR(s.sample_entries.Ensure(entries));
+  RETURN_IF_ERROR(s.host_entries.Ensure(entries));
+  if (static_cast<int64_t>(s.marks.size()) < vocab) s.marks.assign(vocab, 0);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) {
+  RETURN_IF_ERROR(ExpectOnDevice("Sample", device(), DType::kF32, {&logits}));
+  RETURN_IF_ERROR(Expect(logits.rank() == 2 && logits.dim(0) >= static_cast<int64_t>(rows.size()) &&
+                             results.size() == rows.size(),
+                         "Sample", "shape mismatch"));
+  for (const SampleRow& row : rows) {
+    const SamplingParams& p = *row.params;
+    RETURN_IF_ERROR(Expect(p.temperature >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 && p.min_p <= 1 &&
+                               p.top_k >= 0 && p.repetition_penalty > 0 && p.num_top_logprobs >= 0 &&
+                               p.num_top_logprobs <= kMaxTopLogprobs,
+                           "Sample", "sampling parameters out of range"));
+  }
+  const int32_t n = static_cast<int32_t>(rows.size());
+  if (n == 0) return absl::OkStatus();
+  const int64_t vocab = logits.dim(1);
+  Impl& s = *impl_;
+  // Grows only past what PrepareSampler reserved. The pinned buffers are free: the previous
+  // Sample synchronized before returning.
+  RETURN_IF_ERROR(PrepareSampler(n, vocab));
+  // Host side: per-row parameters and the distinct penalized tokens of each row.
+  auto* hp = static_cast<cuda::SamplerRowParams*>(s.host_params.ptr);
+  std::vector<cuda::SamplerPenaltyEntry> entries;
+  for (int32_t r = 0; r < n; ++r) {
+    const SampleRow& row = rows[r];
+    const SamplingParams& p = *row.params;
+    cuda::SamplerRowParams& q = hp[r];
+    q = cuda::SamplerRowParams{};
+    q.temperature = p.temperature;
+    q.top_k = p.top_k;
+    q.top_p = p.top_p;
+    q.min_p = p.min_p;
+    q.repetition_penalty = p.repetition_penalty;
+    q.presence_penalty = p.presence_penalty;
+    q.frequency_penalty = p.frequency_penalty;
+    q.num_top_logprobs = p.num_top_logprobs;
+    q.seed = p.seed;
+    q.step = row.step;
+    q.penalty_begin = q.penalty_end = static_cast<int32_t>(entries.size());
+    const bool rep = p.repetition_penalty != 1.0f, pf = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+    if (!rep && !pf) continue;
+    // marks[t]: 0 unseen, else 1 + index of t's entry.
+    auto add = [&](int32_t t, bool output) {
+      if (t < 0 || t >= vocab) return;
+      if (s.marks[t] == 0) {
+        s.marks[t] = static_cast<int32_t>(entries.size()) + 1;
+        entries.push_back({t, 0});
+      }
+      if (output) ++entries[s.marks[t] - 1].output_count;
+    };
+    if (rep)
+      for (int32_t t : row.prompt_tokens) add(t, false);
+    for (int32_t t : row.output_tokens) add(t, true);
+    for (size_t e = q.penalty_begin; e < entries.size(); ++e) s.marks[entries[e].token] = 0;
+    if (!pf)  // only the repetition penalty: counts must not subtract anything
+      for (size_t e = q.penalty_begin; e < entries.size(); ++e) entries[e].output_count = 0;
+    q.penalty_end = static_cast<int32_t>(entries.size());
+  }
+  const size_t entry_bytes = entries.size() * sizeof(cuda::SamplerPenaltyEntry);
+  RETURN_IF_ERROR(s.sample_entries.Ensure(std::max<size_t>(entry_bytes, 1)));
+  RETURN_IF_ERROR(s.host_entries.Ensure(std::max<size_t>(entry_bytes, 1)));
+  if (entry_bytes) std::memcpy(s.host_entries.ptr, entries.data(), entry_bytes);
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.sample_params.ptr, s.host_params.ptr, n * sizeof(cuda::SamplerRowParams),
+                                       cudaMemcpyHostToDevice, s.stream));
+  if (entry_bytes)
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(s.sample_entries.ptr, s.host_entries.ptr, entry_bytes, cudaMemcpyHostToDevice, s.stream));
+  {
+    OpScope scope(*impl_, "Sample", static_cast<double>(n) * vocab * 4.0, 0);
+    RETURN_IF_ERROR(cuda::LaunchSampler(logits.data_as<const float>(), n, vocab,
+                                        static_cast<const cuda::SamplerRowParams*>(s.sample_params.ptr),
+                                        static_cast<const cuda::SamplerPenaltyEntry*>(s.sample_entries.ptr),
+                                        static_cast<float*>(s.sample_work.ptr),
+                                        static_cast<cuda::SamplerRowResult*>(s.sample_results.ptr), s.stream));
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_results.ptr, s.sample_results.ptr, n * sizeof(cuda::SamplerRowResult),
+                                       cudaMemcpyDeviceToHost, s.stream));
+  RETURN_IF_ERROR(Synchronize());
+  const auto* hr = static_cast<const cuda::SamplerRowResult*>(s.host_results.ptr);
+  for (int32_t r = 0; r < n; ++r) {
+    SampleResult& out = results[r];
+    out.token = hr[r].token;
+    out.logprob = hr[r].logprob;
+    out.num_top = hr[r].num_top;
+    for (int i = 0; i < out.num_top; ++i) out.top[i] = {hr[r].top_token[i], hr[r].top_logprob[i]};
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::FillUniform(Tensor dst, uint64_t seed, float low, float high) {
+  RETURN_IF_ERROR(Expect(dst.device() == device(), "FillUniform", "tensor is not on this GPU"));
+  return cuda::LaunchFillUniform(dst.dtype(), dst.data(), dst.numel(), seed, low, high, impl_->stream);
+}
+
+absl::Status CudaBackend::FillPattern(Tensor dst, uint32_t pattern) {
+  RETURN_IF_ERROR(Expect(dst.device() == device(), "FillPattern", "tensor is not on this GPU"));
+  const size_t bytes = dst.bytes();
+  if (bytes % 4 == 0) return cuda::LaunchFillPattern(dst.data(), static_cast<int64_t>(bytes), pattern, impl_->stream);
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst.data(), static_cast<int>(pattern & 0xff), bytes, impl_->stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::BeginCapture() {
+  if (impl_->capturing) return absl::FailedPreconditionError("BeginCapture: already capturing");
+  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeThreadLocal));
+  impl_->capturing = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<StepGraph>> CudaBackend::EndCapture() {
+  if (!impl_->capturing) return absl::FailedPreconditionError("EndCapture: not capturing");
+  impl_->capturing = false;
+  cudaGraph_t graph = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(impl_->stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  if (err != cudaSuccess) {
+    cudaGraphDestroy(graph);
+    CUDA_RETURN_IF_ERROR(err);
+  }
+  return std::unique_ptr<StepGraph>(new CudaStepGraph(graph, exec, impl_->stream));
+}
+
+void CudaBackend::StartOpTiming() {
+  Impl& s = *impl_;
+  if (s.events.empty()) {
+    s.events.resize(2 * kMaxTimedOps);
+    for (cudaEvent_t& e : s.events) cudaEventCreate(&e);
+  }
+  s.timed.clear();
+  s.timing = true;
+}
+
+absl::StatusOr<std::vector<OpTiming>> CudaBackend::CollectOpTimings() {
+  Impl& s = *impl_;
+  s.timing = false;
+  RETURN_IF_ERROR(Synchronize());
+  for (size_t i = 0; i < s.timed.size(); ++i)
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&s.timed[i].ms, s.events[2 * i], s.events[2 * i + 1]));
+  return std::move(s.timed);
+}
+
+}  // namespace llm

@@ -1,0 +1,92 @@
+// CudaBackend: every Backend op on one NVIDIA GPU (Hopper first), bf16/fp16 weights and
+// activations with float32 accumulation (float32 too, for tests). Kernels live in kernels/cuda;
+// this class checks Tensor shapes/dtypes on the host, unpacks them into plain launcher arguments
+// and launches on its one stream. CUDA headers stay out of this header.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+
+struct CUstream_st;
+
+namespace llm {
+
+struct CudaBackendOptions {
+  int device_index = 0;
+  DType dtype = DType::kBF16;  // weights, activations and KV cache
+  size_t gemm_workspace_bytes = size_t{32} << 20;
+  size_t attention_workspace_bytes = size_t{32} << 20;  // bounds the decode split-K partials
+  int gemv_max_rows = 8;          // Linear with M <= this uses the GEMV kernel, else cuBLASLt (0: never)
+  bool programmatic_launch = true;  // PDL for the GEMV: its weight prefetch overlaps the previous op
+  // Test knobs.
+  bool force_simt_attention = false;
+  int attention_splits = 0;  // > 0: fixed decode split count
+};
+
+// One op's device time, from CUDA events around it, with the bytes and FLOPs it must at least
+// move/do (estimates from the shapes; attention assumes every sequence at max_context_len).
+struct OpTiming {
+  std::string op;
+  float ms = 0.0f;
+  double bytes = 0.0;
+  double flops = 0.0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Unavailable when there is no usable GPU; InvalidArgument for a non-floating dtype.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  Device device() const override;
+  DType activation_dtype() const override;
+
+  absl::StatusOr<Buffer> Allocate(size_t bytes) override;
+  absl::StatusOr<size_t> FreeMemory() const override;
+  absl::Status CopyToDevice(Tensor dst, const void* src) override;
+  absl::Status CopyToHost(void* dst, Tensor src) override;
+  absl::Status UploadConverted(const void* src, DType src_dtype, Tensor dst) override;
+  absl::Status Synchronize() override;
+
+  absl::Status Embedding(Tensor table, Tensor ids, int64_t vocab_offset, Tensor out) override;
+  absl::Status RmsNorm(Tensor x, Tensor weight, float eps, Tensor out) override;
+  absl::Status AddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out) override;
+  absl::Status Add(Tensor x, Tensor y) override;
+  absl::Status Linear(Tensor x, const LinearWeight& w, Tensor out) override;
+  absl::Status QkvRope(const QkvRopeArgs& args) override;
+  absl::Status Attention(const AttentionArgs& args) override;
+  absl::Status SiluMul(Tensor gate_up, Tensor out) override;
+  absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) override;
+  absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows,
+                      absl::Span<SampleResult> results) override;
+
+  absl::Status FillUniform(Tensor dst, uint64_t seed, float low, float high) override;
+  absl::Status PrepareSampler(int32_t max_rows, int64_t vocab) override;
+  bool SupportsGraphs() const override { return true; }
+  absl::Status BeginCapture() override;
+  absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture() override;
+
+  // --- CUDA-specific ---
+  CUstream_st* stream() const;
+  const CudaBackendOptions& options() const;
+  CudaBackendOptions& mutable_options();  // e.g. to compare GEMV and cuBLASLt in a benchmark
+  std::string device_name() const;
+  int num_sms() const;
+  // Fills the tensor's bytes with a repeated 32-bit pattern (tests poison outputs with NaNs).
+  absl::Status FillPattern(Tensor dst, uint32_t pattern);
+  // Per-op timing with CUDA events (not while capturing). Collect synchronizes and returns the
+  // ops recorded since Start, in issue order.
+  void StartOpTiming();
+  absl::StatusOr<std::vector<OpTiming>> CollectOpTimings();
+
+ private:
+  struct Impl;
+  class OpScope;
+  explicit CudaBackend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llm

@@ -1,0 +1,30 @@
+// Internal: what the attention kernels share (sequence lookup, the per-query key range).
+#pragma once
+
+#include "kernels/cuda/attention/paged_attention.h"
+#include "kernels/cuda/common/device_utils.cuh"
+
+namespace llm::cuda::attention {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// The sequence owning token row t: the last s with query_start[s] <= t (binary search).
+__device__ __forceinline__ int FindSequence(const int32_t* query_start, int num_seqs, int64_t t) {
+  int lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (query_start[mid] <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Address of key `pos` of sequence `seq`, KV head `kvh`, in a paged cache.
+template <typename T>
+__device__ __forceinline__ const T* KeyRow(const T* cache, const int32_t* table_row, int pos, int kvh, int kv_heads,
+                                           int block_size, int head_dim) {
+  const int64_t page = table_row[pos / block_size];
+  return cache + ((page * kv_heads + kvh) * block_size + pos % block_size) * static_cast<int64_t>(head_dim);
+}
+
+}  // namespace llm::cuda::attention

@@ -1,0 +1,258 @@
+// Internal: FlashAttention-2 style prefill on the tensor cores (mma.sync.m16n8k16, fp32
+// accumulation) over the paged cache. 4 warps; each warp owns 16 of the block's 64 query rows.
+#pragma once
+
+#include "kernels/cuda/attention/attention_common.cuh"
+
+namespace llm::cuda::attention {
+
+constexpr int kMmaThreads = 128;
+constexpr int kMmaBlockM = 64;  // query rows per block
+constexpr int kMmaBlockN = 64;  // keys per tile
+
+template <typename T>
+struct MmaTraits;
+template <>
+struct MmaTraits<__nv_bfloat16> {
+  __device__ static uint32_t Pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  __device__ static void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <>
+struct MmaTraits<__half> {
+  __device__ static uint32_t Pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  __device__ static void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t r[4], const void* smem) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t r[4], const void* smem) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+// 16-byte global -> shared copy; src_bytes 0 zero-fills the destination.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// Tiles in shared memory are [rows][D] of T, stored in 16-byte chunks XOR-swizzled by the row
+// (chunk c of row r lives at chunk c ^ (r & 7)), so that the 8 rows an ldmatrix reads at one
+// logical chunk fall in 8 different bank groups.
+template <int D>
+__device__ __forceinline__ int Swz(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// grid: (ceil(max_query_len / 64), num_heads, num_seqs).
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaThreads) AttentionPrefillMmaKernel(PagedAttentionParams p) {
+  static_assert(D % 16 == 0 && D <= 128, "head_dim tile");
+  static_assert(sizeof(T) == 2, "16-bit operands");
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  constexpr int kTilesN = kMmaBlockN / 8, kTilesD = D / 8, kStepsD = D / 16;
+  AllowDependentLaunch();
+  __shared__ __align__(128) T q_s[kMmaBlockM * D];
+  __shared__ __align__(128) T k_s[kMmaBlockN * D];
+  __shared__ __align__(128) T v_s[kMmaBlockN * D];
+
+  const int m_blk = blockIdx.x, h = blockIdx.y, seq = blockIdx.z;
+  const int q_begin = p.query_start[seq], q_len = p.query_start[seq + 1] - q_begin;
+  const int row0 = m_blk * kMmaBlockM;
+  if (row0 >= q_len) return;
+  const int ctx = p.context_lens[seq];
+  const int p0 = ctx - q_len;  // position of the sequence's first query
+  const int rows_here = min(kMmaBlockM, q_len - row0);
+  const int kv_end = min(ctx, p0 + row0 + rows_here);  // exclusive
+  const int kv_begin = p.sliding_window > 0 ? max(0, p0 + row0 - p.sliding_window + 1) : 0;
+  const int n_first = kv_begin / kMmaBlockN * kMmaBlockN;
+  const int kvh = h / (p.num_heads / p.num_kv_heads);
+  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
+  const T* kc = static_cast<const T*>(p.k_cache);
+  const T* vc = static_cast<const T*>(p.v_cache);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  // Q tile -> shared (rows past the sequence: zeros).
+  {
+    const T* q = static_cast<const T*>(p.q);
+    for (int i = tid; i < kMmaBlockM * kChunks; i += kMmaThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      const bool valid = r < rows_here;
+      const T* src = q + ((static_cast<int64_t>(q_begin) + row0 + (valid ? r : 0)) * p.num_heads + h) * D + c * 8;
+      CpAsync16(q_s + Swz<D>(r, c), src, valid);
+    }
+  }
+  auto load_kv = [&](T* dst, const T* cache, int n0) {
+    for (int i = tid; i < kMmaBlockN * kChunks; i += kMmaThreads) {
+      const int j = i / kChunks, c = i % kChunks;
+      const int key = n0 + j;
+      const bool valid = key < kv_end;
+      const T* src = valid ? KeyRow(cache, table, key, kvh, p.num_kv_heads, p.block_size, D) + c * 8 : cache;
+      CpAsync16(dst + Swz<D>(j, c), src, valid);
+    }
+  };
+  load_kv(k_s, kc, n_first);
+  CpAsyncCommit();  // group: Q + K(first)
+
+  // Per thread: rows ra = warp*16 + lane/4 and rb = ra + 8 of the block.
+  const int ra = warp * 16 + (lane >> 2), rb = ra + 8;
+  const int pos_a = p0 + row0 + ra, pos_b = p0 + row0 + rb;
+  const float scale = p.scale * kLog2e;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+  float o[kTilesD][4];
+#pragma unroll
+  for (int i = 0; i < kTilesD; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  uint32_t qf[kStepsD][4];
+
+  for (int n0 = n_first; n0 < kv_end; n0 += kMmaBlockN) {
+    load_kv(v_s, vc, n0);
+    CpAsyncCommit();  // group: V(n0)
+    CpAsyncWait<1>();  // K(n0) (and Q) have landed
+    __syncthreads();
+    if (n0 == n_first) {
+#pragma unroll
+      for (int kk = 0; kk < kStepsD; ++kk) {
+        const int mi = lane >> 3;
+        LdMatrixX4(qf[kk], q_s + Swz<D>(warp * 16 + (mi & 1) * 8 + (lane & 7), kk * 2 + (mi >> 1)));
+      }
+    }
+    // S = Q K^T for this warp's 16 rows x 64 keys.
+    float s[kTilesN][4];
+#pragma unroll
+    for (int i = 0; i < kTilesN; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kStepsD; ++kk) {
+#pragma unroll
+      for (int nt2 = 0; nt2 < kTilesN / 2; ++nt2) {
+        const int mi = lane >> 3;
+        uint32_t b[4];
+        LdMatrixX4(b, k_s + Swz<D>(nt2 * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
+        MmaTraits<T>::Mma(s[2 * nt2], qf[kk], b[0], b[1]);
+        MmaTraits<T>::Mma(s[2 * nt2 + 1], qf[kk], b[2], b[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with k_s
+    if (n0 + kMmaBlockN < kv_end) {
+      load_kv(k_s, kc, n0 + kMmaBlockN);
+      CpAsyncCommit();
+    }
+    // Mask (causal, sliding window) and online softmax in the log2 domain.
+    float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kTilesN; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = n0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+        const int qp = e < 2 ? pos_a : pos_b;
+        const bool ok = key <= qp && key < kv_end && (p.sliding_window <= 0 || key > qp - p.sliding_window);
+        const float v = ok ? s[nt][e] * scale : -INFINITY;
+        s[nt][e] = v;
+        if (e < 2) mx_a = fmaxf(mx_a, v);
+        else mx_b = fmaxf(mx_b, v);
+      }
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+    }
+    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+    const float mu_a = mn_a == -INFINITY ? 0.0f : mn_a, mu_b = mn_b == -INFINITY ? 0.0f : mn_b;
+    const float corr_a = exp2f(m_a - mu_a), corr_b = exp2f(m_b - mu_b);
+    m_a = mn_a;
+    m_b = mn_b;
+    float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < kTilesN; ++nt) {
+      s[nt][0] = exp2f(s[nt][0] - mu_a);
+      s[nt][1] = exp2f(s[nt][1] - mu_a);
+      s[nt][2] = exp2f(s[nt][2] - mu_b);
+      s[nt][3] = exp2f(s[nt][3] - mu_b);
+      sum_a += s[nt][0] + s[nt][1];
+      sum_b += s[nt][2] + s[nt][3];
+    }
+    l_a = l_a * corr_a + sum_a;
+    l_b = l_b * corr_b + sum_b;
+#pragma unroll
+    for (int i = 0; i < kTilesD; ++i) {
+      o[i][0] *= corr_a;
+      o[i][1] *= corr_a;
+      o[i][2] *= corr_b;
+      o[i][3] *= corr_b;
+    }
+    if (n0 + kMmaBlockN < kv_end) CpAsyncWait<1>();  // V(n0) has landed (K(next) may be in flight)
+    else CpAsyncWait<0>();
+    __syncthreads();
+    // O += P V: P's accumulator fragments become the A operand directly.
+#pragma unroll
+    for (int kk = 0; kk < kMmaBlockN / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = MmaTraits<T>::Pack(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = MmaTraits<T>::Pack(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = MmaTraits<T>::Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = MmaTraits<T>::Pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dt2 = 0; dt2 < kTilesD / 2; ++dt2) {
+        const int mi = lane >> 3;
+        uint32_t b[4];
+        LdMatrixX4Trans(b, v_s + Swz<D>(kk * 16 + (mi & 1) * 8 + (lane & 7), dt2 * 2 + (mi >> 1)));
+        MmaTraits<T>::Mma(o[2 * dt2], a, b[0], b[1]);
+        MmaTraits<T>::Mma(o[2 * dt2 + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with v_s
+  }
+  CpAsyncWait<0>();
+
+  // Normalize and store (two adjacent columns per register pair).
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
+  }
+  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f, inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+  T* out = static_cast<T*>(p.out);
+#pragma unroll
+  for (int dt = 0; dt < kTilesD; ++dt) {
+    const int c = dt * 8 + 2 * (lane & 3);
+    if (ra < rows_here) {
+      T* dst = out + ((static_cast<int64_t>(q_begin) + row0 + ra) * p.num_heads + h) * D + c;
+      *reinterpret_cast<uint32_t*>(dst) = MmaTraits<T>::Pack(o[dt][0] * inv_a, o[dt][1] * inv_a);
+    }
+    if (rb < rows_here) {
+      T* dst = out + ((static_cast<int64_t>(q_begin) + row0 + rb) * p.num_heads + h) * D + c;
+      *reinterpret_cast<uint32_t*>(dst) = MmaTraits<T>::Pack(o[dt][0 + 2] * inv_b, o[dt][1 + 2] * inv_b);
+    }
+  }
+}
+
+}  // namespace llm::cuda::attention

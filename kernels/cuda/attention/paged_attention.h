@@ -1,0 +1,65 @@
+// Causal attention of a ragged step's queries over the paged KV cache.
+//
+// Layouts (all row-major):
+//   q, out        [num_tokens, num_heads, head_dim]
+//   k/v cache     [num_cache_blocks, num_kv_heads, block_size, head_dim]
+//   query_start   [num_seqs + 1]   sequence s owns token rows [query_start[s], query_start[s+1])
+//   context_lens  [num_seqs]       cached tokens after this step; the step's queries sit at
+//                                  positions context_len - query_len ... context_len - 1
+//   block_tables  [num_seqs, max_blocks_per_seq]
+//
+// Kernels (chosen per call on the host):
+//   decode  (max_query_len == 1): split-K ("flash-decoding") SIMT kernel; a block owns one
+//           token, one KV head and the query heads of its GQA group (each KV tile is read once
+//           per group), and a slice of the context; a combine kernel merges the slices.
+//   prefill (bf16/fp16, head_dim 64 or 128): FlashAttention-2 style tensor-core kernel
+//           (mma.sync m16n8k16), 64 queries x 64 keys per tile, online softmax, no score
+//           matrix in memory.
+//   other   the SIMT kernel without splitting (any dtype, head_dim <= 256).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/core/dtype.h"
+#include "kernels/cuda/common/stream.h"
+
+namespace llm::cuda {
+
+struct PagedAttentionParams {
+  const void* q = nullptr;
+  void* out = nullptr;
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  const int32_t* query_start = nullptr;
+  const int32_t* context_lens = nullptr;
+  const int32_t* block_tables = nullptr;
+  int64_t num_tokens = 0;
+  int32_t num_seqs = 0;
+  int32_t max_query_len = 0;    // host-side upper bound of query lengths
+  int32_t max_context_len = 0;  // host-side upper bound of context lengths (sizes the split)
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+  int32_t max_blocks_per_seq = 0;
+  float scale = 1.0f;
+  int32_t sliding_window = 0;  // 0: unlimited; else keys > position - window
+};
+
+struct AttentionOptions {
+  int num_sms = 132;       // multiprocessors of the device (sizes the decode split)
+  int force_splits = 0;    // > 0: use exactly this many context slices in decode (tests)
+  bool force_simt = false; // never use the tensor-core prefill kernel (tests)
+};
+
+// Bytes of split-K workspace that lets decode use up to `max_splits` slices for this shape.
+size_t AttentionWorkspaceBytes(int64_t num_tokens, int32_t num_heads, int32_t head_dim, int32_t max_splits);
+
+// `workspace` (device, caller-owned) bounds the decode split: slices that would not fit are not
+// used. It may be null (no splitting).
+absl::Status LaunchPagedAttention(DType dtype, const PagedAttentionParams& p, void* workspace, size_t workspace_bytes,
+                                  const AttentionOptions& options, Stream stream);
+
+}  // namespace llm::cuda

@@ -1,0 +1,173 @@
+#include "kernels/cuda/elementwise/elementwise.h"
+
+#include "kernels/core/philox.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_utils.cuh"
+
+namespace llm::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int GridFor(int64_t items) {
+  // Grid-stride loops: enough blocks to fill the GPU a few times over, no more.
+  const int64_t blocks = (items + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 4096 ? (blocks > 0 ? blocks : 1) : 4096);
+}
+
+template <typename T>
+__global__ void AddKernel(T* __restrict__ x, const T* __restrict__ y, int64_t n, bool vec) {
+  AllowDependentLaunch();
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (vec) {  // n % kVec == 0, both pointers 16-byte aligned
+    constexpr int kVec = Vec16<T>::kVec;
+    for (; i < n / kVec; i += stride) {
+      Vec16<T> a = LoadVec(x + i * kVec);
+      const Vec16<T> b = LoadVec(y + i * kVec);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) a.v[e] = FromFloat<T>(ToFloat(a.v[e]) + ToFloat(b.v[e]));
+      StoreVec(x + i * kVec, a);
+    }
+  } else {
+    for (; i < n; i += stride) x[i] = FromFloat<T>(ToFloat(x[i]) + ToFloat(y[i]));
+  }
+}
+
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
+
+template <typename T>
+__global__ void SiluMulKernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows, int64_t f,
+                              bool vec) {
+  AllowDependentLaunch();
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (vec) {  // f % kVec == 0, aligned
+    constexpr int kVec = Vec16<T>::kVec;
+    const int64_t per_row = f / kVec;
+    for (; i < rows * per_row; i += stride) {
+      const int64_t r = i / per_row, c = (i % per_row) * kVec;
+      const Vec16<T> g = LoadVec(gate_up + r * 2 * f + c);
+      const Vec16<T> u = LoadVec(gate_up + r * 2 * f + f + c);
+      Vec16<T> o;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) o.v[e] = FromFloat<T>(Silu(ToFloat(g.v[e])) * ToFloat(u.v[e]));
+      StoreVec(out + r * f + c, o);
+    }
+  } else {
+    for (; i < rows * f; i += stride) {
+      const int64_t r = i / f, c = i % f;
+      out[i] = FromFloat<T>(Silu(ToFloat(gate_up[r * 2 * f + c])) * ToFloat(gate_up[r * 2 * f + f + c]));
+    }
+  }
+}
+
+template <typename T, typename TOut>
+__global__ void AddBiasKernel(TOut* __restrict__ out, const T* __restrict__ bias, int64_t rows, int64_t cols) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < rows * cols; i += stride)
+    out[i] = FromFloat<TOut>(ToFloat(out[i]) + ToFloat(bias[i % cols]));
+}
+
+template <typename S, typename D>
+__global__ void ConvertKernel(const S* __restrict__ src, D* __restrict__ dst, int64_t n) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = FromFloat<D>(ToFloat(src[i]));
+}
+
+template <typename T>
+__global__ void FillUniformKernel(T* __restrict__ dst, int64_t n, uint64_t seed, float low, float scale) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = FromFloat<T>(low + scale * UniformFloat(seed, static_cast<uint64_t>(i)));
+}
+
+__global__ void FillPatternKernel(uint32_t* __restrict__ dst, int64_t n, uint32_t pattern) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = pattern;
+}
+
+bool IsFloating(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+}  // namespace
+
+absl::Status LaunchAdd(DType dtype, void* x, const void* y, int64_t n, Stream stream) {
+  if (n < 0) return absl::InvalidArgumentError("Add: negative size");
+  if (n == 0) return absl::OkStatus();
+  return LLM_DISPATCH_FLOAT(dtype, "Add", [&] {
+    constexpr int kVec = Vec16<scalar_t>::kVec;
+    const bool vec = n % kVec == 0 && Aligned16(x) && Aligned16(y);
+    AddKernel<scalar_t><<<GridFor(vec ? n / kVec : n), kThreads, 0, stream>>>(
+        static_cast<scalar_t*>(x), static_cast<const scalar_t*>(y), n, vec);
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  });
+}
+
+absl::Status LaunchSiluMul(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f, Stream stream) {
+  if (rows < 0 || f < 0) return absl::InvalidArgumentError("SiluMul: negative size");
+  if (rows == 0 || f == 0) return absl::OkStatus();
+  return LLM_DISPATCH_FLOAT(dtype, "SiluMul", [&] {
+    constexpr int kVec = Vec16<scalar_t>::kVec;
+    const bool vec = f % kVec == 0 && Aligned16(gate_up) && Aligned16(out);
+    SiluMulKernel<scalar_t><<<GridFor(vec ? rows * f / kVec : rows * f), kThreads, 0, stream>>>(
+        static_cast<const scalar_t*>(gate_up), static_cast<scalar_t*>(out), rows, f, vec);
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  });
+}
+
+absl::Status LaunchAddBias(DType dtype, DType out_dtype, void* out, const void* bias, int64_t rows, int64_t cols,
+                           Stream stream) {
+  if (rows <= 0 || cols <= 0) return absl::OkStatus();
+  if (out_dtype != dtype && out_dtype != DType::kF32)
+    return absl::InvalidArgumentError("AddBias: output must be the bias dtype or float32");
+  return LLM_DISPATCH_FLOAT(dtype, "AddBias", [&] {
+    using T = scalar_t;
+    if (out_dtype == DType::kF32)
+      AddBiasKernel<T, float><<<GridFor(rows * cols), kThreads, 0, stream>>>(static_cast<float*>(out),
+                                                                             static_cast<const T*>(bias), rows, cols);
+    else
+      AddBiasKernel<T, T><<<GridFor(rows * cols), kThreads, 0, stream>>>(static_cast<T*>(out),
+                                                                         static_cast<const T*>(bias), rows, cols);
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  });
+}
+
+absl::Status LaunchConvert(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t n, Stream stream) {
+  if (!IsFloating(src_dtype) || !IsFloating(dst_dtype))
+    return absl::InvalidArgumentError("Convert: floating dtypes only");
+  if (n <= 0) return absl::OkStatus();
+  return LLM_DISPATCH_FLOAT(src_dtype, "Convert", [&] {
+    using S = scalar_t;
+    return LLM_DISPATCH_FLOAT(dst_dtype, "Convert", [&] {
+      ConvertKernel<S, scalar_t><<<GridFor(n), kThreads, 0, stream>>>(static_cast<const S*>(src),
+                                                                      static_cast<scalar_t*>(dst), n);
+      CUDA_RETURN_IF_LAUNCH_ERROR();
+      return absl::OkStatus();
+    });
+  });
+}
+
+absl::Status LaunchFillUniform(DType dtype, void* dst, int64_t n, uint64_t seed, float low, float high,
+                               Stream stream) {
+  if (n <= 0) return absl::OkStatus();
+  return LLM_DISPATCH_FLOAT(dtype, "FillUniform", [&] {
+    FillUniformKernel<scalar_t><<<GridFor(n), kThreads, 0, stream>>>(static_cast<scalar_t*>(dst), n, seed, low,
+                                                                     high - low);
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  });
+}
+
+absl::Status LaunchFillPattern(void* dst, int64_t bytes, uint32_t pattern, Stream stream) {
+  if (bytes % 4 != 0) return absl::InvalidArgumentError("FillPattern: size must be a multiple of 4 bytes");
+  if (bytes <= 0) return absl::OkStatus();
+  FillPatternKernel<<<GridFor(bytes / 4), kThreads, 0, stream>>>(static_cast<uint32_t*>(dst), bytes / 4, pattern);
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+}  // namespace llm::cuda

@@ -1,0 +1,158 @@
+#include "kernels/cuda/gemm/cublaslt_gemm.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/common/cuda_status.h"
+
+namespace llm::cuda {
+namespace {
+
+// Alignment of a device pointer, as cuBLASLt's MIN_ALIGNMENT preferences want it (<= 256).
+uint32_t AlignmentOf(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && (a % align) != 0) align >>= 1;
+  return align;
+}
+
+absl::StatusOr<cudaDataType_t> CudaType(DType t) {
+  switch (t) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kF16: return CUDA_R_16F;
+    case DType::kBF16: return CUDA_R_16BF;
+    default: return absl::InvalidArgumentError(absl::StrCat("Linear: unsupported dtype ", std::string(DTypeName(t))));
+  }
+}
+
+// RAII for the cuBLASLt descriptors of one cached plan.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool has_bias = false;
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+  }
+};
+
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, int, bool, uint32_t, uint32_t, uint32_t, uint32_t>;
+
+}  // namespace
+
+struct CublasLtGemm::Impl {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+
+  ~Impl() {
+    plans.clear();
+    if (handle) cublasLtDestroy(handle);
+  }
+
+  absl::StatusOr<Plan*> GetPlan(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias,
+                                void* out, int64_t m, int64_t n, int64_t k) {
+    const PlanKey key{m, n, k, static_cast<int>(dtype), static_cast<int>(out_dtype), bias != nullptr,
+                      AlignmentOf(w), AlignmentOf(x), AlignmentOf(out), bias ? AlignmentOf(bias) : 256u};
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second.get();
+    ASSIGN_OR_RETURN(cudaDataType_t in_t, CudaType(dtype));
+    ASSIGN_OR_RETURN(cudaDataType_t out_t, CudaType(out_dtype));
+    auto plan = std::make_unique<Plan>();
+    // Row-major out[M,N] = x[M,K] W[N,K]^T is column-major outᵀ[N,M] = W(as K×N)ᵀ · xᵀ(as K×M).
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    if (bias) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      CUBLAS_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+      CUBLAS_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &in_t, sizeof(in_t)));
+      CUBLAS_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+      plan->has_bias = true;
+    }
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, in_t, k, n, k));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->b, in_t, k, m, k));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->c, out_t, n, m, n));
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
+    struct PrefGuard {
+      cublasLtMatmulPreference_t p;
+      ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+    } guard{pref};
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                &workspace_bytes, sizeof(workspace_bytes)));
+    const uint32_t align_a = std::get<6>(key), align_b = std::get<7>(key), align_c = std::get<8>(key);
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                                &align_a, sizeof(align_a)));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                                &align_b, sizeof(align_b)));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                                &align_c, sizeof(align_c)));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                                &align_c, sizeof(align_c)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->c, plan->c, pref,
+                                                          1, &result, &found));
+    if (found == 0)
+      return absl::UnimplementedError(absl::StrCat("Linear: cuBLASLt has no algorithm for m ", m, " n ", n, " k ", k,
+                                                   " ", std::string(DTypeName(dtype)), " -> ",
+                                                   std::string(DTypeName(out_dtype)), bias ? " with bias" : ""));
+    plan->algo = result.algo;
+    Plan* raw = plan.get();
+    plans.emplace(key, std::move(plan));
+    return raw;
+  }
+};
+
+CublasLtGemm::CublasLtGemm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CublasLtGemm::~CublasLtGemm() = default;
+
+absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(void* workspace, size_t workspace_bytes) {
+  auto impl = std::make_unique<Impl>();
+  CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&impl->handle));
+  impl->workspace = workspace;
+  impl->workspace_bytes = workspace_bytes;
+  return std::unique_ptr<CublasLtGemm>(new CublasLtGemm(std::move(impl)));
+}
+
+size_t CublasLtGemm::cached_plans() const { return impl_->plans.size(); }
+
+absl::Status CublasLtGemm::Run(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias,
+                               void* out, int64_t m, int64_t n, int64_t k, Stream stream) {
+  if (m <= 0 || n <= 0 || k <= 0) {
+    if (m == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("Linear: bad shape m ", m, " n ", n, " k ", k));
+  }
+  if (out_dtype != dtype && out_dtype != DType::kF32)
+    return absl::InvalidArgumentError("Linear: output dtype must be the input dtype or float32");
+  ASSIGN_OR_RETURN(Plan* plan, impl_->GetPlan(dtype, out_dtype, x, w, bias, out, m, n, k));
+  if (bias)
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(impl_->handle, plan->desc, &alpha, w, plan->a, x, plan->b, &beta, out,
+                                        plan->c, out, plan->c, &plan->algo, impl_->workspace, impl_->workspace_bytes,
+                                        reinterpret_cast<cudaStream_t>(stream)));
+  return absl::OkStatus();
+}
+
+}  // namespace llm::cuda

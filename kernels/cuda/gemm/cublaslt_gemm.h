@@ -1,0 +1,37 @@
+// cuBLASLt GEMM for the linear layers: out[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N]), row-major, fp32
+// accumulation (no TF32 for float32 inputs). One heuristic query per distinct shape/alignment,
+// cached; the workspace is caller-owned and fixed, so calls can be captured in a CUDA graph.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/core/dtype.h"
+#include "kernels/cuda/common/stream.h"
+
+namespace llm::cuda {
+
+class CublasLtGemm {
+ public:
+  // `workspace` (device) must outlive this object.
+  static absl::StatusOr<std::unique_ptr<CublasLtGemm>> Create(void* workspace, size_t workspace_bytes);
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  // x, w (and bias) of `dtype`; out of `out_dtype` (== dtype, or f32).
+  absl::Status Run(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias, void* out, int64_t m,
+                   int64_t n, int64_t k, Stream stream);
+
+  size_t cached_plans() const;
+
+ private:
+  struct Impl;
+  explicit CublasLtGemm(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llm::cuda

@@ -1,0 +1,91 @@
+#include "kernels/cuda/norm/rms_norm.h"
+
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_utils.cuh"
+
+namespace llm::cuda {
+namespace {
+
+// One block per row. Pass 1 forms the (residual) row and its sum of squares; pass 2 re-reads what
+// this same thread wrote (so no barrier is needed between the passes) and normalizes.
+template <typename T, bool kVec16>
+__global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ delta,
+                              const T* __restrict__ weight, T* __restrict__ out, int64_t dim, float eps) {
+  AllowDependentLaunch();
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* src = residual ? residual + row * dim : x + row * dim;
+  T* res = residual ? residual + row * dim : nullptr;
+  const T* del = delta ? delta + row * dim : nullptr;
+  T* o = out + row * dim;
+  float sum_sq = 0.0f;
+  if constexpr (kVec16) {
+    constexpr int kVec = Vec16<T>::kVec;
+    for (int64_t c = threadIdx.x; c < dim / kVec; c += blockDim.x) {
+      Vec16<T> v = LoadVec(src + c * kVec);
+      if (del) {
+        const Vec16<T> d = LoadVec(del + c * kVec);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) v.v[e] = FromFloat<T>(ToFloat(v.v[e]) + ToFloat(d.v[e]));
+        StoreVec(res + c * kVec, v);
+      }
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const float f = ToFloat(v.v[e]);
+        sum_sq += f * f;
+      }
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+      T v = src[c];
+      if (del) {
+        v = FromFloat<T>(ToFloat(v) + ToFloat(del[c]));
+        res[c] = v;
+      }
+      const float f = ToFloat(v);
+      sum_sq += f * f;
+    }
+  }
+  sum_sq = BlockSum(sum_sq, scratch);
+  const float inv = rsqrtf(sum_sq / static_cast<float>(dim) + eps);
+  if constexpr (kVec16) {
+    constexpr int kVec = Vec16<T>::kVec;
+    for (int64_t c = threadIdx.x; c < dim / kVec; c += blockDim.x) {
+      const Vec16<T> v = LoadVec(src + c * kVec);
+      const Vec16<T> w = LoadVec(weight + c * kVec);
+      Vec16<T> r;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) r.v[e] = FromFloat<T>(ToFloat(w.v[e]) * (ToFloat(v.v[e]) * inv));
+      StoreVec(o + c * kVec, r);
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
+      o[c] = FromFloat<T>(ToFloat(weight[c]) * (ToFloat(src[c]) * inv));
+  }
+}
+
+}  // namespace
+
+absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* delta, const void* weight,
+                           void* out, int64_t rows, int64_t dim, float eps, Stream stream) {
+  if (rows < 0 || dim <= 0) return absl::InvalidArgumentError("RmsNorm: bad sizes");
+  if (rows == 0) return absl::OkStatus();
+  if (rows > 0x7fffffff) return absl::InvalidArgumentError("RmsNorm: too many rows");
+  if (residual == nullptr && x == nullptr) return absl::InvalidArgumentError("RmsNorm: no input");
+  return LLM_DISPATCH_FLOAT(dtype, "RmsNorm", [&] {
+    using T = scalar_t;
+    constexpr int kVec = Vec16<T>::kVec;
+    const bool vec = dim % kVec == 0 && Aligned16(residual ? residual : x) && (!delta || Aligned16(delta)) &&
+                     Aligned16(weight) && Aligned16(out);
+    const int64_t work = vec ? dim / kVec : dim;
+    const int threads = static_cast<int>(std::min<int64_t>(512, std::max<int64_t>(32, (work + 31) / 32 * 32)));
+    auto kernel = vec ? RmsNormKernel<T, true> : RmsNormKernel<T, false>;
+    kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(residual), static_cast<const T*>(delta),
+        static_cast<const T*>(weight), static_cast<T*>(out), dim, eps);
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace llm::cuda

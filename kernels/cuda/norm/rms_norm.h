@@ -1,0 +1,20 @@
+// RMSNorm over rows, optionally fused with the residual add that precedes it.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/core/dtype.h"
+#include "kernels/cuda/common/stream.h"
+
+namespace llm::cuda {
+
+// For each of `rows` rows of length `dim`:
+//   residual != null: residual += delta (when delta != null); src = residual (as stored)
+//   residual == null: src = x
+//   out = weight * (src / sqrt(mean(src^2) + eps)), in float32, rounded once.
+// All tensors of `dtype` (weight too).
+absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* delta, const void* weight,
+                           void* out, int64_t rows, int64_t dim, float eps, Stream stream);
+
+}  // namespace llm::cuda

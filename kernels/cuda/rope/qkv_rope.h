@@ -1,0 +1,33 @@
+// Fused QKV split + optional per-head q/k RMSNorm + rotary embedding + paged KV-cache write.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/core/dtype.h"
+#include "kernels/cuda/common/stream.h"
+
+namespace llm::cuda {
+
+struct QkvRopeParams {
+  const void* qkv = nullptr;        // [T, (H + 2 KVH) * D]: q heads, then k heads, then v heads
+  void* q_out = nullptr;            // [T, H * D]
+  void* k_cache = nullptr;          // [num_blocks, KVH, block_size, D]
+  void* v_cache = nullptr;          // same
+  const void* q_norm = nullptr;     // [D] or null
+  const void* k_norm = nullptr;     // [D] or null
+  const float* inv_freq = nullptr;  // f32 [rotary_dim / 2]
+  const int32_t* positions = nullptr;     // [T]
+  const int32_t* slot_mapping = nullptr;  // [T]; < 0: do not write K/V
+  int64_t num_tokens = 0;
+  int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, rotary_dim = 0;
+  int64_t block_size = 0;
+  float norm_eps = 1e-6f;
+  float attention_scaling = 1.0f;
+};
+
+// Rotation is rotate_half: element i < rotary_dim/2 pairs with i + rotary_dim/2; elements at or
+// beyond rotary_dim pass through. cos/sin of float(position) * inv_freq[i] in float32.
+absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream);
+
+}  // namespace llm::cuda

@@ -1,0 +1,441 @@
+#include "kernels/cuda/sampling/sampler.h"
+
+#include <climits>
+
+#include "kernels/core/philox.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_utils.cuh"
+
+namespace llm::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr unsigned kFull = 0xffffffffu;
+using u64 = unsigned long long;
+
+struct Shared {
+  u64 hist[256];
+  u64 uscratch[32];
+  float fa[32], fb[32], fc[32];
+  int ia[32];
+  uint32_t sel_key;
+  u64 sel_above, sel_at;
+  int found;
+  int top_count;
+  int top_ids[kSamplerMaxTop];
+  float top_vals[kSamplerMaxTop];
+};
+
+// Order-preserving map float -> uint32 (larger float, larger key); -0 folds onto +0.
+__device__ __forceinline__ uint32_t FloatKey(float f) {
+  if (f == 0.0f) f = 0.0f;
+  const uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float KeyFloat(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// Probability mass in fixed point: e in [0, 1] -> round(e * 2^40).
+__device__ __forceinline__ u64 Fixed(float e) { return __float2ull_rn(e * 1099511627776.0f); }
+
+__device__ u64 BlockSumU64(u64 v, Shared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  __syncthreads();
+  if (lane == 0) sh.uscratch[warp] = v;
+  __syncthreads();
+  u64 t = lane < static_cast<int>(blockDim.x >> 5) ? sh.uscratch[lane] : 0;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(kFull, t, o);
+  return t;
+}
+
+// Exclusive prefix sum over threads in thread order.
+__device__ u64 BlockExclusiveScan(u64 v, Shared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  u64 incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const u64 n = __shfl_up_sync(kFull, incl, o);
+    if (lane >= o) incl += n;
+  }
+  __syncthreads();
+  if (lane == 31) sh.uscratch[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    u64 t = lane < static_cast<int>(blockDim.x >> 5) ? sh.uscratch[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const u64 n = __shfl_up_sync(kFull, t, o);
+      if (lane >= o) t += n;
+    }
+    sh.uscratch[lane] = t;
+  }
+  __syncthreads();
+  const u64 offset = warp > 0 ? sh.uscratch[warp - 1] : 0;
+  return offset + incl - v;
+}
+
+// The lowest index i with sum_{j <= i} wt(j) >= target (ascending index order), or -1.
+template <typename Wt>
+__device__ int FindCumulative(int vocab, Wt wt, u64 target, Shared& sh) {
+  const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
+  const int begin = min(vocab, static_cast<int>(threadIdx.x) * chunk), end = min(vocab, begin + chunk);
+  u64 s = 0;
+  for (int i = begin; i < end; ++i) s += wt(i);
+  const u64 excl = BlockExclusiveScan(s, sh);
+  if (threadIdx.x == 0) sh.found = -1;
+  __syncthreads();
+  if (excl < target && excl + s >= target) {
+    u64 run = excl;
+    for (int i = begin; i < end; ++i) {
+      run += wt(i);
+      if (run >= target) {
+        sh.found = i;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  const int r = sh.found;
+  __syncthreads();
+  return r;
+}
+
+// Radix select, descending: the key K with above < target <= above + at, where above is the
+// weight of candidates with key > K and at the weight of those with key == K. Results in
+// sh.sel_key / sel_above / sel_at.
+template <typename Cand, typename Key, typename Wt>
+__device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, Shared& sh) {
+  uint32_t prefix = 0;
+  u64 above = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    const uint32_t mask_hi = pass == 0 ? 0u : (0xffffffffu << (shift + 8));
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) sh.hist[b] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      if (!cand(i)) continue;
+      const uint32_t k = keyf(i);
+      if ((k & mask_hi) != prefix) continue;
+      atomicAdd(&sh.hist[(k >> shift) & 255u], wt(i));
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      const int lane = threadIdx.x;
+      u64 s = 0;
+#pragma unroll
+      for (int b = 0; b < 8; ++b) s += sh.hist[255 - 8 * lane - b];
+      u64 incl = s;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const u64 n = __shfl_up_sync(kFull, incl, o);
+        if (lane >= o) incl += n;
+      }
+      const u64 excl = incl - s;
+      const unsigned ballot = __ballot_sync(kFull, above + excl < target && above + incl >= target);
+      const int owner = ballot ? __ffs(ballot) - 1 : 31;
+      if (lane == owner) {
+        u64 run = above + excl;
+        int chosen = 255 - 8 * lane - 7;
+        for (int b = 0; b < 8; ++b) {
+          const int bin = 255 - 8 * lane - b;
+          if (run + sh.hist[bin] >= target) {
+            chosen = bin;
+            break;
+          }
+          if (b < 7) run += sh.hist[bin];
+        }
+        sh.sel_key = prefix | (static_cast<uint32_t>(chosen) << shift);
+        sh.sel_above = run;
+        sh.sel_at = sh.hist[chosen];
+      }
+    }
+    __syncthreads();
+    prefix = sh.sel_key;
+    above = sh.sel_above;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restrict__ logits, int vocab,
+                                                          const SamplerRowParams* __restrict__ params,
+                                                          const SamplerPenaltyEntry* __restrict__ entries,
+                                                          float* __restrict__ work,
+                                                          SamplerRowResult* __restrict__ results) {
+  __shared__ Shared sh;
+  const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warps = blockDim.x >> 5;
+  const SamplerRowParams P = params[row];
+  const float* raw = logits + static_cast<int64_t>(row) * vocab;
+
+  // Raw statistics in one pass: log-sum-exp (online) and argmax (ties: lowest id).
+  float m = -INFINITY, s = 0.0f, bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int i = tid; i < vocab; i += blockDim.x) {
+    const float v = raw[i];
+    if (v > m) {
+      s = (m == -INFINITY ? 0.0f : s * expf(m - v)) + 1.0f;
+      m = v;
+    } else {
+      s += expf(v - m);
+    }
+    if (v > bv || (v == bv && i < bi)) {
+      bv = v;
+      bi = i;
+    }
+  }
+  auto merge = [](float& m, float& s, float& bv, int& bi, float m2, float s2, float bv2, int bi2) {
+    const float mm = fmaxf(m, m2);
+    const float a = m == -INFINITY ? 0.0f : s * expf(m - mm);
+    const float b = m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mm);
+    m = mm;
+    s = a + b;
+    if (bv2 > bv || (bv2 == bv && bi2 < bi)) {
+      bv = bv2;
+      bi = bi2;
+    }
+  };
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    merge(m, s, bv, bi, __shfl_xor_sync(kFull, m, o), __shfl_xor_sync(kFull, s, o), __shfl_xor_sync(kFull, bv, o),
+          __shfl_xor_sync(kFull, bi, o));
+  if (lane == 0) {
+    sh.fa[warp] = m;
+    sh.fb[warp] = s;
+    sh.fc[warp] = bv;
+    sh.ia[warp] = bi;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    m = lane < warps ? sh.fa[lane] : -INFINITY;
+    s = lane < warps ? sh.fb[lane] : 0.0f;
+    bv = lane < warps ? sh.fc[lane] : -INFINITY;
+    bi = lane < warps ? sh.ia[lane] : INT_MAX;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      merge(m, s, bv, bi, __shfl_xor_sync(kFull, m, o), __shfl_xor_sync(kFull, s, o),
+            __shfl_xor_sync(kFull, bv, o), __shfl_xor_sync(kFull, bi, o));
+    if (lane == 0) {
+      sh.fa[0] = m;
+      sh.fb[0] = s;
+      sh.ia[0] = bi;
+    }
+  }
+  __syncthreads();
+  const float raw_max = sh.fa[0];
+  const float log_z = raw_max + logf(sh.fb[0]);
+  const int raw_argmax = sh.ia[0];
+  __syncthreads();
+
+  // Penalties on a working copy.
+  const bool has_pen = P.penalty_end > P.penalty_begin;
+  const float* src = raw;
+  if (has_pen) {
+    float* x = work + static_cast<int64_t>(row) * vocab;
+    for (int i = tid; i < vocab; i += blockDim.x) x[i] = raw[i];
+    __syncthreads();
+    for (int e = P.penalty_begin + tid; e < P.penalty_end; e += blockDim.x) {
+      const SamplerPenaltyEntry en = entries[e];
+      float v = x[en.token];
+      if (P.repetition_penalty != 1.0f) v = v > 0.0f ? v / P.repetition_penalty : v * P.repetition_penalty;
+      if (en.output_count > 0) v -= P.frequency_penalty * static_cast<float>(en.output_count) + P.presence_penalty;
+      x[en.token] = v;
+    }
+    __syncthreads();
+    src = x;
+  }
+
+  int token;
+  if (P.temperature <= 0.0f) {
+    if (!has_pen) {
+      token = raw_argmax;
+    } else {
+      float v2 = -INFINITY;
+      int i2 = INT_MAX;
+      for (int i = tid; i < vocab; i += blockDim.x) {
+        const float v = src[i];
+        if (v > v2 || (v == v2 && i < i2)) {
+          v2 = v;
+          i2 = i;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(kFull, v2, o);
+        const int oi = __shfl_xor_sync(kFull, i2, o);
+        if (ov > v2 || (ov == v2 && oi < i2)) {
+          v2 = ov;
+          i2 = oi;
+        }
+      }
+      if (lane == 0) {
+        sh.fc[warp] = v2;
+        sh.ia[warp] = i2;
+      }
+      __syncthreads();
+      if (tid == 0) {
+        for (int w = 1; w < warps; ++w)
+          if (sh.fc[w] > v2 || (sh.fc[w] == v2 && sh.ia[w] < i2)) {
+            v2 = sh.fc[w];
+            i2 = sh.ia[w];
+          }
+        sh.found = i2;
+      }
+      __syncthreads();
+      token = sh.found;
+      __syncthreads();
+    }
+  } else {
+    const float temp = P.temperature;
+    auto val = [&](int i) { return src[i] / temp; };
+    // Max of the scaled values: division by a positive number is monotone.
+    float src_max;
+    if (!has_pen) {
+      src_max = raw_max;
+    } else {
+      float mx = -INFINITY;
+      for (int i = tid; i < vocab; i += blockDim.x) mx = fmaxf(mx, src[i]);
+      src_max = BlockMax(mx, sh.fa);
+      __syncthreads();
+    }
+    const float mx = src_max / temp;
+    auto prob = [&](int i) { return expf(val(i) - mx); };
+    auto wt = [&](int i) { return Fixed(prob(i)); };
+    auto key = [&](int i) { return FloatKey(val(i)); };
+    auto key_wt = [&](uint32_t k) { return Fixed(expf(KeyFloat(k) - mx)); };
+    auto all = [](int) { return true; };
+    auto one = [](int) -> u64 { return 1; };
+
+    // top-k: the k largest (ties: lowest ids).
+    const bool topk = P.top_k > 0 && P.top_k < vocab;
+    uint32_t k_key = 0;
+    int k_id = INT_MAX;
+    if (topk) {
+      RadixSelect(vocab, all, key, one, static_cast<u64>(P.top_k), sh);
+      k_key = sh.sel_key;
+      const u64 need = static_cast<u64>(P.top_k) - sh.sel_above;
+      if (need < sh.sel_at) k_id = FindCumulative(vocab, [&](int i) -> u64 { return key(i) == k_key ? 1 : 0; }, need, sh);
+      __syncthreads();
+    }
+    auto in_k = [&](int i) {
+      if (!topk) return true;
+      const uint32_t u = key(i);
+      return u > k_key || (u == k_key && i <= k_id);
+    };
+    // top-p: the smallest prefix (in sorted order) whose mass reaches top_p of the top-k mass.
+    const bool topp = P.top_p < 1.0f;
+    uint32_t p_key = 0;
+    int p_id = INT_MAX;
+    if (topp) {
+      u64 part = 0;
+      for (int i = tid; i < vocab; i += blockDim.x)
+        if (in_k(i)) part += wt(i);
+      const u64 total_k = BlockSumU64(part, sh);
+      __syncthreads();
+      u64 target = static_cast<u64>(ceil(static_cast<double>(P.top_p) * static_cast<double>(total_k)));
+      target = max(1ull, min(target, total_k));
+      RadixSelect(vocab, in_k, key, wt, target, sh);
+      p_key = sh.sel_key;
+      const u64 w_tie = max(1ull, key_wt(p_key));
+      const u64 ties = sh.sel_at / w_tie;
+      const u64 j = (target - sh.sel_above + w_tie - 1) / w_tie;
+      if (j < ties)
+        p_id = FindCumulative(vocab, [&](int i) -> u64 { return in_k(i) && key(i) == p_key ? 1 : 0; }, j, sh);
+      __syncthreads();
+    }
+    auto kept = [&](int i) {
+      if (!in_k(i)) return false;
+      if (topp) {
+        const uint32_t u = key(i);
+        if (!(u > p_key || (u == p_key && i <= p_id))) return false;
+      }
+      return P.min_p <= 0.0f || prob(i) >= P.min_p;
+    };
+    u64 part = 0;
+    for (int i = tid; i < vocab; i += blockDim.x)
+      if (kept(i)) part += wt(i);
+    const u64 total = BlockSumU64(part, sh);
+    __syncthreads();
+    const float u = UniformFloat(P.seed, P.step);
+    u64 target = static_cast<u64>(floor(static_cast<double>(u) * static_cast<double>(total)));
+    if (total > 0 && target > total - 1) target = total - 1;
+    target += 1;  // the first candidate whose cumulative mass exceeds u * total
+    if (topp) {
+      RadixSelect(vocab, kept, key, wt, target, sh);
+      const uint32_t d_key = sh.sel_key;
+      const u64 w_tie = max(1ull, key_wt(d_key));
+      const u64 j = max(1ull, (target - sh.sel_above + w_tie - 1) / w_tie);
+      token = FindCumulative(vocab, [&](int i) -> u64 { return kept(i) && key(i) == d_key ? 1 : 0; }, j, sh);
+    } else {
+      token = FindCumulative(vocab, [&](int i) -> u64 { return kept(i) ? wt(i) : 0; }, target, sh);
+    }
+    if (token < 0) token = raw_argmax;  // unreachable: the top candidate always has mass
+    __syncthreads();
+  }
+
+  SamplerRowResult* res = results + row;
+  if (tid == 0) {
+    res->token = token;
+    res->logprob = raw[token] - log_z;
+    res->num_top = 0;
+  }
+  const int n_top = min(P.num_top_logprobs, min(vocab, kSamplerMaxTop));
+  if (n_top > 0) {
+    auto rkey = [&](int i) { return FloatKey(raw[i]); };
+    RadixSelect(vocab, [](int) { return true; }, rkey, [](int) -> u64 { return 1; }, static_cast<u64>(n_top), sh);
+    const uint32_t t_key = sh.sel_key;
+    const u64 need = static_cast<u64>(n_top) - sh.sel_above;
+    int t_id = INT_MAX;
+    if (need < sh.sel_at) t_id = FindCumulative(vocab, [&](int i) -> u64 { return rkey(i) == t_key ? 1 : 0; }, need, sh);
+    if (tid == 0) sh.top_count = 0;
+    __syncthreads();
+    for (int i = tid; i < vocab; i += blockDim.x) {
+      const uint32_t k = rkey(i);
+      if (k > t_key || (k == t_key && i <= t_id)) {
+        const int slot = atomicAdd(&sh.top_count, 1);
+        if (slot < kSamplerMaxTop) {
+          sh.top_ids[slot] = i;
+          sh.top_vals[slot] = raw[i];
+        }
+      }
+    }
+    __syncthreads();
+    if (tid == 0) {
+      const int n = min(sh.top_count, n_top);
+      for (int a = 1; a < n; ++a) {  // insertion sort: value desc, id asc
+        const int id = sh.top_ids[a];
+        const float v = sh.top_vals[a];
+        int b = a - 1;
+        while (b >= 0 && (sh.top_vals[b] < v || (sh.top_vals[b] == v && sh.top_ids[b] > id))) {
+          sh.top_ids[b + 1] = sh.top_ids[b];
+          sh.top_vals[b + 1] = sh.top_vals[b];
+          --b;
+        }
+        sh.top_ids[b + 1] = id;
+        sh.top_vals[b + 1] = v;
+      }
+      for (int a = 0; a < n; ++a) {
+        res->top_token[a] = sh.top_ids[a];
+        res->top_logprob[a] = sh.top_vals[a] - log_z;
+      }
+      res->num_top = n;
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status LaunchSampler(const float* logits, int64_t rows, int64_t vocab, const SamplerRowParams* params,
+                           const SamplerPenaltyEntry* entries, float* work, SamplerRowResult* results, Stream stream) {
+  if (rows < 0 || vocab <= 0 || vocab > (int64_t{1} << 30) || rows > 0x7fffffff)
+    return absl::InvalidArgumentError(absl::StrCat("Sample: bad shape ", rows, " x ", vocab));
+  if (rows == 0) return absl::OkStatus();
+  SamplerKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, static_cast<int>(vocab), params,
+                                                                     entries, work, results);
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+}  // namespace llm::cuda

@@ -1,0 +1,57 @@
+// Token sampling on the GPU, one block per row of float32 logits, following the CPU sampler
+// (engine/backend/cpu/cpu_sampler.cc): penalties -> (greedy argmax | temperature -> top-k ->
+// top-p -> min-p -> draw with uniform(seed, step)), plus log-probabilities of the raw logits.
+//
+// Selection is exact and deterministic: thresholds are found by radix select over the float
+// keys, probability masses are summed in 64-bit fixed point (2^-40 units), so no result depends
+// on thread scheduling. Ties order by token id, as the CPU's comparator does. The draw walks the
+// candidates in sorted order when top-p is active (as the CPU does) and in token-id order
+// otherwise (the CPU walks top-k candidates in std::nth_element's unspecified order there).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/common/stream.h"
+
+namespace llm::cuda {
+
+inline constexpr int kSamplerMaxTop = 20;
+
+struct SamplerRowParams {
+  float temperature = 1.0f;  // <= 0: greedy
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t num_top_logprobs = 0;
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  int32_t penalty_begin = 0;  // this row's entries: [penalty_begin, penalty_end)
+  int32_t penalty_end = 0;
+};
+
+// One distinct token of a row's prompt or output: the repetition penalty applies to it, and the
+// presence/frequency penalties when output_count > 0.
+struct SamplerPenaltyEntry {
+  int32_t token = 0;
+  int32_t output_count = 0;
+};
+
+struct SamplerRowResult {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  int32_t num_top = 0;
+  int32_t top_token[kSamplerMaxTop];
+  float top_logprob[kSamplerMaxTop];
+};
+
+// logits f32 [rows, vocab]; work f32 [rows, vocab] (penalized copies; rows without penalties do
+// not touch it); results [rows].
+absl::Status LaunchSampler(const float* logits, int64_t rows, int64_t vocab, const SamplerRowParams* params,
+                           const SamplerPenaltyEntry* entries, float* work, SamplerRowResult* results, Stream stream);
+
+}  // namespace llm::cuda

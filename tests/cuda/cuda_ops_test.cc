@@ -1,0 +1,380 @@
+// Every CUDA backend op against the float32 CPU backend, on fresh random inputs of many shapes, in
+// float32, float16 and bfloat16. Inputs are rounded to the device dtype first, so the error
+// measures the kernels alone; outputs are poisoned with NaN first, so an unwritten element fails.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "tests/cuda/cuda_test_util.h"
+
+namespace llm {
+namespace {
+
+using testing::Download;
+using testing::MakeTensor;
+using testing::OwnedTensor;
+using testing::Poison;
+using testing::RandomVec;
+using testing::RelErr;
+using testing::RoundTo;
+using testing::Tolerance;
+using testing::Upload;
+using testing::UploadI32;
+
+class CudaOpsTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    dtype_ = GetParam();
+    gpu_ = testing::MakeCuda(dtype_);
+    ASSERT_NE(gpu_, nullptr);
+    rng_.seed(1234 + static_cast<int>(dtype_));
+  }
+  std::vector<float> Rand(size_t n, float lo = -1.0f, float hi = 1.0f) {
+    std::vector<float> v = RandomVec(rng_, n, lo, hi);
+    RoundTo(dtype_, v);
+    return v;
+  }
+  OwnedTensor Dev(Shape s, const std::vector<float>& v) { return Upload(*gpu_, dtype_, s, v); }
+  OwnedTensor Host(Shape s, const std::vector<float>& v) { return Upload(cpu_, DType::kF32, s, v); }
+  OwnedTensor DevOut(Shape s, DType t) {
+    OwnedTensor o = MakeTensor(*gpu_, t, s);
+    Poison(*gpu_, o.t);
+    return o;
+  }
+  void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    const double err = RelErr(got, want);
+    EXPECT_LE(err, tol) << what << " (" << testing::DTypeLabel(dtype_) << ")";
+  }
+
+  DType dtype_;
+  std::unique_ptr<CudaBackend> gpu_;
+  CpuBackend cpu_{0};
+  std::mt19937 rng_;
+};
+
+TEST_P(CudaOpsTest, Embedding) {
+  for (int64_t dim : {64, 100, 4096}) {
+    const int64_t rows = 500, offset = 250;
+    const std::vector<float> table = Rand(rows * dim);
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 37; ++i) ids.push_back(static_cast<int32_t>(rng_() % 1000));  // some outside the shard
+    ids.push_back(offset);
+    ids.push_back(offset + rows - 1);
+    const int64_t n = static_cast<int64_t>(ids.size());
+    OwnedTensor dt = Dev({rows, dim}, table), dids = UploadI32(*gpu_, ids), dout = DevOut({n, dim}, dtype_);
+    OwnedTensor ht = Host({rows, dim}, table), hids = UploadI32(cpu_, ids), hout = MakeTensor(cpu_, DType::kF32, {n, dim});
+    ASSERT_TRUE(gpu_->Embedding(dt.t, dids.t, offset, dout.t).ok());
+    ASSERT_TRUE(cpu_.Embedding(ht.t, hids.t, offset, hout.t).ok());
+    EXPECT_EQ(Download(*gpu_, dout.t), Download(cpu_, hout.t)) << "dim " << dim;  // a copy: exact
+  }
+}
+
+TEST_P(CudaOpsTest, RmsNormAndAddRmsNorm) {
+  for (int64_t rows : {1, 7, 300}) {
+    for (int64_t dim : {64, 100, 4096, 5123}) {
+      const std::vector<float> res = Rand(rows * dim, -2, 2), delta = Rand(rows * dim), w = Rand(dim, 0.5, 1.5);
+      const std::string what = "rows " + std::to_string(rows) + " dim " + std::to_string(dim);
+      // Plain RmsNorm.
+      {
+        OwnedTensor x = Dev({rows, dim}, res), dw = Dev({dim}, w), out = DevOut({rows, dim}, dtype_);
+        OwnedTensor hx = Host({rows, dim}, res), hw = Host({dim}, w), hout = MakeTensor(cpu_, DType::kF32, {rows, dim});
+        ASSERT_TRUE(gpu_->RmsNorm(x.t, dw.t, 1e-5f, out.t).ok());
+        ASSERT_TRUE(cpu_.RmsNorm(hx.t, hw.t, 1e-5f, hout.t).ok());
+        ExpectClose(Download(*gpu_, out.t), Download(cpu_, hout.t), Tolerance(dtype_), "RmsNorm " + what);
+      }
+      // Fused residual add: the residual (stored in the device dtype) and the normalized output.
+      {
+        OwnedTensor r = Dev({rows, dim}, res), d = Dev({rows, dim}, delta), dw = Dev({dim}, w);
+        OwnedTensor out = DevOut({rows, dim}, dtype_);
+        ASSERT_TRUE(gpu_->AddRmsNorm(r.t, d.t, dw.t, 1e-6f, out.t).ok());
+        std::vector<float> sum(res.size());
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] = res[i] + delta[i];
+        RoundTo(dtype_, sum);  // the device stores the residual in its dtype
+        OwnedTensor hr = Host({rows, dim}, sum), hw = Host({dim}, w), hout = MakeTensor(cpu_, DType::kF32, {rows, dim});
+        ASSERT_TRUE(cpu_.AddRmsNorm(hr.t, Tensor(), hw.t, 1e-6f, hout.t).ok());
+        ExpectClose(Download(*gpu_, r.t), sum, Tolerance(dtype_) / 4, "AddRmsNorm residual " + what);
+        ExpectClose(Download(*gpu_, out.t), Download(cpu_, hout.t), Tolerance(dtype_), "AddRmsNorm " + what);
+      }
+    }
+  }
+}
+
+TEST_P(CudaOpsTest, AddAndSiluMul) {
+  for (int64_t n : {1, 1000, 4099, 65536}) {
+    const std::vector<float> a = Rand(n), b = Rand(n);
+    OwnedTensor x = Dev({n}, a), y = Dev({n}, b);
+    ASSERT_TRUE(gpu_->Add(x.t, y.t).ok());
+    std::vector<float> want(n);
+    for (int64_t i = 0; i < n; ++i) want[i] = a[i] + b[i];
+    ExpectClose(Download(*gpu_, x.t), want, Tolerance(dtype_), "Add n " + std::to_string(n));
+  }
+  for (int64_t rows : {1, 5, 128}) {
+    for (int64_t f : {64, 100, 14336}) {
+      const std::vector<float> gu = Rand(rows * 2 * f, -4, 4);
+      OwnedTensor d = Dev({rows, 2 * f}, gu), out = DevOut({rows, f}, dtype_);
+      OwnedTensor h = Host({rows, 2 * f}, gu), hout = MakeTensor(cpu_, DType::kF32, {rows, f});
+      ASSERT_TRUE(gpu_->SiluMul(d.t, out.t).ok());
+      ASSERT_TRUE(cpu_.SiluMul(h.t, hout.t).ok());
+      ExpectClose(Download(*gpu_, out.t), Download(cpu_, hout.t), Tolerance(dtype_),
+                  "SiluMul rows " + std::to_string(rows) + " f " + std::to_string(f));
+    }
+  }
+}
+
+TEST_P(CudaOpsTest, GatherRows) {
+  for (int64_t width : {64, 77, 4096}) {
+    const int64_t rows = 50;
+    const std::vector<float> x = Rand(rows * width);
+    std::vector<int32_t> idx = {49, 0, 7, 7, 13};
+    const int64_t n = static_cast<int64_t>(idx.size());
+    OwnedTensor dx = Dev({rows, width}, x), di = UploadI32(*gpu_, idx), dout = DevOut({n, width}, dtype_);
+    OwnedTensor hx = Host({rows, width}, x), hi = UploadI32(cpu_, idx), hout = MakeTensor(cpu_, DType::kF32, {n, width});
+    ASSERT_TRUE(gpu_->GatherRows(dx.t, di.t, dout.t).ok());
+    ASSERT_TRUE(cpu_.GatherRows(hx.t, hi.t, hout.t).ok());
+    EXPECT_EQ(Download(*gpu_, dout.t), Download(cpu_, hout.t)) << "width " << width;
+  }
+}
+
+// Linear over M from 1 to thousands, odd N and K, with and without bias, activation-dtype and
+// float32 outputs; small M through both the GEMV kernel and cuBLASLt.
+TEST_P(CudaOpsTest, Linear) {
+  struct Case {
+    int64_t n, k;
+  };
+  const Case cases[] = {{64, 64}, {100, 96}, {257, 72}, {384, 128}, {1000, 4096}, {129, 101}, {6144, 4096}};
+  const int64_t ms[] = {1, 2, 3, 4, 5, 8, 9, 16, 33, 128, 1024};
+  for (const Case& c : cases) {
+    for (int64_t m : ms) {
+      if (c.n * c.k * m > int64_t{1} << 32) continue;  // keep the CPU reference quick
+      for (bool bias : {false, true}) {
+        for (DType out_t : {dtype_, DType::kF32}) {
+          for (int gemv : {8, 0}) {
+            if (gemv == 0 && m > 8) continue;
+            gpu_->mutable_options().gemv_max_rows = gemv;
+            const float a = 1.0f / std::sqrt(static_cast<float>(c.k));
+            const std::vector<float> x = Rand(m * c.k), w = Rand(c.n * c.k, -a, a), b = Rand(c.n);
+            LinearWeight dw, hw;
+            OwnedTensor dwt = Dev({c.n, c.k}, w), hwt = Host({c.n, c.k}, w);
+            OwnedTensor dbt = Dev({c.n}, b), hbt = Host({c.n}, b);
+            dw.weight = dwt.t;
+            hw.weight = hwt.t;
+            if (bias) {
+              dw.bias = dbt.t;
+              hw.bias = hbt.t;
+            }
+            OwnedTensor dx = Dev({m, c.k}, x), hx = Host({m, c.k}, x);
+            OwnedTensor dout = DevOut({m, c.n}, out_t), hout = MakeTensor(cpu_, DType::kF32, {m, c.n});
+            const auto st = gpu_->Linear(dx.t, dw, dout.t);
+            ASSERT_TRUE(st.ok()) << st;
+            ASSERT_TRUE(cpu_.Linear(hx.t, hw, hout.t).ok());
+            const double tol = out_t == DType::kF32 && dtype_ != DType::kF32 ? Tolerance(dtype_) / 4 : Tolerance(dtype_);
+            ExpectClose(Download(*gpu_, dout.t), Download(cpu_, hout.t), tol,
+                        "Linear m " + std::to_string(m) + " n " + std::to_string(c.n) + " k " + std::to_string(c.k) +
+                            (bias ? " bias" : "") + " out " + testing::DTypeLabel(out_t) + " gemv " +
+                            std::to_string(gemv));
+          }
+        }
+      }
+    }
+  }
+  gpu_->mutable_options().gemv_max_rows = 8;
+}
+
+std::vector<float> InvFreq(int rotary_dim, double theta) {
+  std::vector<float> f(rotary_dim / 2);
+  for (int i = 0; i < rotary_dim / 2; ++i) f[i] = static_cast<float>(1.0 / std::pow(theta, 2.0 * i / rotary_dim));
+  return f;
+}
+
+// Fused QKV split + q/k norm + RoPE + paged KV write; the whole cache is compared, so stray writes
+// show too.
+TEST_P(CudaOpsTest, QkvRope) {
+  struct Case {
+    int t, heads, kv_heads, head_dim, rotary_dim;
+    bool norm;
+  };
+  const Case cases[] = {{1, 8, 2, 128, 128, false},  {5, 4, 4, 64, 64, true},   {64, 8, 1, 128, 64, false},
+                        {17, 6, 2, 80, 80, true},    {33, 8, 4, 16, 16, false}, {300, 32, 8, 128, 128, false},
+                        {3, 2, 1, 256, 256, true}};
+  for (const Case& c : cases) {
+    const int64_t block_size = 16, blocks = (c.t + 15) / 16 + 3;
+    const int64_t qkv_w = static_cast<int64_t>(c.heads + 2 * c.kv_heads) * c.head_dim;
+    const std::vector<float> qkv = Rand(c.t * qkv_w, -2, 2), qn = Rand(c.head_dim, 0.5, 1.5),
+                             kn = Rand(c.head_dim, 0.5, 1.5);
+    const Shape cache_shape{blocks, c.kv_heads, block_size, c.head_dim};
+    const std::vector<float> kc = Rand(cache_shape.numel()), vc = Rand(cache_shape.numel());
+    std::vector<int32_t> pos(c.t), slots(c.t);
+    std::vector<int32_t> perm(blocks * block_size);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_);
+    for (int i = 0; i < c.t; ++i) {
+      pos[i] = static_cast<int32_t>(rng_() % 5000);
+      slots[i] = i % 7 == 3 ? -1 : perm[i];
+    }
+    const std::vector<float> inv = InvFreq(c.rotary_dim, 500000.0);
+    auto run = [&](Backend& b, DType t, Tensor q_out, OwnedTensor& k, OwnedTensor& v) {
+      OwnedTensor tq = Upload(b, t, {c.t, qkv_w}, qkv), tqn = Upload(b, t, {c.head_dim}, qn),
+                  tkn = Upload(b, t, {c.head_dim}, kn), tinv = Upload(b, DType::kF32, {c.rotary_dim / 2}, inv);
+      OwnedTensor tp = UploadI32(b, pos), ts = UploadI32(b, slots);
+      QkvRopeArgs a;
+      a.qkv = tq.t;
+      a.num_heads = c.heads;
+      a.num_kv_heads = c.kv_heads;
+      a.head_dim = c.head_dim;
+      if (c.norm) {
+        a.q_norm = tqn.t;
+        a.k_norm = tkn.t;
+      }
+      a.norm_eps = 1e-6f;
+      a.rope.inv_freq = tinv.t;
+      a.rope.rotary_dim = c.rotary_dim;
+      a.rope.attention_scaling = 1.0f;
+      a.positions = tp.t;
+      a.slot_mapping = ts.t;
+      a.cache = {k.t, v.t};
+      a.q_out = q_out;
+      const auto st = b.QkvRope(a);
+      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_TRUE(b.Synchronize().ok());
+    };
+    OwnedTensor dk = Dev(cache_shape, kc), dv = Dev(cache_shape, vc), dq = DevOut({c.t, c.heads * c.head_dim}, dtype_);
+    OwnedTensor hk = Host(cache_shape, kc), hv = Host(cache_shape, vc);
+    OwnedTensor hq = MakeTensor(cpu_, DType::kF32, {c.t, c.heads * c.head_dim});
+    run(*gpu_, dtype_, dq.t, dk, dv);
+    run(cpu_, DType::kF32, hq.t, hk, hv);
+    const std::string what = "t " + std::to_string(c.t) + " heads " + std::to_string(c.heads) + "/" +
+                             std::to_string(c.kv_heads) + " d " + std::to_string(c.head_dim);
+    ExpectClose(Download(*gpu_, dq.t), Download(cpu_, hq.t), Tolerance(dtype_), "QkvRope q " + what);
+    ExpectClose(Download(*gpu_, dk.t), Download(cpu_, hk.t), Tolerance(dtype_), "QkvRope k cache " + what);
+    EXPECT_EQ(Download(*gpu_, dv.t), Download(cpu_, hv.t)) << "QkvRope v cache " << what;
+  }
+}
+
+// A ragged step over a paged cache: per sequence (query_len, context_len); blocks are shuffled so
+// tables are not contiguous.
+struct AttnCase {
+  std::string name;
+  std::vector<std::pair<int, int>> seqs;
+  int heads, kv_heads, head_dim;
+  int block_size = 16;
+  int window = 0;
+};
+
+class AttentionHarness {
+ public:
+  AttentionHarness(const AttnCase& c, DType dtype, std::mt19937& rng) : c_(c), dtype_(dtype) {
+    int64_t total_blocks = 1;
+    for (auto [q, ctx] : c.seqs) total_blocks += (ctx + c.block_size - 1) / c.block_size;
+    blocks_ = total_blocks + 2;
+    width_ = 1;
+    for (auto [q, ctx] : c.seqs) width_ = std::max<int64_t>(width_, (ctx + c.block_size - 1) / c.block_size);
+    std::vector<int32_t> perm(blocks_);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    int next = 0;
+    qs_.push_back(0);
+    for (auto [q, ctx] : c.seqs) {
+      for (int64_t b = 0; b < width_; ++b) tables_.push_back(b < (ctx + c.block_size - 1) / c.block_size ? perm[next + b] : -1);
+      next += (ctx + c.block_size - 1) / c.block_size;
+      for (int i = 0; i < q; ++i) positions_.push_back(ctx - q + i);
+      qs_.push_back(qs_.back() + q);
+      ctx_.push_back(ctx);
+      max_q_ = std::max(max_q_, q);
+      max_ctx_ = std::max(max_ctx_, ctx);
+    }
+    tokens_ = qs_.back();
+    cache_shape_ = Shape{blocks_, c.kv_heads, c.block_size, c.head_dim};
+    k_ = RandomVec(rng, cache_shape_.numel(), -2, 2);
+    v_ = RandomVec(rng, cache_shape_.numel());
+    q_ = RandomVec(rng, static_cast<size_t>(tokens_) * c.heads * c.head_dim, -2, 2);
+    RoundTo(dtype, k_);
+    RoundTo(dtype, v_);
+    RoundTo(dtype, q_);
+  }
+
+  // Runs the op on `b` (tensors in `t`); returns the output as floats.
+  std::vector<float> Run(Backend& b, DType t, CudaBackend* poison) {
+    OwnedTensor k = Upload(b, t, cache_shape_, k_), v = Upload(b, t, cache_shape_, v_);
+    OwnedTensor q = Upload(b, t, {tokens_, int64_t{c_.heads} * c_.head_dim}, q_);
+    OwnedTensor out = MakeTensor(b, t, {tokens_, int64_t{c_.heads} * c_.head_dim});
+    if (poison) Poison(*poison, out.t);
+    OwnedTensor qs = UploadI32(b, qs_), ctx = UploadI32(b, ctx_), tables = UploadI32(b, tables_),
+                pos = UploadI32(b, positions_);
+    StepMetadata meta;
+    meta.num_tokens = static_cast<int32_t>(tokens_);
+    meta.num_seqs = static_cast<int32_t>(c_.seqs.size());
+    meta.max_query_len = max_q_;
+    meta.max_context_len = max_ctx_;
+    meta.positions = pos.t;
+    meta.query_start = qs.t;
+    meta.context_lens = ctx.t;
+    meta.block_tables = tables.t.Reshape({meta.num_seqs, width_});
+    AttentionArgs a;
+    a.q = q.t;
+    a.num_heads = c_.heads;
+    a.num_kv_heads = c_.kv_heads;
+    a.head_dim = c_.head_dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
+    a.sliding_window = c_.window;
+    a.cache = {k.t, v.t};
+    a.meta = &meta;
+    a.out = out.t;
+    const auto st = b.Attention(a);
+    EXPECT_TRUE(st.ok()) << st;
+    return Download(b, out.t);
+  }
+
+ private:
+  AttnCase c_;
+  DType dtype_;
+  int64_t blocks_ = 0, width_ = 0, tokens_ = 0;
+  int max_q_ = 0, max_ctx_ = 0;
+  std::vector<int32_t> qs_, ctx_, tables_, positions_;
+  Shape cache_shape_;
+  std::vector<float> k_, v_, q_;
+};
+
+std::vector<AttnCase> AttentionCases() {
+  return {
+      {"decode_gqa", {{1, 1}, {1, 17}, {1, 300}, {1, 1000}}, 8, 2, 128},
+      {"decode_batch_llama", {{1, 1024}, {1, 1024}, {1, 999}, {1, 1025}, {1, 64}, {1, 1}, {1, 513}, {1, 2}}, 32, 8, 128},
+      {"prefill_single", {{100, 100}}, 32, 8, 128},
+      {"prefill_hd64", {{130, 130}, {3, 3}}, 8, 8, 64},
+      {"mixed_ragged", {{37, 37}, {1, 200}, {64, 129}, {5, 70}, {1, 1}}, 8, 2, 128},
+      {"chunked_prefill", {{64, 1000}, {130, 4100}}, 8, 2, 128},
+      {"long_decode_split", {{1, 8192}, {1, 16384}, {1, 3}}, 32, 8, 128},
+      {"mqa", {{1, 500}, {20, 500}}, 8, 1, 128},
+      {"mha_hd16", {{1, 50}, {33, 40}}, 4, 4, 16},
+      {"group3_hd80", {{1, 300}, {40, 90}}, 6, 2, 80},
+      {"hd96_block8", {{1, 77}, {9, 140}}, 4, 2, 96, 8},
+      {"hd32_qwen", {{1, 100}, {33, 33}}, 4, 2, 32},
+      {"hd256", {{1, 200}, {17, 60}}, 4, 2, 256},
+      {"window_prefill", {{90, 200}}, 8, 2, 128, 16, 50},
+      {"window_decode", {{1, 300}, {1, 20}}, 8, 2, 64, 16, 50},
+      {"group16", {{1, 700}, {6, 30}}, 32, 2, 128},
+  };
+}
+
+TEST_P(CudaOpsTest, PagedAttention) {
+  for (const AttnCase& c : AttentionCases()) {
+    for (int variant = 0; variant < 3; ++variant) {
+      // variant 0: default kernels; 1: SIMT only; 2: SIMT with a fixed 7-way decode split.
+      gpu_->mutable_options().force_simt_attention = variant >= 1;
+      gpu_->mutable_options().attention_splits = variant == 2 ? 7 : 0;
+      AttentionHarness h(c, dtype_, rng_);
+      const std::vector<float> got = h.Run(*gpu_, dtype_, gpu_.get());
+      const std::vector<float> want = h.Run(cpu_, DType::kF32, nullptr);
+      ExpectClose(got, want, Tolerance(dtype_), "Attention " + c.name + " variant " + std::to_string(variant));
+    }
+  }
+  gpu_->mutable_options().force_simt_attention = false;
+  gpu_->mutable_options().attention_splits = 0;
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, CudaOpsTest, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+                         [](const auto& info) { return testing::DTypeLabel(info.param); });
+
+}  // namespace
+}  // namespace llm

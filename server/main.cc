@@ -11,7 +11,8 @@ constexpr char kUsage[] =
     "usage: llm <command> [flags]\n\n"
     "commands:\n"
     "  generate   generate text from a prompt with a local model\n"
-    "  tokenize   print the token ids of text\n\n"
+    "  tokenize   print the token ids of text\n"
+    "  serve      serve a model over gRPC, with Prometheus metrics\n\n"
     "Run 'llm <command> --help' for the flags of a command.\n";
 
 struct Command {
@@ -22,6 +23,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"generate", llm::cli::RunGenerate},
     {"tokenize", llm::cli::RunTokenize},
+    {"serve", llm::cli::RunServe},
 };
 
 }  // namespace

@@ -6,5 +6,6 @@ namespace llm::cli {
 
 int RunGenerate(int argc, char** argv);
 int RunTokenize(int argc, char** argv);
+int RunServe(int argc, char** argv);
 
 }  // namespace llm::cli

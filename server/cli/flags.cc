@@ -90,7 +90,7 @@ absl::Status FlagSet::Parse(int argc, char** argv) {
 }
 
 std::string FlagSet::Usage() const {
-  std::string out = absl::StrCat("usage: llm ", command_, " [flags]\n\n", summary_, "\n\nflags:\n");
+  std::string out = absl::StrCat("usage: ", program_, " ", command_, " [flags]\n\n", summary_, "\n\nflags:\n");
   for (const Flag& f : flags_) {
     std::string left = absl::StrCat("  --", f.name, f.takes_value ? " VALUE" : "");
     if (left.size() < 28) left.resize(28, ' ');
@@ -103,8 +103,9 @@ std::string FlagSet::Usage() const {
 
 std::optional<int> HandleParse(FlagSet& flags, int argc, char** argv) {
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
-    std::fprintf(stderr, "llm %s: %s\n(run 'llm %s --help' for usage)\n", argv[0], std::string(s.message()).c_str(),
-                 argv[0]);
+    const char* program = flags.program().c_str();
+    std::fprintf(stderr, "%s %s: %s\n(run '%s %s --help' for usage)\n", program, argv[0],
+                 std::string(s.message()).c_str(), program, argv[0]);
     return 2;
   }
   if (flags.help_requested()) {

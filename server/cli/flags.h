@@ -15,7 +15,9 @@ namespace llm::cli {
 
 class FlagSet {
  public:
-  FlagSet(std::string command, std::string summary) : command_(std::move(command)), summary_(std::move(summary)) {}
+  // `program` names the binary in usage and error lines ("llm", "llm_client").
+  FlagSet(std::string command, std::string summary, std::string program = "llm")
+      : program_(std::move(program)), command_(std::move(command)), summary_(std::move(summary)) {}
 
   void String(const std::string& name, std::string* value, const std::string& help);
   void Int(const std::string& name, int64_t* value, const std::string& help);
@@ -28,6 +30,7 @@ class FlagSet {
   absl::Status Parse(int argc, char** argv);
   bool help_requested() const { return help_; }
   bool IsSet(const std::string& name) const;
+  const std::string& program() const { return program_; }
   std::string Usage() const;
 
  private:
@@ -41,6 +44,7 @@ class FlagSet {
   };
   Flag* Find(const std::string& name);
 
+  std::string program_;
   std::string command_;
   std::string summary_;
   std::vector<Flag> flags_;

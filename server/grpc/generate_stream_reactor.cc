@@ -1,0 +1,89 @@
+#include "server/grpc/generate_stream_reactor.h"
+
+#include "server/grpc/call_deadline.h"
+#include "server/grpc/proto_conversion.h"
+#include "server/grpc/status_conversion.h"
+
+namespace llm::server {
+
+GenerateStreamReactor::GenerateStreamReactor(ServingState& state, grpc::CallbackServerContext* context,
+                                             const v1::GenerateRequest& request)
+    : state_(state), request_id_(request.request_id()) {
+  absl::StatusOr<RequestId> id = state_.SubmitGeneration(
+      request, CallDeadline(*context), [this](RequestOutput output) { OnOutput(std::move(output)); });
+  if (!id.ok()) {
+    Finish(ToGrpcStatus(id.status()));
+    return;
+  }
+  // OnCancel cannot run before this constructor returns (the call is not bound to us yet).
+  id_ = *id;
+}
+
+void GenerateStreamReactor::OnOutput(RequestOutput output) {
+  Next next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_.request_id().empty())
+      pending_.set_request_id(request_id_.empty() ? std::to_string(output.id) : request_id_);
+    AppendOutput(output, &pending_);
+    has_pending_ = true;
+    if (output.finished) {
+      last_received_ = true;
+      final_status_ = ToGrpcStatus(FinishStatus(output));
+    }
+    next = writing_ ? Next::kNothing : TakeNextLocked();
+  }
+  Perform(next);
+}
+
+void GenerateStreamReactor::OnWriteDone(bool ok) {
+  Next next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) client_gone_ = true;
+    next = TakeNextLocked();
+  }
+  if (!ok) state_.Cancel(id_);
+  Perform(next);
+}
+
+void GenerateStreamReactor::OnCancel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    client_gone_ = true;
+  }
+  state_.Cancel(id_);  // its last update (kCancelled or kDeadline) then finishes the call
+}
+
+GenerateStreamReactor::Next GenerateStreamReactor::TakeNextLocked() {
+  if (finishing_) return Next::kNothing;
+  if (client_gone_) {
+    if (!last_received_) return Next::kNothing;
+    finishing_ = true;
+    return Next::kFinish;
+  }
+  if (!has_pending_) return Next::kNothing;
+  in_flight_.Clear();
+  in_flight_.Swap(&pending_);
+  has_pending_ = false;
+  if (last_received_) {
+    finishing_ = true;
+    return Next::kWriteAndFinish;
+  }
+  writing_ = true;
+  return Next::kWrite;
+}
+
+void GenerateStreamReactor::Perform(Next next) {
+  // No lock held: a reaction may run before these return. in_flight_ and final_status_ are not
+  // touched by anyone else until the write completes.
+  switch (next) {
+    case Next::kNothing: break;
+    case Next::kWrite: StartWrite(&in_flight_); break;
+    case Next::kWriteAndFinish: StartWriteAndFinish(&in_flight_, grpc::WriteOptions(), final_status_); break;
+    case Next::kFinish: Finish(final_status_); break;
+  }
+}
+
+}  // namespace llm::server

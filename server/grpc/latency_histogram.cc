@@ -1,0 +1,43 @@
+#include "server/grpc/latency_histogram.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace llm::server {
+
+LatencyHistogram::LatencyHistogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
+  for (size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0, std::memory_order_relaxed);
+}
+
+void LatencyHistogram::Observe(double seconds) {
+  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), seconds) - bounds_.begin();
+  buckets_[bucket].fetch_add(1, std::memory_order_relaxed);
+  sum_.fetch_add(seconds, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void LatencyHistogram::Render(std::string_view name, std::string_view help, std::string* out) const {
+  const std::string n(name);
+  absl::StrAppend(out, "# HELP ", n, " ", std::string(help), "\n# TYPE ", n, " histogram\n");
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    absl::StrAppend(out, n, "_bucket{le=\"", bounds_[i], "\"} ", cumulative, "\n");
+  }
+  cumulative += buckets_[bounds_.size()].load(std::memory_order_relaxed);
+  absl::StrAppend(out, n, "_bucket{le=\"+Inf\"} ", cumulative, "\n");
+  absl::StrAppend(out, n, "_sum ", sum_.load(std::memory_order_relaxed), "\n");
+  absl::StrAppend(out, n, "_count ", cumulative, "\n");
+}
+
+std::vector<double> LatencyHistogram::RequestLatencyBounds() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+
+std::vector<double> LatencyHistogram::TokenLatencyBounds() {
+  return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+}
+
+}  // namespace llm::server

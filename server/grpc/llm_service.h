@@ -1,0 +1,30 @@
+// LlmService: the llm.v1.Llm gRPC service on the callback API. Generate and Complete hand each
+// call to a reactor (GenerateStreamReactor, CompleteReactor); Tokenize, Detokenize and ModelInfo
+// answer inline. No handler ever waits for the engine.
+#pragma once
+
+#include "llm/v1/llm.grpc.pb.h"
+#include "server/grpc/serving_state.h"
+
+namespace llm::server {
+
+class LlmService final : public v1::Llm::CallbackService {
+ public:
+  explicit LlmService(ServingState& state) : state_(state) {}
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
+                                                           const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
+                                     v1::GenerateResponse* response) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context, const v1::DetokenizeRequest* request,
+                                       v1::DetokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfo(grpc::CallbackServerContext* context, const v1::ModelInfoRequest* request,
+                                      v1::ModelInfoResponse* response) override;
+
+ private:
+  ServingState& state_;
+};
+
+}  // namespace llm::server

@@ -1,0 +1,202 @@
+#include "server/grpc/proto_conversion.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace llm::server {
+namespace {
+
+// Length of the UTF-8 sequence starting at s[i], or 0 when it is not a valid one (overlong forms,
+// surrogates and code points past U+10FFFF are invalid).
+size_t Utf8SequenceLength(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char b0 = byte(i);
+  if (b0 < 0x80) return 1;
+  size_t n;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    n = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    n = 3;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    n = 4;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+  return n;
+}
+
+absl::Status InvalidArgument(auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); }
+
+absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::GenerateRequest& request, const Tokenizer* tokenizer) {
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::kTokenIds:
+      return std::vector<int32_t>(request.token_ids().ids().begin(), request.token_ids().ids().end());
+    case v1::GenerateRequest::kText: {
+      if (!tokenizer)
+        return absl::FailedPreconditionError(
+            "text prompts need the model's tokenizer and this model has none: send token_ids instead");
+      if (absl::Status s = CheckUtf8(request.text(), "the prompt text"); !s.ok()) return s;
+      const bool add_special = !request.has_add_special_tokens() || request.add_special_tokens();
+      return tokenizer->Encode(request.text(), add_special);
+    }
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      break;
+  }
+  return InvalidArgument("the prompt is empty: set text or token_ids");
+}
+
+void FillSampling(const v1::SamplingParams& in, int32_t top_logprobs, GenerateRequest& out) {
+  SamplingParams& s = out.sampling;
+  s.temperature = in.has_temperature() ? in.temperature() : 1.0f;
+  s.top_k = in.top_k();
+  s.top_p = in.has_top_p() ? in.top_p() : 1.0f;
+  s.min_p = in.min_p();
+  s.repetition_penalty = in.has_repetition_penalty() ? in.repetition_penalty() : 1.0f;
+  s.presence_penalty = in.presence_penalty();
+  s.frequency_penalty = in.frequency_penalty();
+  s.num_top_logprobs = top_logprobs;
+  out.has_seed = in.has_seed();
+  s.seed = in.seed();
+}
+
+absl::Status FillStopping(const v1::StoppingCriteria& in, GenerateRequest& out) {
+  StopCriteria& s = out.stop;
+  s.max_tokens = in.has_max_tokens() ? in.max_tokens() : kDefaultMaxTokens;
+  s.min_tokens = in.min_tokens();
+  s.ignore_eos = in.ignore_eos();
+  s.stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
+  for (int i = 0; i < in.stop_size(); ++i) {
+    if (absl::Status st = CheckUtf8(in.stop(i), absl::StrCat("stop string ", i)); !st.ok()) return st;
+    s.stop_strings.push_back(in.stop(i));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckUtf8(std::string_view bytes, std::string_view what) {
+  for (size_t i = 0; i < bytes.size();) {
+    const size_t n = Utf8SequenceLength(bytes, i);
+    if (n == 0)
+      return InvalidArgument(std::string(what), " is not valid UTF-8 (bad byte 0x",
+                             absl::Hex(static_cast<unsigned char>(bytes[i]), absl::kZeroPad2), " at offset ", i, ")");
+    i += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request, const Tokenizer* tokenizer,
+                                                absl::Time deadline) {
+  if (request.request_id().size() > kMaxRequestIdBytes)
+    return InvalidArgument("request_id is ", request.request_id().size(), " bytes; at most ", kMaxRequestIdBytes,
+                           " are allowed");
+  GenerateRequest out;
+  out.client_request_id = request.request_id();
+  auto prompt = PromptTokens(request, tokenizer);
+  if (!prompt.ok()) return prompt.status();
+  out.prompt_tokens = std::move(*prompt);
+  FillSampling(request.sampling(), request.top_logprobs(), out);
+  if (absl::Status s = FillStopping(request.stopping(), out); !s.ok()) return s;
+  out.priority = request.priority();
+  out.deadline = deadline;
+  out.detokenize = tokenizer != nullptr;
+  return out;
+}
+
+v1::FinishReason ToProtoFinishReason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return v1::FINISH_REASON_UNSPECIFIED;
+    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case FinishReason::kEos: return v1::FINISH_REASON_EOS;
+    case FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kDeadline: return v1::FINISH_REASON_DEADLINE;
+    case FinishReason::kError: return v1::FINISH_REASON_ERROR;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void AppendOutput(const RequestOutput& output, v1::GenerateResponse* response) {
+  response->mutable_token_ids()->Add(output.token_ids.begin(), output.token_ids.end());
+  response->mutable_text()->append(output.text);
+  for (const SampleResult& sample : output.logprobs) {
+    v1::TokenLogprobs* entry = response->add_logprobs();
+    entry->set_token_id(sample.token);
+    entry->set_logprob(sample.logprob);
+    for (int i = 0; i < sample.num_top; ++i) {
+      v1::TokenLogprob* top = entry->add_top();
+      top->set_token_id(sample.top[i].token);
+      top->set_logprob(sample.top[i].logprob);
+    }
+  }
+  if (!output.finished) return;
+  response->set_finish_reason(ToProtoFinishReason(output.finish_reason));
+  v1::Usage* usage = response->mutable_usage();
+  usage->set_prompt_tokens(output.prompt_tokens);
+  usage->set_completion_tokens(output.completion_tokens);
+  usage->set_preemptions(output.preemptions);
+  v1::Timings* timings = response->mutable_timings();
+  timings->set_queue_ms(output.timings.queue_ms);
+  timings->set_time_to_first_token_ms(output.timings.ttft_ms);
+  timings->set_decode_ms(output.timings.decode_ms);
+  timings->set_total_ms(output.timings.total_ms);
+}
+
+v1::ModelInfoResponse ToModelInfo(const EngineInfo& engine, const Tokenizer* tokenizer, const Deployment& deployment) {
+  const ModelConfig& c = engine.config;
+  v1::ModelInfoResponse info;
+  info.set_model(deployment.model_name);
+  info.set_architecture(c.model_type);
+  info.set_context_length(engine.max_context);
+  info.set_vocab_size(c.vocab_size);
+  info.set_num_layers(c.num_layers);
+  info.set_hidden_size(c.hidden_size);
+  info.set_num_attention_heads(c.num_heads);
+  info.set_num_kv_heads(c.num_kv_heads);
+  info.set_weights_dtype(std::string(DTypeName(c.stored_dtype)));
+  info.set_device(deployment.device);
+  info.set_tensor_parallel_size(deployment.tensor_parallel);
+  info.set_pipeline_parallel_size(deployment.pipeline_parallel);
+  info.set_has_tokenizer(tokenizer != nullptr);
+  std::vector<int32_t> eos = c.eos_token_ids;
+  if (tokenizer)
+    for (int32_t id : tokenizer->eos_token_ids())
+      if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+  info.mutable_eos_token_ids()->Add(eos.begin(), eos.end());
+  v1::ServerLimits* limits = info.mutable_limits();
+  limits->set_max_running_requests(engine.max_seqs);
+  limits->set_max_tokens_per_step(engine.max_tokens_per_step);
+  limits->set_max_queued_requests(deployment.max_queue);
+  limits->set_kv_cache_blocks(engine.kv_blocks);
+  limits->set_kv_block_size(engine.kv_block_size);
+  limits->set_max_top_logprobs(kMaxTopLogprobs);
+  limits->set_max_message_bytes(deployment.max_message_bytes);
+  return info;
+}
+
+absl::Status FinishStatus(const RequestOutput& last) {
+  switch (last.finish_reason) {
+    case FinishReason::kCancelled:
+      return absl::CancelledError("the request was cancelled");
+    case FinishReason::kDeadline:
+      return absl::DeadlineExceededError(
+          absl::StrCat("the deadline passed after ", last.completion_tokens, " generated tokens"));
+    case FinishReason::kError:
+      return last.status.ok() ? absl::InternalError("generation failed") : last.status;
+    default:
+      return absl::OkStatus();
+  }
+}
+
+}  // namespace llm::server

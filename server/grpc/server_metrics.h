@@ -1,0 +1,67 @@
+// The server's Prometheus metrics. Request outcomes and latencies are recorded as outputs arrive
+// (on the engine thread: lock-free), engine gauges (running, waiting, KV cache, preemptions,
+// tokens) are read from EngineStats when the page is rendered.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "server/grpc/latency_histogram.h"
+
+namespace llm::server {
+
+class ServerMetrics {
+ public:
+  ServerMetrics();
+
+  // A request ended with `reason` (counted by reason; its latencies go to the histograms).
+  void RecordFinished(FinishReason reason, const RequestTimings& timings);
+  // `tokens` arrived `gap` after the request's previous ones; each counts as gap / tokens.
+  void RecordTokenGap(absl::Duration gap, int tokens);
+  // A request was refused before it reached the engine's queue (bad input, queue full, draining).
+  void RecordRejected(absl::StatusCode code);
+
+  // The text exposition format. `stats`/`info` are absent while the model loads.
+  std::string Render(const std::optional<EngineStats>& stats, const EngineInfo* info) const;
+
+ private:
+  // Generated tokens per second over the last minute (since start for the first scrape).
+  double TokensPerSecond(uint64_t generated_tokens) const;
+
+  static constexpr int kNumReasons = static_cast<int>(FinishReason::kError) + 1;
+  static constexpr int kNumCodes = static_cast<int>(absl::StatusCode::kUnauthenticated) + 1;
+  std::array<std::atomic<uint64_t>, kNumReasons> finished_{};
+  std::array<std::atomic<uint64_t>, kNumCodes> rejected_{};
+  LatencyHistogram time_to_first_token_;
+  LatencyHistogram inter_token_;
+  LatencyHistogram end_to_end_;
+  LatencyHistogram queue_time_;
+
+  struct TokenSample {
+    absl::Time time;
+    uint64_t tokens;
+  };
+  mutable std::mutex rate_mu_;
+  mutable std::deque<TokenSample> token_samples_;
+};
+
+// Follows one request's outputs and records them into ServerMetrics: the gaps between its
+// updates, then its outcome. Owned by the request's reactor; called on the engine thread.
+class RequestMetricsRecorder {
+ public:
+  explicit RequestMetricsRecorder(ServerMetrics& metrics) : metrics_(metrics) {}
+  void OnOutput(const RequestOutput& output);
+
+ private:
+  ServerMetrics& metrics_;
+  absl::Time last_tokens_ = absl::InfinitePast();
+};
+
+}  // namespace llm::server

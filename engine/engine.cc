@@ -162,7 +162,9 @@ void Engine::Loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !cancels_.empty() || !scheduler_.empty(); });
+      cv_.wait(lock, [&] {
+        return stop_ || !inbox_.empty() || !cancels_.empty() || !scheduler_.empty() || !in_flight_.empty();
+      });
     }
     TakeInbox();
     bool stopping, drain;
@@ -175,8 +177,11 @@ void Engine::Loop() {
       std::vector<Sequence*> all = scheduler_.AllSequences();
       for (Sequence* seq : all) Finish(seq, FinishReason::kCancelled);
     }
-    if (stopping && scheduler_.empty()) break;
-    if (!scheduler_.empty()) Step();
+    if (stopping && scheduler_.empty()) {
+      while (!in_flight_.empty()) CollectStep();  // results of finished requests, dropped
+      break;
+    }
+    if (!scheduler_.empty() || !in_flight_.empty()) Step();
     std::lock_guard<std::mutex> lock(mu_);
     stats_.scheduler = scheduler_.stats();
     queued_ = static_cast<int32_t>(inbox_.size()) + stats_.scheduler.waiting;
@@ -184,31 +189,58 @@ void Engine::Loop() {
 }
 
 void Engine::Step() {
-  if (!scheduler_.Schedule(plan_, scheduled_)) return;
-  rows_.clear();
-  row_owner_.clear();
-  const absl::Time now = absl::Now();
-  uint64_t prompt_tokens = 0;
-  for (const ScheduledSequence& s : scheduled_) {
-    Sequence* seq = s.seq;
-    if (seq->first_scheduled == absl::InfinitePast()) seq->first_scheduled = now;
-    if (seq->num_computed < seq->prompt_len) prompt_tokens += std::min(s.num_tokens, seq->prompt_len - seq->num_computed);
-    if (!s.sample) continue;
-    rows_.push_back({&seq->request.sampling, static_cast<uint64_t>(seq->completion_tokens()),
-                     absl::MakeConstSpan(seq->tokens).first(seq->prompt_len),
-                     absl::MakeConstSpan(seq->tokens).subspan(seq->prompt_len)});
-    row_owner_.push_back(seq);
+  LaunchSteps();
+  if (!in_flight_.empty()) CollectStep();
+}
+
+void Engine::LaunchSteps() {
+  while (static_cast<int>(in_flight_.size()) < executor_->max_in_flight()) {
+    if (!scheduler_.Schedule(plan_, scheduled_)) return;
+    rows_.clear();
+    InFlightStep step;
+    const absl::Time now = absl::Now();
+    for (const ScheduledSequence& s : scheduled_) {
+      Sequence* seq = s.seq;
+      if (seq->first_scheduled == absl::InfinitePast()) seq->first_scheduled = now;
+      if (seq->num_computed < seq->prompt_len)
+        step.prompt_tokens += std::min(s.num_tokens, seq->prompt_len - seq->num_computed);
+      seq->in_flight = true;
+      step.advanced.emplace_back(seq->id, s.num_tokens);
+      if (!s.sample) continue;
+      rows_.push_back({&seq->request.sampling, static_cast<uint64_t>(seq->completion_tokens()),
+                       absl::MakeConstSpan(seq->tokens).first(seq->prompt_len),
+                       absl::MakeConstSpan(seq->tokens).subspan(seq->prompt_len)});
+      step.sampled.push_back(seq->id);
+    }
+    in_flight_.push_back(std::move(step));
+    const absl::Status status = executor_->Launch(plan_, rows_);
+    if (!status.ok()) {
+      AbortAll(status);
+      return;
+    }
   }
-  results_.resize(rows_.size());
-  const absl::Status status = executor_->Execute(plan_, rows_, absl::MakeSpan(results_));
+}
+
+void Engine::CollectStep() {
+  InFlightStep step = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  results_.resize(step.sampled.size());
+  const absl::Status status = executor_->Collect(absl::MakeSpan(results_));
   if (!status.ok()) {
     AbortAll(status);
     return;
   }
-  for (const ScheduledSequence& s : scheduled_) s.seq->num_computed += s.num_tokens;
+  for (const auto& [id, n] : step.advanced) {
+    auto it = sequences_.find(id);
+    if (it == sequences_.end()) continue;  // finished while in flight
+    it->second->num_computed += n;
+    it->second->in_flight = false;
+  }
   const absl::Time done = absl::Now();
-  for (size_t i = 0; i < rows_.size(); ++i) {
-    Sequence* seq = row_owner_[i];
+  for (size_t i = 0; i < step.sampled.size(); ++i) {
+    auto it = sequences_.find(step.sampled[i]);
+    if (it == sequences_.end()) continue;
+    Sequence* seq = it->second.get();
     const int32_t token = results_[i].token;
     seq->tokens.push_back(token);
     if (seq->first_token == absl::InfinitePast()) seq->first_token = done;
@@ -231,8 +263,8 @@ void Engine::Step() {
   }
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.steps;
-  stats_.generated_tokens += rows_.size();
-  stats_.prompt_tokens += prompt_tokens;
+  stats_.generated_tokens += step.sampled.size();
+  stats_.prompt_tokens += step.prompt_tokens;
 }
 
 void Engine::Emit(Sequence* seq, bool finished, FinishReason reason, const absl::Status& status) {
@@ -272,8 +304,10 @@ void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
 }
 
 void Engine::AbortAll(const absl::Status& status) {
+  // The executor's state is unknown after a failure: every request fails rather than waits.
   const absl::Status error(status.code(), absl::StrCat("step failed: ", status.message()));
   for (Sequence* seq : scheduler_.AllSequences()) Finish(seq, FinishReason::kError, error);
+  in_flight_.clear();
 }
 
 }  // namespace llm

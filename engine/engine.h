@@ -23,13 +23,23 @@
 
 namespace llm {
 
-// Executes one StepPlan somewhere: on this process's ModelRunner, or spread over the ranks of a
-// tensor/pipeline-parallel group. The engine does not know which.
+// Executes StepPlans somewhere: on this process's ModelRunner, or spread over the ranks of a
+// tensor/pipeline-parallel group. The engine does not know which. Steps are launched and their
+// sampled tokens collected in launch order; up to max_in_flight() steps may be outstanding (a
+// pipeline of P stages keeps P micro-batches in flight so that every stage works).
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
-  virtual absl::Status Execute(const StepPlan& plan, absl::Span<const SampleRow> rows,
-                               absl::Span<SampleResult> results) = 0;
+  // `rows` need only stay valid during the call.
+  virtual absl::Status Launch(const StepPlan& plan, absl::Span<const SampleRow> rows) = 0;
+  // Results of the oldest launched step, one per row it was launched with.
+  virtual absl::Status Collect(absl::Span<SampleResult> results) = 0;
+  virtual int max_in_flight() const { return 1; }
+
+  absl::Status Execute(const StepPlan& plan, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) {
+    RETURN_IF_ERROR(Launch(plan, rows));
+    return Collect(results);
+  }
 };
 
 struct EngineOptions {
@@ -84,6 +94,8 @@ class Engine {
   void Loop();
   void TakeInbox();
   void Step();
+  void LaunchSteps();
+  void CollectStep();
   void Finish(Sequence* seq, FinishReason reason, absl::Status status = absl::OkStatus());
   void Emit(Sequence* seq, bool finished, FinishReason reason, const absl::Status& status);
   void AbortAll(const absl::Status& status);
@@ -114,7 +126,14 @@ class Engine {
   std::vector<ScheduledSequence> scheduled_;
   std::vector<SampleRow> rows_;
   std::vector<SampleResult> results_;
-  std::vector<Sequence*> row_owner_;
+  // Launched steps whose tokens have not come back, oldest first. Sequences are named by id: one
+  // may finish (cancel, deadline) while its step is in flight, and its result is then dropped.
+  struct InFlightStep {
+    std::vector<std::pair<RequestId, int32_t>> advanced;  // (sequence, tokens fed)
+    std::vector<RequestId> sampled;                       // one per result row
+    uint64_t prompt_tokens = 0;
+  };
+  std::deque<InFlightStep> in_flight_;
   std::thread thread_;
 };
 
@@ -122,14 +141,20 @@ class Engine {
 class LocalStepExecutor final : public StepExecutor {
  public:
   explicit LocalStepExecutor(std::unique_ptr<ModelRunner> runner) : runner_(std::move(runner)) {}
-  absl::Status Execute(const StepPlan& plan, absl::Span<const SampleRow> rows,
-                       absl::Span<SampleResult> results) override {
-    return runner_->Execute(plan, rows, results);
+  absl::Status Launch(const StepPlan& plan, absl::Span<const SampleRow> rows) override {
+    results_.resize(rows.size());
+    return runner_->Execute(plan, rows, absl::MakeSpan(results_));
+  }
+  absl::Status Collect(absl::Span<SampleResult> results) override {
+    if (results.size() != results_.size()) return absl::InternalError("collect does not match the launched step");
+    std::copy(results_.begin(), results_.end(), results.begin());
+    return absl::OkStatus();
   }
   ModelRunner& runner() { return *runner_; }
 
  private:
   std::unique_ptr<ModelRunner> runner_;
+  std::vector<SampleResult> results_;
 };
 
 }  // namespace llm

@@ -294,6 +294,25 @@ absl::Status MpiCommunicator::Recv(void* data, size_t count, DType dtype, int pe
   return mpi_->Await(&req, 1, timeout_, true, Describe("Recv", peer), &broken_);
 }
 
+absl::Status MpiCommunicator::SendBytes(const std::string& bytes, int peer) {
+  const uint64_t length = bytes.size();
+  RETURN_IF_ERROR(Send(&length, 1, DType::kI64, peer));
+  constexpr size_t kChunk = size_t{1} << 30;
+  for (size_t offset = 0; offset < length; offset += kChunk)
+    RETURN_IF_ERROR(Send(bytes.data() + offset, std::min<size_t>(kChunk, length - offset), DType::kU8, peer));
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::RecvBytes(std::string* bytes, int peer) {
+  uint64_t length = 0;
+  RETURN_IF_ERROR(Recv(&length, 1, DType::kI64, peer));
+  bytes->resize(length);
+  constexpr size_t kChunk = size_t{1} << 30;
+  for (size_t offset = 0; offset < length; offset += kChunk)
+    RETURN_IF_ERROR(Recv(bytes->data() + offset, std::min<size_t>(kChunk, length - offset), DType::kU8, peer));
+  return absl::OkStatus();
+}
+
 absl::Status MpiCommunicator::BroadcastBytes(std::string* bytes, int root) {
   RETURN_IF_ERROR(CheckUsable("BroadcastBytes"));
   if (root < 0 || root >= size_) {

@@ -66,6 +66,10 @@ class MpiCommunicator final : public Communicator {
   // Control plane. Broadcasts a byte string of any length from `root`: the root's *bytes is
   // sent, every other rank's *bytes is replaced (length first, then the payload).
   absl::Status BroadcastBytes(std::string* bytes, int root);
+  // Point-to-point byte strings of any length (length first, then the payload). Messages between
+  // two ranks on one communicator arrive in the order they were sent.
+  absl::Status SendBytes(const std::string& bytes, int peer);
+  absl::Status RecvBytes(std::string* bytes, int peer);
   absl::Status Barrier();
 
   const std::string& name() const { return name_; }

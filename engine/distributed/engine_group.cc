@@ -23,8 +23,9 @@ absl::Status AgreeOnStatus(MpiCommunicator& world, const absl::Status& local, co
 }  // namespace
 
 EngineGroup::~EngineGroup() {
-  // The engine's executor broadcasts the stop message when destroyed; engines first.
+  // The engine's executor sends the stop message when destroyed; engines before communicators.
   engine_.reset();
+  worker_.reset();
 }
 
 absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBuildOptions& options,
@@ -72,16 +73,36 @@ absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBui
   RETURN_IF_ERROR(world.AllGather(&mine, blocks.data(), 1, DType::kI32));
   const int32_t num_blocks = *std::min_element(blocks.begin(), blocks.end());
 
-  PipelineGroup pg{t, &world, g->groups_.pp.get()};
+  // Two control communicators, one per thread that uses them on rank 0 (the engine thread sends
+  // steps, a receiver thread takes sampled tokens). Waiting for the next step has no deadline: an
+  // idle server is not a failure.
+  ASSIGN_OR_RETURN(g->steps_comm_, world.Split(0, t.rank(), "steps"));
+  ASSIGN_OR_RETURN(g->results_comm_, world.Split(0, t.rank(), "results"));
+  g->steps_comm_->set_timeout(absl::InfiniteDuration());
+  g->results_comm_->set_timeout(absl::InfiniteDuration());
+  PipelineGroup pg{t, g->steps_comm_.get(), g->results_comm_.get(), g->groups_.pp.get()};
   if (t.rank() == 0) {
     const ModelRunner& r = **runner;
-    ASSIGN_OR_RETURN(g->engine_, BuildEngine(o, *config, r, num_blocks,
-                                             std::make_unique<PipelineStepExecutor>(std::move(*runner), pg),
-                                             g->tokenizer_));
+    auto executor = std::make_unique<PipelineStepExecutor>(std::move(*runner), pg);
+    g->executor_ = executor.get();
+    ASSIGN_OR_RETURN(g->engine_, BuildEngine(o, *config, r, num_blocks, std::move(executor), g->tokenizer_));
   } else {
     g->worker_ = std::make_unique<PipelineWorker>(std::move(*runner), pg);
   }
   return g;
+}
+
+void EngineGroup::ShutdownEngine() {
+  if (!engine_) return;
+  engine_->Shutdown(true);
+  timeline_ = executor_->timeline();
+  executor_ = nullptr;
+  engine_.reset();
+}
+
+const std::vector<StageSpan>& EngineGroup::timeline() const {
+  if (worker_) return worker_->timeline();
+  return executor_ ? executor_->timeline() : timeline_;
 }
 
 absl::Status EngineGroup::RunWorker() {

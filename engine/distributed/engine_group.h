@@ -30,18 +30,26 @@ class EngineGroup {
 
   bool is_scheduler() const { return engine_ != nullptr; }
   Engine* engine() { return engine_.get(); }  // world rank 0 only
+  // Rank 0: drains and destroys the engine, which stops the workers.
+  void ShutdownEngine();
   std::shared_ptr<const Tokenizer> tokenizer() const { return tokenizer_; }
   const Topology& topology() const { return topology_; }
   size_t weight_bytes() const { return weight_bytes_; }
   // Ranks other than 0: serve steps until rank 0 shuts the engine down.
   absl::Status RunWorker();
+  // When this rank's stage ran each micro-batch (for pipeline timelines).
+  const std::vector<StageSpan>& timeline() const;
+  MpiCommunicator& world() { return *groups_.world; }
 
  private:
   EngineGroup() = default;
   Topology topology_ = Topology::Single();
   ParallelGroups groups_;
+  std::unique_ptr<MpiCommunicator> steps_comm_, results_comm_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<PipelineWorker> worker_;
+  PipelineStepExecutor* executor_ = nullptr;  // owned by engine_
+  std::vector<StageSpan> timeline_;            // rank 0's, kept when the engine is gone
   std::shared_ptr<const Tokenizer> tokenizer_;
   size_t weight_bytes_ = 0;
 };

@@ -1,68 +1,146 @@
 #include "engine/distributed/pipeline_executor.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 
 namespace llm {
+namespace {
 
-absl::Status PipelineStage::RunLocal(const StepPlan& plan, absl::Span<const SampleRow> rows,
-                                     absl::Span<SampleResult> results) {
+// Every message starts with one byte: 1 when the step is healthy so far, 0 when a stage failed
+// (later stages then skip it, and rank 0 reports the failure).
+std::string WithFlag(bool ok, const std::string& body) { return std::string(1, ok ? 1 : 0) + body; }
+
+}  // namespace
+
+absl::Status PipelineStage::Run(const std::string& message, const StepPlan& plan, absl::Span<const SampleRow> rows,
+                                absl::Span<SampleResult> results, bool upstream_ok) {
   const Topology& t = group_.topology;
   const int32_t n = plan.num_tokens();
-  if (!t.is_first_stage()) {
-    Tensor in = runner_.HiddenInput(n);
-    RETURN_IF_ERROR(group_.pp->Recv(in.data(), in.numel(), in.dtype(), t.pp_stage() - 1));
+  absl::Status status = upstream_ok ? absl::OkStatus() : absl::AbortedError("an earlier stage failed this step");
+  const absl::Time begin = absl::Now();
+  Tensor hidden;
+  if (status.ok() && !t.is_first_stage()) {
+    hidden = runner_.HiddenInput(n);
+    status = group_.pp->Recv(hidden.data(), hidden.numel(), hidden.dtype(), t.pp_stage() - 1);
   }
-  ASSIGN_OR_RETURN(Tensor out, runner_.Forward(plan));
+  absl::StatusOr<Tensor> out = absl::AbortedError("not run");
+  if (status.ok()) {
+    out = runner_.Forward(plan);
+    if (!out.ok()) status = out.status();
+  }
   if (!t.is_last_stage()) {
-    RETURN_IF_ERROR(runner_.backend().Synchronize());
-    return group_.pp->Send(out.data(), out.numel(), out.dtype(), t.pp_stage() + 1);
+    if (status.ok()) status = runner_.backend().Synchronize();
+    timeline_.push_back({begin, absl::Now(), n});
+    // Forward the step (flagged) and, when healthy, the hidden state.
+    RETURN_IF_ERROR(group_.steps->SendBytes(WithFlag(status.ok(), message), t.RankAt(t.pp_stage() + 1, t.tp_rank())));
+    if (status.ok()) RETURN_IF_ERROR(group_.pp->Send(out->data(), out->numel(), out->dtype(), t.pp_stage() + 1));
+    return status;
   }
-  return runner_.Sample(out, rows, results);
+  if (status.ok()) status = runner_.Sample(*out, rows, results);
+  timeline_.push_back({begin, absl::Now(), n});
+  // The last stage's first TP rank reports to rank 0 (unless it is rank 0).
+  if (t.tp_rank() == 0 && t.rank() != 0) {
+    std::string body(reinterpret_cast<const char*>(results.data()), results.size() * sizeof(SampleResult));
+    RETURN_IF_ERROR(group_.results->SendBytes(WithFlag(status.ok(), body), 0));
+  }
+  return status;
 }
 
-absl::Status PipelineStage::Run(const StepPlan& plan, absl::Span<const SampleRow> rows,
-                                absl::Span<SampleResult> results) {
-  const Topology& t = group_.topology;
-  absl::Status local = RunLocal(plan, rows, results);
-  // Every rank learns whether any rank failed, so no rank waits for a step that will not come.
-  int32_t failed = local.ok() ? 0 : 1;
-  RETURN_IF_ERROR(group_.world->AllReduceSum(&failed, 1, DType::kI32));
-  if (!local.ok()) return local;
-  if (failed) return absl::InternalError("a step failed on another rank (see that rank's log)");
-  // Sampled tokens travel from the last stage's first TP rank to world rank 0.
-  const int last_stage_root = t.RankAt(t.pp_size() - 1, 0);
-  if (last_stage_root != 0 && !rows.empty()) {
-    const size_t bytes = rows.size() * sizeof(SampleResult);
-    if (t.rank() == last_stage_root) return group_.world->Send(results.data(), bytes, DType::kU8, 0);
-    if (t.rank() == 0) return group_.world->Recv(results.data(), bytes, DType::kU8, last_stage_root);
-  }
-  return absl::OkStatus();
+PipelineStepExecutor::PipelineStepExecutor(std::unique_ptr<ModelRunner> runner, const PipelineGroup& group)
+    : runner_(std::move(runner)), group_(group), stage_(*runner_, group_) {
+  if (group_.topology.pp_size() > 1) receiver_ = std::thread([this] { ReceiveResults(); });
 }
 
 PipelineStepExecutor::~PipelineStepExecutor() {
-  std::string stop;  // empty: the workers' stop message
-  (void)group_.world->BroadcastBytes(&stop, 0);
+  // The empty message stops the workers; stage 0 peers get it from here, later stages forwarded.
+  const Topology& t = group_.topology;
+  for (int r = 1; r < t.tp_size(); ++r) (void)group_.steps->SendBytes(std::string(), r);
+  if (t.pp_size() > 1) (void)group_.steps->SendBytes(std::string(), t.RankAt(1, 0));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (receiver_.joinable()) receiver_.join();
 }
 
-absl::Status PipelineStepExecutor::Execute(const StepPlan& plan, absl::Span<const SampleRow> rows,
-                                           absl::Span<SampleResult> results) {
+void PipelineStepExecutor::ReceiveResults() {
+  const Topology& t = group_.topology;
+  const int from = t.RankAt(t.pp_size() - 1, 0);
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || expected_ > 0; });
+      if (expected_ == 0) return;  // stopping with nothing outstanding
+    }
+    std::string bytes;
+    absl::Status s = group_.results->RecvBytes(&bytes, from);
+    std::lock_guard<std::mutex> lock(mu_);
+    --expected_;
+    if (s.ok()) received_.push_back(std::move(bytes));
+    else received_.push_back(s);
+    cv_.notify_all();
+  }
+}
+
+absl::Status PipelineStepExecutor::Launch(const StepPlan& plan, absl::Span<const SampleRow> rows) {
+  const Topology& t = group_.topology;
   EncodeStepMessage(plan, rows, message_);
-  RETURN_IF_ERROR(group_.world->BroadcastBytes(&message_, 0));
-  return stage_.Run(plan, rows, results);
+  const std::string flagged = WithFlag(true, message_);
+  for (int r = 1; r < t.tp_size(); ++r) RETURN_IF_ERROR(group_.steps->SendBytes(flagged, r));
+  if (t.pp_size() > 1) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++expected_;
+    cv_.notify_all();
+  }
+  local_results_.resize(rows.size());
+  const absl::Status s = stage_.Run(message_, plan, rows, absl::MakeSpan(local_results_), true);
+  // With PP > 1 a local failure is also forwarded and comes back through Collect.
+  return t.pp_size() > 1 ? absl::OkStatus() : s;
+}
+
+absl::Status PipelineStepExecutor::Collect(absl::Span<SampleResult> results) {
+  if (group_.topology.pp_size() == 1) {
+    if (results.size() != local_results_.size()) return absl::InternalError("collect does not match the launch");
+    std::copy(local_results_.begin(), local_results_.end(), results.begin());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> bytes;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !received_.empty(); });
+    bytes = std::move(received_.front());
+    received_.pop_front();
+  }
+  if (!bytes.ok()) return bytes.status();
+  if (bytes->empty() || (*bytes)[0] == 0) return absl::InternalError("a pipeline stage failed this step (see its log)");
+  if (bytes->size() - 1 != results.size() * sizeof(SampleResult))
+    return absl::InternalError("sampled tokens do not match the launched step");
+  std::memcpy(results.data(), bytes->data() + 1, bytes->size() - 1);
+  return absl::OkStatus();
 }
 
 absl::Status PipelineWorker::Run() {
+  const Topology& t = group_.topology;
+  const int from = t.is_first_stage() ? 0 : t.RankAt(t.pp_stage() - 1, t.tp_rank());
   std::string bytes;
   StepMessage message;
   std::vector<SampleResult> results;
   for (;;) {
-    RETURN_IF_ERROR(group_.world->BroadcastBytes(&bytes, 0));
-    if (bytes.empty()) return absl::OkStatus();
-    RETURN_IF_ERROR(DecodeStepMessage(bytes, message));
-    results.resize(message.rows.size());
-    absl::Status s = stage_.Run(message.plan, message.rows, absl::MakeSpan(results));
-    // A failed step is reported by rank 0 to its requests; the worker keeps serving.
-    if (!s.ok()) std::fprintf(stderr, "rank %d: step failed: %s\n", group_.topology.rank(), std::string(s.message()).c_str());
+    RETURN_IF_ERROR(group_.steps->RecvBytes(&bytes, from));
+    if (bytes.empty()) {  // stop: pass it on down the pipeline
+      if (!t.is_last_stage())
+        RETURN_IF_ERROR(group_.steps->SendBytes(std::string(), t.RankAt(t.pp_stage() + 1, t.tp_rank())));
+      return absl::OkStatus();
+    }
+    const bool upstream_ok = bytes[0] != 0;
+    const std::string body = bytes.substr(1);
+    RETURN_IF_ERROR(DecodeStepMessage(body, message));
+    results.assign(message.rows.size(), SampleResult{});
+    absl::Status s = stage_.Run(body, message.plan, message.rows, absl::MakeSpan(results), upstream_ok);
+    if (!s.ok() && upstream_ok)
+      std::fprintf(stderr, "rank %d: step failed: %s\n", t.rank(), std::string(s.message()).c_str());
   }
 }
 

@@ -1,16 +1,25 @@
-// Runs StepPlans over a tensor x pipeline parallel group. The control plane is MPI: the scheduling
-// rank (world rank 0) broadcasts each step's StepMessage to every rank. The data plane is the
-// communicator each ModelRunner was built with: TP all-reduces inside the decoder, hidden states
-// stage to stage over the PP group, sampled tokens from the last stage back to rank 0.
+// Runs StepPlans over a tensor x pipeline parallel group, keeping up to PP micro-batches in
+// flight so that every stage works at once.
 //
-// Step on one rank: [receive hidden from the previous stage] -> Forward(this stage's layers) ->
-// [send hidden to the next stage | sample (last stage)] -> agree on success with every rank.
+// Control plane (MPI, host): world rank 0 (stage 0, TP rank 0) sends each step's StepMessage to
+// the other ranks of stage 0; every stage forwards it, with its hidden state, to the same TP rank
+// of the next stage; the last stage's TP rank 0 sends the sampled tokens back to rank 0, where a
+// receiver thread queues them. Nothing is collective across stages, so stage s works on
+// micro-batch i while stage s+1 works on micro-batch i-1; each stage handles micro-batches in
+// launch order, which also keeps KV blocks safe to reuse as soon as the scheduler frees them.
+// Data plane: TP all-reduces inside the decoder (the runner's communicator), hidden states over
+// the PP group.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "engine/distributed/step_message.h"
 #include "engine/engine.h"
 #include "engine/runtime/model_runner.h"
@@ -20,48 +29,71 @@
 
 namespace llm {
 
-struct PipelineGroup {
-  Topology topology;
-  MpiCommunicator* world = nullptr;  // control plane
-  Communicator* pp = nullptr;        // hidden states between stages (group rank = stage)
+// When a stage ran one micro-batch (for timelines).
+struct StageSpan {
+  absl::Time begin, end;
+  int32_t tokens = 0;
 };
 
-// The part every rank runs for one step.
+struct PipelineGroup {
+  Topology topology;
+  MpiCommunicator* steps = nullptr;    // control: step messages (waits without deadline)
+  MpiCommunicator* results = nullptr;  // control: sampled tokens back to rank 0
+  Communicator* pp = nullptr;          // data: hidden states between stages (group rank = stage)
+};
+
+// One micro-batch on one rank: receive the hidden state, run this stage's layers, then forward
+// the message and hidden state, or sample (last stage).
 class PipelineStage {
  public:
   PipelineStage(ModelRunner& runner, const PipelineGroup& group) : runner_(runner), group_(group) {}
-  // `results` is filled on the last stage's ranks (and, from there, on world rank 0).
-  absl::Status Run(const StepPlan& plan, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results);
+  // `message` is the encoded StepMessage; `ok` false marks a step that failed upstream (forwarded
+  // without compute, so that every rank stays in step).
+  absl::Status Run(const std::string& message, const StepPlan& plan, absl::Span<const SampleRow> rows,
+                   absl::Span<SampleResult> results, bool upstream_ok);
+  const std::vector<StageSpan>& timeline() const { return timeline_; }
 
  private:
-  absl::Status RunLocal(const StepPlan& plan, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results);
   ModelRunner& runner_;
   PipelineGroup group_;
+  std::vector<StageSpan> timeline_;
 };
 
 // World rank 0: the engine's executor.
 class PipelineStepExecutor final : public StepExecutor {
  public:
-  PipelineStepExecutor(std::unique_ptr<ModelRunner> runner, const PipelineGroup& group)
-      : runner_(std::move(runner)), group_(group), stage_(*runner_, group_) {}
-  ~PipelineStepExecutor() override;  // tells the workers to stop
-  absl::Status Execute(const StepPlan& plan, absl::Span<const SampleRow> rows,
-                       absl::Span<SampleResult> results) override;
-  ModelRunner& runner() { return *runner_; }
+  PipelineStepExecutor(std::unique_ptr<ModelRunner> runner, const PipelineGroup& group);
+  ~PipelineStepExecutor() override;  // stops the workers
+  absl::Status Launch(const StepPlan& plan, absl::Span<const SampleRow> rows) override;
+  absl::Status Collect(absl::Span<SampleResult> results) override;
+  int max_in_flight() const override { return group_.topology.pp_size(); }
+  const std::vector<StageSpan>& timeline() const { return stage_.timeline(); }
 
  private:
+  void ReceiveResults();
+
   std::unique_ptr<ModelRunner> runner_;
   PipelineGroup group_;
   PipelineStage stage_;
   std::string message_;
+  std::vector<SampleResult> local_results_;
+
+  // Results from the last stage (PP > 1), filled by the receiver thread.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t expected_ = 0;  // launched steps whose results are still to be received
+  bool stop_ = false;
+  std::deque<absl::StatusOr<std::string>> received_;
+  std::thread receiver_;
 };
 
-// Every other rank: runs broadcast steps until the stop message.
+// Every other rank: runs forwarded steps until the stop message.
 class PipelineWorker {
  public:
   PipelineWorker(std::unique_ptr<ModelRunner> runner, const PipelineGroup& group)
       : runner_(std::move(runner)), group_(group), stage_(*runner_, group_) {}
   absl::Status Run();
+  const std::vector<StageSpan>& timeline() const { return stage_.timeline(); }
 
  private:
   std::unique_ptr<ModelRunner> runner_;

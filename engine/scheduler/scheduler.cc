@@ -35,7 +35,10 @@ bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& schedul
   const int32_t bs = options_.block_size;
 
   // 1. Running sequences, highest priority first; preempt from the other end when short of blocks.
-  std::vector<Sequence*> order(running_.begin(), running_.end());
+  // Sequences in an in-flight step are neither scheduled again nor preempted until it returns.
+  std::vector<Sequence*> order;
+  for (Sequence* seq : running_)
+    if (!seq->in_flight) order.push_back(seq);
   size_t end = order.size();
   for (size_t i = 0; i < end && budget > 0 && static_cast<int32_t>(scheduled.size()) < options_.max_seqs; ++i) {
     Sequence* seq = order[i];

@@ -26,6 +26,7 @@ struct Sequence {
   int32_t num_computed = 0;     // tokens whose K/V is in the cache
   KvBlockTable blocks;
   bool running = false;
+  bool in_flight = false;       // in a launched step whose tokens have not come back
   int32_t preemptions = 0;
 
   absl::Time arrival;

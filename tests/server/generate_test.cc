@@ -1,0 +1,288 @@
+// End to end against a real `llm serve` process: generation through gRPC. Concurrent streams
+// must produce exactly what each request produces alone; streamed output must equal the unary
+// output; cancellation and deadlines must end requests and free their KV cache blocks.
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/runtime/fixture_reference.h"
+#include "tests/server/server_process.h"
+
+namespace llm::testing {
+namespace {
+
+class GenerateTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = ServerProcess::Start({"--model", TokenizerModelDir()}).release(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    stub_ = server_->NewStub();
+  }
+
+  static ServerProcess* server_;
+  std::unique_ptr<v1::Llm::Stub> stub_;
+};
+
+ServerProcess* GenerateTest::server_ = nullptr;
+
+// 64 requests of every kind: fixture prompts (whose greedy tokens the reference knows), random
+// token-id prompts of 1..200 tokens, text prompts; greedy, seeded sampling with top-k/top-p/min-p,
+// penalties, logprobs, EOS honoured or not, priorities.
+std::vector<v1::GenerateRequest> MixedRequests() {
+  const auto fixtures = LoadFixturePrompts("llama-tiny");
+  const char* texts[] = {"the quick brown fox", "hello world", "once upon a time there was", "a", "é ü 你好 🙂"};
+  std::mt19937 rng(7);
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < 64; ++i) {
+    v1::GenerateRequest r;
+    if (i < 4) {
+      r = GreedyIds(fixtures[i].prompt, 24);
+    } else {
+      std::vector<int32_t> prompt(1 + rng() % 200);
+      for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % 384);
+      r = GreedyIds(prompt, 1 + static_cast<int>(rng() % 48));
+      if (i % 8 == 5) r.set_text(texts[i % 5]);
+    }
+    r.set_request_id(absl::StrCat("mixed-", i));
+    switch (i < 4 ? 0 : i % 6) {
+      case 2:  // seeded sampling: reproducible whatever the batch
+        r.mutable_sampling()->set_temperature(0.8f);
+        r.mutable_sampling()->set_top_k(40);
+        r.mutable_sampling()->set_top_p(0.95f);
+        r.mutable_sampling()->set_seed(1000 + i);
+        break;
+      case 3:
+        r.mutable_sampling()->set_temperature(1.2f);
+        r.mutable_sampling()->set_min_p(0.05f);
+        r.mutable_sampling()->set_repetition_penalty(1.2f);
+        r.mutable_sampling()->set_presence_penalty(0.5f);
+        r.mutable_sampling()->set_frequency_penalty(0.3f);
+        r.mutable_sampling()->set_seed(7 * i);
+        break;
+      case 4:
+        r.set_top_logprobs(3);
+        r.mutable_stopping()->set_ignore_eos(false);
+        break;
+      case 5:
+        r.set_priority(static_cast<int32_t>(rng() % 3) - 1);
+        r.mutable_stopping()->add_stop_token_ids(static_cast<int32_t>(rng() % 384));
+        break;
+    }
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+void ExpectSameOutput(const v1::GenerateResponse& a, const v1::GenerateResponse& b) {
+  EXPECT_EQ(Ids(a), Ids(b));
+  EXPECT_EQ(a.text(), b.text());
+  EXPECT_EQ(a.finish_reason(), b.finish_reason());
+  EXPECT_EQ(a.usage().prompt_tokens(), b.usage().prompt_tokens());
+  EXPECT_EQ(a.usage().completion_tokens(), b.usage().completion_tokens());
+  ASSERT_EQ(a.logprobs_size(), b.logprobs_size());
+  for (int i = 0; i < a.logprobs_size(); ++i) {
+    EXPECT_EQ(a.logprobs(i).token_id(), b.logprobs(i).token_id());
+    EXPECT_NEAR(a.logprobs(i).logprob(), b.logprobs(i).logprob(), 1e-4);
+    ASSERT_EQ(a.logprobs(i).top_size(), b.logprobs(i).top_size());
+  }
+}
+
+TEST_F(GenerateTest, SixtyFourConcurrentStreamsEqualSoloRunsAndUnary) {
+  const auto requests = MixedRequests();
+  const auto fixtures = LoadFixturePrompts("llama-tiny");
+  // Alone, one after the other: the streamed output equals the unary one.
+  std::vector<v1::GenerateResponse> solo;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(requests[i].request_id());
+    const CallResult streamed = Stream(*stub_, requests[i]);
+    const CallResult unary = Complete(*stub_, requests[i]);
+    ASSERT_TRUE(streamed.status.ok()) << streamed.status.error_message();
+    ASSERT_TRUE(unary.status.ok()) << unary.status.error_message();
+    ExpectSameOutput(streamed.merged, unary.merged);
+    EXPECT_EQ(streamed.merged.request_id(), requests[i].request_id());
+    for (size_t p = 0; p + 1 < streamed.parts.size(); ++p)
+      EXPECT_EQ(streamed.parts[p].finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
+    if (i < 4) EXPECT_EQ(Ids(streamed.merged), fixtures[i].greedy);  // the reference's own tokens
+    if (requests[i].stopping().ignore_eos() && requests[i].stopping().stop_token_ids().empty()) {
+      EXPECT_EQ(streamed.merged.finish_reason(), v1::FINISH_REASON_LENGTH);
+      EXPECT_EQ(streamed.merged.token_ids_size(), requests[i].stopping().max_tokens());
+    }
+    if (requests[i].top_logprobs() > 0) {
+      ASSERT_EQ(streamed.merged.logprobs_size(), streamed.merged.token_ids_size());
+      for (const auto& lp : streamed.merged.logprobs()) EXPECT_EQ(lp.top_size(), 3);
+    }
+    if (requests[i].prompt_case() == v1::GenerateRequest::kText) EXPECT_FALSE(streamed.merged.text().empty());
+    solo.push_back(streamed.merged);
+  }
+  // All at once.
+  std::vector<CallResult> concurrent(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto stub = server_->NewStub();
+      concurrent[i] = Stream(*stub, requests[i]);
+    });
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(requests[i].request_id());
+    ASSERT_TRUE(concurrent[i].status.ok()) << concurrent[i].status.error_message();
+    ExpectSameOutput(concurrent[i].merged, solo[i]);
+  }
+  EXPECT_EQ(server_->Metric("llm_kv_cache_blocks_used"), 0);
+  EXPECT_GE(server_->Metric("llm_requests_finished_total{finish_reason=\"length\"}"), 64);
+}
+
+TEST_F(GenerateTest, StopStringsEndTextIdenticallyStreamedAndUnary) {
+  v1::GenerateRequest request;
+  request.set_text("once upon a time");
+  request.mutable_sampling()->set_temperature(0);
+  request.mutable_stopping()->set_max_tokens(40);
+  request.mutable_stopping()->set_ignore_eos(true);
+  const CallResult free_run = Complete(*stub_, request);
+  ASSERT_TRUE(free_run.status.ok()) << free_run.status.error_message();
+  const std::string text = free_run.merged.text();
+  ASSERT_GE(text.size(), 12u);
+  // A stop string from the middle of the free-running output.
+  const std::string stop = text.substr(text.size() / 2, 3);
+  request.mutable_stopping()->add_stop(stop);
+  const CallResult streamed = Stream(*stub_, request);
+  const CallResult unary = Complete(*stub_, request);
+  ASSERT_TRUE(streamed.status.ok()) << streamed.status.error_message();
+  ASSERT_TRUE(unary.status.ok());
+  ExpectSameOutput(streamed.merged, unary.merged);
+  EXPECT_EQ(streamed.merged.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(streamed.merged.text(), text.substr(0, text.find(stop)));
+  EXPECT_LT(streamed.merged.token_ids_size(), 40);
+}
+
+TEST_F(GenerateTest, TokenizeDetokenizeAndModelInfo) {
+  grpc::ClientContext c1, c2, c3;
+  v1::TokenizeRequest tokenize;
+  tokenize.set_text("hello world");
+  v1::TokenizeResponse ids;
+  ASSERT_TRUE(stub_->Tokenize(&c1, tokenize, &ids).ok());
+  EXPECT_GT(ids.token_ids_size(), 0);
+  EXPECT_LT(ids.token_ids_size(), 11);  // merges apply
+  v1::DetokenizeRequest detokenize;
+  *detokenize.mutable_token_ids() = ids.token_ids();
+  v1::DetokenizeResponse text;
+  ASSERT_TRUE(stub_->Detokenize(&c2, detokenize, &text).ok());
+  EXPECT_EQ(text.text(), "hello world");
+  v1::ModelInfoResponse info;
+  ASSERT_TRUE(stub_->ModelInfo(&c3, v1::ModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.architecture(), "llama");
+  EXPECT_EQ(info.context_length(), 512);
+  EXPECT_EQ(info.vocab_size(), 384);
+  EXPECT_EQ(info.weights_dtype(), "float32");
+  EXPECT_EQ(info.tensor_parallel_size(), 1);
+  EXPECT_EQ(info.pipeline_parallel_size(), 1);
+  EXPECT_TRUE(info.has_tokenizer());
+  EXPECT_GT(info.limits().kv_cache_blocks(), 0);
+  EXPECT_EQ(info.limits().max_top_logprobs(), 20);
+  EXPECT_EQ(server_->Health(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// Long requests, cancelled by their clients after the first tokens: each call ends CANCELLED,
+// the engine drops them (counted as cancelled) and every KV cache block returns to the pool.
+TEST_F(GenerateTest, CancellationMidStreamFreesBlocks) {
+  constexpr int kStreams = 8, kMaxTokens = 470;
+  const double cancelled_before = server_->Metric("llm_requests_finished_total{finish_reason=\"cancelled\"}");
+  const double generated_before = server_->Metric("llm_generated_tokens_total");
+  std::vector<grpc::ClientContext> contexts(kStreams);
+  std::vector<grpc::Status> statuses(kStreams);
+  std::vector<int> received(kStreams, 0);
+  std::atomic<int> started{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i)
+    threads.emplace_back([&, i] {
+      auto stub = server_->NewStub();
+      std::vector<int32_t> prompt(32);
+      for (int j = 0; j < 32; ++j) prompt[j] = (i * 31 + j * 7) % 384;
+      auto reader = stub->Generate(&contexts[i], GreedyIds(prompt, kMaxTokens));
+      v1::GenerateResponse part;
+      while (reader->Read(&part)) {
+        if (received[i] == 0) started.fetch_add(1);
+        received[i] += part.token_ids_size();
+      }
+      statuses[i] = reader->Finish();
+    });
+  ASSERT_TRUE(WaitFor([&] { return started.load() == kStreams; }, absl::Seconds(30)));
+  EXPECT_GT(server_->Metric("llm_kv_cache_blocks_used"), 0);
+  for (auto& context : contexts) context.TryCancel();
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_EQ(statuses[i].error_code(), grpc::StatusCode::CANCELLED) << i;
+    EXPECT_LT(received[i], kMaxTokens) << i;
+  }
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const auto m = server_->Metrics();
+        return m.at("llm_kv_cache_blocks_used") == 0 && m.at("llm_requests_running") == 0 &&
+               m.at("llm_requests_finished_total{finish_reason=\"cancelled\"}") == cancelled_before + kStreams;
+      },
+      absl::Seconds(5)))
+      << "blocks still held or requests not counted as cancelled";
+  EXPECT_LT(server_->Metric("llm_generated_tokens_total") - generated_before, kStreams * kMaxTokens);
+}
+
+TEST_F(GenerateTest, ExpiredDeadlinesEndWithDeadlineExceeded) {
+  // Already expired when sent.
+  const CallResult expired = Stream(*stub_, GreedyIds({1, 2, 3}, 10), absl::Milliseconds(-1));
+  EXPECT_EQ(expired.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // Expiring mid-generation: the requests stop early and free their blocks.
+  const double deadline_before = server_->Metric("llm_requests_finished_total{finish_reason=\"deadline\"}");
+  constexpr int kCalls = 4;
+  std::vector<CallResult> results(kCalls);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCalls; ++i)
+    threads.emplace_back([&, i] {
+      auto stub = server_->NewStub();
+      results[i] = Stream(*stub, GreedyIds({5, 6, 7, 8, i}, 480), absl::Milliseconds(60));
+    });
+  for (std::thread& t : threads) t.join();
+  for (const CallResult& r : results) {
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << r.status.error_message();
+    EXPECT_LT(r.merged.token_ids_size(), 480);
+  }
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const auto m = server_->Metrics();
+        return m.at("llm_kv_cache_blocks_used") == 0 &&
+               m.at("llm_requests_finished_total{finish_reason=\"deadline\"}") == deadline_before + kCalls;
+      },
+      absl::Seconds(5)));
+}
+
+// The example C++ client against the same server.
+TEST_F(GenerateTest, ExampleClientPrintsTheSameResult) {
+  const v1::GenerateRequest request = GreedyIds({10, 20, 30, 40}, 12);
+  const CallResult expected = Complete(*stub_, request);
+  ASSERT_TRUE(expected.status.ok());
+  for (const char* mode : {"", " --unary"}) {
+    const std::string cmd = absl::StrCat(LLM_BINARY_DIR, "/bin/llm_client generate --server ", server_->address(),
+                                         " --prompt-ids 10,20,30,40 --max-tokens 12 --temperature 0 --ignore-eos --json",
+                                         mode);
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ASSERT_EQ(pclose(p), 0) << cmd;
+    const nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << out;
+    EXPECT_EQ(j["token_ids"].get<std::vector<int32_t>>(), Ids(expected.merged));
+    EXPECT_EQ(j["text"], expected.merged.text());
+    EXPECT_EQ(j["finish_reason"], "length");
+  }
+}
+
+}  // namespace
+}  // namespace llm::testing

@@ -1,7 +1,8 @@
 #include "engine/engine_builder.h"
 
 #include "absl/strings/str_cat.h"
-#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/backend_factory.h"
+#include "engine/model/dummy_weights.h"
 
 namespace llm {
 
@@ -11,14 +12,21 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadTokenizerIfPresent(const st
   return std::shared_ptr<const Tokenizer>(std::move(tokenizer));
 }
 
+absl::StatusOr<std::unique_ptr<Backend>> BuildBackend(const EngineBuildOptions& o) {
+  BackendOptions b;
+  ASSIGN_OR_RETURN(b.device, ParseDeviceKind(o.device));
+  if (o.dtype != "auto") {
+    ASSIGN_OR_RETURN(DType dtype, ParseDType(o.dtype));
+    b.dtype = dtype;
+  }
+  b.device_index = o.device_index;
+  b.num_threads = o.num_threads;
+  return CreateBackend(b);
+}
+
 absl::StatusOr<std::unique_ptr<ModelRunner>> BuildModelRunner(const EngineBuildOptions& o, const ModelConfig& config,
-                                                              const ShardSpec& shard, Communicator* tp_comm) {
-  ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(o.model_dir));
-  if (o.device != "cpu")
-    return absl::UnimplementedError(absl::StrCat("device '", o.device, "' is not available in this build"));
-  if (o.dtype != "auto" && o.dtype != "fp32" && o.dtype != "float32")
-    return absl::InvalidArgumentError(absl::StrCat("the CPU backend computes in fp32; --dtype ", o.dtype, " is not supported"));
-  auto backend = std::make_unique<CpuBackend>(o.num_threads);
+                                                              const ShardSpec& shard, std::unique_ptr<Backend> backend,
+                                                              Communicator* tp_comm) {
   ModelRunnerOptions ro;
   ro.limits.max_tokens = o.max_tokens_per_step;
   ro.limits.max_seqs = o.max_seqs;
@@ -27,7 +35,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> BuildModelRunner(const EngineBuildO
   ro.kv_cache_fraction = o.kv_cache_fraction;
   ro.max_context = o.max_context;
   ro.shard = shard;
+  if (o.dummy_weights) {
+    ASSIGN_OR_RETURN(auto weights, CreateDummyWeights(config, shard, *backend));
+    return ModelRunner::CreateFromWeights(config, std::move(weights), std::move(backend), tp_comm, ro);
+  }
   // The checkpoint's mapping is only needed while loading: weights then live in backend memory.
+  ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(o.model_dir));
   return ModelRunner::Create(config, *checkpoint, std::move(backend), tp_comm, ro);
 }
 
@@ -59,7 +72,8 @@ absl::StatusOr<BuiltEngine> BuildLocalEngine(const EngineBuildOptions& o) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(o.model_dir));
   BuiltEngine built;
   ASSIGN_OR_RETURN(built.tokenizer, LoadTokenizerIfPresent(o.model_dir));
-  ASSIGN_OR_RETURN(auto runner, BuildModelRunner(o, config, ShardSpec{}, nullptr));
+  ASSIGN_OR_RETURN(auto backend, BuildBackend(o));
+  ASSIGN_OR_RETURN(auto runner, BuildModelRunner(o, config, ShardSpec{}, std::move(backend), nullptr));
   built.weight_bytes = runner->weight_bytes();
   built.kv_cache_bytes = runner->kv_cache_bytes();
   const auto blocks = static_cast<int32_t>(runner->kv_shape().num_blocks);

@@ -24,6 +24,8 @@ struct EngineBuildOptions {
   double kv_cache_fraction = 0.9;
   int64_t max_context = 0;      // 0: the model's max_position_embeddings
   int32_t max_queue = 1024;
+  bool dummy_weights = false;   // random weights in the config's shapes; no checkpoint files
+  int device_index = 0;         // CUDA device (a multi-rank group uses each rank's local rank)
 };
 
 struct BuiltEngine {
@@ -36,8 +38,10 @@ struct BuiltEngine {
 absl::StatusOr<BuiltEngine> BuildLocalEngine(const EngineBuildOptions& options);
 
 // The pieces BuildLocalEngine and the multi-rank builder share.
+absl::StatusOr<std::unique_ptr<Backend>> BuildBackend(const EngineBuildOptions& options);
 absl::StatusOr<std::unique_ptr<ModelRunner>> BuildModelRunner(const EngineBuildOptions& options,
                                                               const ModelConfig& config, const ShardSpec& shard,
+                                                              std::unique_ptr<Backend> backend,
                                                               Communicator* tp_comm);
 // An engine over `executor`, with limits taken from `runner` (any rank's: they agree) and
 // `num_kv_blocks` blocks in the scheduler's pool.

@@ -159,6 +159,9 @@ class Backend {
   // Converts `count` host elements of a floating `src_dtype` into device tensor `dst` (its dtype).
   virtual absl::Status UploadConverted(const void* src, DType src_dtype, Tensor dst) = 0;
   virtual absl::Status Synchronize() = 0;
+  // The device stream ops run on (cudaStream_t for CUDA), for device communicators that must
+  // enqueue on it; null for the CPU backend.
+  virtual void* native_stream() const { return nullptr; }
 
   // --- ops ---
   // out[t] = table[ids[t] - vocab_offset], zeros where the id falls outside this shard's rows.

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "parallel/nccl_communicator.h"
 
 namespace llm {
 namespace {
@@ -26,6 +27,8 @@ EngineGroup::~EngineGroup() {
   // The engine's executor sends the stop message when destroyed; engines before communicators.
   engine_.reset();
   worker_.reset();
+  device_tp_.reset();
+  device_pp_.reset();
 }
 
 absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBuildOptions& options,
@@ -58,7 +61,29 @@ absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBui
       shard.tp_size = t.tp_size();
       shard.first_layer = layers->begin;
       shard.end_layer = layers->end;
-      runner = BuildModelRunner(o, *config, shard, g->groups_.tp.get());
+      o.device_index = t.device();
+      absl::StatusOr<std::unique_ptr<Backend>> backend = BuildBackend(o);
+      if (!backend.ok()) {
+        runner = backend.status();
+      } else {
+        // Host backends reduce over MPI; device backends over NCCL, on their own stream.
+        Communicator* tp_comm = g->groups_.tp.get();
+        if ((*backend)->device().kind == DeviceKind::kCuda) {
+          NcclOptions nccl;
+          nccl.device = t.device();
+          nccl.timeout = parallel.comm_timeout;
+          absl::StatusOr<std::unique_ptr<DeviceCommunicator>> tp = CreateNcclCommunicator(*g->groups_.tp, (*backend)->native_stream(), nccl);
+          absl::StatusOr<std::unique_ptr<DeviceCommunicator>> pp = CreateNcclCommunicator(*g->groups_.pp, (*backend)->native_stream(), nccl);
+          if (tp.ok() && pp.ok()) {
+            g->device_tp_ = std::move(*tp);
+            g->device_pp_ = std::move(*pp);
+            tp_comm = g->device_tp_.get();
+          } else {
+            runner = tp.ok() ? pp.status() : tp.status();
+          }
+        }
+        if (tp_comm == g->groups_.tp.get() || g->device_tp_) runner = BuildModelRunner(o, *config, shard, std::move(*backend), tp_comm);
+      }
     }
   }
   absl::StatusOr<std::shared_ptr<const Tokenizer>> tokenizer = std::shared_ptr<const Tokenizer>();
@@ -80,7 +105,8 @@ absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBui
   ASSIGN_OR_RETURN(g->results_comm_, world.Split(0, t.rank(), "results"));
   g->steps_comm_->set_timeout(absl::InfiniteDuration());
   g->results_comm_->set_timeout(absl::InfiniteDuration());
-  PipelineGroup pg{t, g->steps_comm_.get(), g->results_comm_.get(), g->groups_.pp.get()};
+  Communicator* pp_data = g->device_pp_ ? g->device_pp_.get() : static_cast<Communicator*>(g->groups_.pp.get());
+  PipelineGroup pg{t, g->steps_comm_.get(), g->results_comm_.get(), pp_data};
   if (t.rank() == 0) {
     const ModelRunner& r = **runner;
     auto executor = std::make_unique<PipelineStepExecutor>(std::move(*runner), pg);

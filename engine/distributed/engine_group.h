@@ -46,6 +46,8 @@ class EngineGroup {
   Topology topology_ = Topology::Single();
   ParallelGroups groups_;
   std::unique_ptr<MpiCommunicator> steps_comm_, results_comm_;
+  // Device data plane (CUDA): NCCL communicators on the backend's stream.
+  std::unique_ptr<Communicator> device_tp_, device_pp_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<PipelineWorker> worker_;
   PipelineStepExecutor* executor_ = nullptr;  // owned by engine_

@@ -23,6 +23,7 @@ void ModelFlags::Register(FlagSet& f) {
   f.Int("tp", &tp, "tensor-parallel ranks (launch TP*PP ranks with mpirun)");
   f.Int("pp", &pp, "pipeline stages");
   f.String("layers-per-stage", &layers_per_stage, "comma-separated layer counts per stage (default: even split)");
+  f.Bool("dummy-weights", &dummy_weights, "random weights in the shapes of --model's config.json (benchmarks)");
 }
 
 bool ModelFlags::Distributed() const { return tp * pp > 1 || MpiRuntime::LaunchedByMpiLauncher(); }

@@ -71,6 +71,7 @@ class CudaBackend final : public Backend {
 
   // --- CUDA-specific ---
   CUstream_st* stream() const;
+  void* native_stream() const override { return stream(); }
   const CudaBackendOptions& options() const;
   CudaBackendOptions& mutable_options();  // e.g. to compare GEMV and cuBLASLt in a benchmark
   std::string device_name() const;

@@ -106,7 +106,8 @@ void Drain(const sigset_t& signals, absl::Duration timeout, server::ServingState
   state.StartDraining();
   endpoints.grpc().SetServing(false);
   std::fprintf(stderr, "llm serve: draining (new requests are refused; running ones finish)\n");
-  const absl::Time give_up = absl::Now() + timeout;
+  const absl::Time start = absl::Now();
+  const absl::Time give_up = start + timeout;
   while (!state.WaitUntilIdle(absl::Milliseconds(50))) {
     if (WaitForSignal(signals, absl::ZeroDuration()) != 0) {
       std::fprintf(stderr, "llm serve: second signal: cancelling %d running requests\n", state.CancelAll());
@@ -115,9 +116,13 @@ void Drain(const sigset_t& signals, absl::Duration timeout, server::ServingState
     }
   }
   engine.Shutdown(/*drain=*/true);
+  std::fprintf(stderr, "llm serve: every request finished after %.0f ms\n",
+               absl::ToDoubleMilliseconds(absl::Now() - start));
   // Every request has its last update; give the calls a moment to deliver it.
-  endpoints.Stop(absl::Seconds(5));
-  std::fprintf(stderr, "llm serve: stopped\n");
+  if (!state.WaitForCallsDone(absl::Seconds(5)))
+    std::fprintf(stderr, "llm serve: some calls did not end in time; they are cancelled\n");
+  endpoints.Stop(absl::ZeroDuration());
+  std::fprintf(stderr, "llm serve: stopped after %.0f ms\n", absl::ToDoubleMilliseconds(absl::Now() - start));
 }
 
 }  // namespace

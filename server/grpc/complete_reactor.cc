@@ -9,6 +9,7 @@ namespace llm::server {
 CompleteReactor::CompleteReactor(ServingState& state, grpc::CallbackServerContext* context,
                                  const v1::GenerateRequest& request, v1::GenerateResponse* response)
     : state_(state), request_id_(request.request_id()), response_(response) {
+  state_.CallStarted();
   absl::StatusOr<RequestId> id = state_.SubmitGeneration(
       request, CallDeadline(*context), [this](RequestOutput output) { OnOutput(std::move(output)); });
   if (!id.ok()) {
@@ -32,5 +33,11 @@ void CompleteReactor::OnOutput(RequestOutput output) {
 }
 
 void CompleteReactor::OnCancel() { state_.Cancel(id_); }
+
+void CompleteReactor::OnDone() {
+  ServingState& state = state_;
+  delete this;
+  state.CallDone();
+}
 
 }  // namespace llm::server

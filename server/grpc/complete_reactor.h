@@ -18,7 +18,7 @@ class CompleteReactor final : public grpc::ServerUnaryReactor {
                   v1::GenerateResponse* response);
 
   void OnCancel() override;
-  void OnDone() override { delete this; }
+  void OnDone() override;
 
  private:
   void OnOutput(RequestOutput output);  // engine thread

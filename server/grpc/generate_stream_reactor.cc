@@ -9,6 +9,7 @@ namespace llm::server {
 GenerateStreamReactor::GenerateStreamReactor(ServingState& state, grpc::CallbackServerContext* context,
                                              const v1::GenerateRequest& request)
     : state_(state), request_id_(request.request_id()) {
+  state_.CallStarted();
   absl::StatusOr<RequestId> id = state_.SubmitGeneration(
       request, CallDeadline(*context), [this](RequestOutput output) { OnOutput(std::move(output)); });
   if (!id.ok()) {
@@ -84,6 +85,12 @@ void GenerateStreamReactor::Perform(Next next) {
     case Next::kWriteAndFinish: StartWriteAndFinish(&in_flight_, grpc::WriteOptions(), final_status_); break;
     case Next::kFinish: Finish(final_status_); break;
   }
+}
+
+void GenerateStreamReactor::OnDone() {
+  ServingState& state = state_;
+  delete this;
+  state.CallDone();
 }
 
 }  // namespace llm::server

@@ -22,7 +22,7 @@ class GenerateStreamReactor final : public grpc::ServerWriteReactor<v1::Generate
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
-  void OnDone() override { delete this; }
+  void OnDone() override;
 
  private:
   void OnOutput(RequestOutput output);  // engine thread

@@ -80,6 +80,21 @@ bool ServingState::WaitUntilIdle(absl::Duration timeout) {
   return idle_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return in_engine_.empty(); });
 }
 
+void ServingState::CallStarted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++live_calls_;
+}
+
+void ServingState::CallDone() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--live_calls_ == 0) idle_cv_.notify_all();
+}
+
+bool ServingState::WaitForCallsDone(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return live_calls_ == 0; });
+}
+
 int ServingState::CancelAll() {
   std::vector<RequestId> ids;
   std::shared_ptr<const ServedModel> model;

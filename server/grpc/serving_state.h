@@ -42,6 +42,12 @@ class ServingState {
 
   // Waits until no request is in the engine; false when `timeout` passed first.
   bool WaitUntilIdle(absl::Duration timeout);
+  // Generation calls (reactors) alive: a drain waits for the last ones to deliver their final
+  // message before the gRPC server stops (whose own shutdown would also wait for idle client
+  // connections to go away).
+  void CallStarted();
+  void CallDone();
+  bool WaitForCallsDone(absl::Duration timeout);
   // Cancels every request in the engine; returns how many.
   int CancelAll();
 
@@ -65,6 +71,7 @@ class ServingState {
   std::shared_ptr<const ServedModel> model_;
   bool draining_ = false;
   std::map<RequestId, bool> in_engine_;  // id -> finished before Started
+  int live_calls_ = 0;
   ServerMetrics metrics_;
 };
 

@@ -145,7 +145,7 @@ int RunServe(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(
                     "--model is required: the repository's default model (launch/model) is not in this build"),
                 2);
-  if (model.max_queue < 0) return Fail(absl::InvalidArgumentError("--max-queue must be >= 0"), 2);
+  if (model.max_queue < 1) return Fail(absl::InvalidArgumentError("--max-queue must be at least 1"), 2);
 
   const sigset_t signals = BlockShutdownSignals();
   server::ServingState state;

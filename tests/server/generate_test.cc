@@ -1,12 +1,16 @@
 // End to end against a real `llm serve` process: generation through gRPC. Concurrent streams
 // must produce exactly what each request produces alone; streamed output must equal the unary
 // output; cancellation and deadlines must end requests and free their KV cache blocks.
+#include <sys/wait.h>
+
 #include <cstdio>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/runtime/fixture_reference.h"
@@ -261,26 +265,95 @@ TEST_F(GenerateTest, ExpiredDeadlinesEndWithDeadlineExceeded) {
       absl::Seconds(5)));
 }
 
-// The example C++ client against the same server.
-TEST_F(GenerateTest, ExampleClientPrintsTheSameResult) {
-  const v1::GenerateRequest request = GreedyIds({10, 20, 30, 40}, 12);
-  const CallResult expected = Complete(*stub_, request);
+// Server reflection lists the API and serves its descriptor (what grpcurl and grpc_cli use).
+TEST_F(GenerateTest, ReflectionDescribesTheApi) {
+  namespace reflection = grpc::reflection::v1alpha;
+  auto stub = reflection::ServerReflection::NewStub(server_->channel());
+  grpc::ClientContext context;
+  auto stream = stub->ServerReflectionInfo(&context);
+  reflection::ServerReflectionRequest list;
+  list.set_list_services("");
+  reflection::ServerReflectionResponse response;
+  ASSERT_TRUE(stream->Write(list));
+  ASSERT_TRUE(stream->Read(&response));
+  std::vector<std::string> services;
+  for (const auto& service : response.list_services_response().service()) services.push_back(service.name());
+  EXPECT_NE(std::find(services.begin(), services.end(), "llm.v1.Llm"), services.end()) << absl::StrJoin(services, ", ");
+  reflection::ServerReflectionRequest file;
+  file.set_file_containing_symbol("llm.v1.Llm");
+  ASSERT_TRUE(stream->Write(file));
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_GT(response.file_descriptor_response().file_descriptor_proto_size(), 0);
+  google::protobuf::FileDescriptorProto descriptor;
+  ASSERT_TRUE(descriptor.ParseFromString(response.file_descriptor_response().file_descriptor_proto(0)));
+  EXPECT_EQ(descriptor.package(), "llm.v1");
+  ASSERT_EQ(descriptor.service_size(), 1);
+  EXPECT_EQ(descriptor.service(0).method_size(), 5);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+// Runs `command` and returns its exit code and stdout.
+std::pair<int, std::string> RunCommand(const std::string& command) {
+  FILE* p = popen(command.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// The C++ client prints, with --json, the same result as a direct call, streamed and unary.
+void ExpectCppClientMatches(const std::string& client, const std::string& address, v1::Llm::Stub& stub) {
+  const CallResult expected = Complete(stub, GreedyIds({10, 20, 30, 40}, 12));
   ASSERT_TRUE(expected.status.ok());
   for (const char* mode : {"", " --unary"}) {
-    const std::string cmd = absl::StrCat(LLM_BINARY_DIR, "/bin/llm_client generate --server ", server_->address(),
+    const std::string cmd = absl::StrCat(client, " generate --server ", address,
                                          " --prompt-ids 10,20,30,40 --max-tokens 12 --temperature 0 --ignore-eos --json",
                                          mode);
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    ASSERT_EQ(pclose(p), 0) << cmd;
+    const auto [code, out] = RunCommand(cmd);
+    ASSERT_EQ(code, 0) << cmd;
     const nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
     ASSERT_TRUE(j.is_object()) << out;
     EXPECT_EQ(j["token_ids"].get<std::vector<int32_t>>(), Ids(expected.merged));
     EXPECT_EQ(j["text"], expected.merged.text());
     EXPECT_EQ(j["finish_reason"], "length");
+    EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  }
+}
+
+TEST_F(GenerateTest, ExampleCppClientPrintsTheSameResult) {
+  ExpectCppClientMatches(absl::StrCat(LLM_BINARY_DIR, "/bin/llm_client"), server_->address(), *stub_);
+  const auto [code, out] = RunCommand(absl::StrCat(LLM_BINARY_DIR, "/bin/llm_client health --server ", server_->address()));
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(out, "SERVING\n");
+}
+
+// The Python client (grpcio), when a python3 with grpcio is installed.
+TEST_F(GenerateTest, ExamplePythonClientPrintsTheSameResult) {
+  std::string python;
+  for (const char* candidate : {"python3", "/usr/bin/python3"})
+    if (RunCommand(absl::StrCat(candidate, " -c 'import grpc' 2>/dev/null")).first == 0) {
+      python = candidate;
+      break;
+    }
+  if (python.empty()) GTEST_SKIP() << "no python3 with grpcio here";
+  const std::string client = absl::StrCat(python, " ", LLM_SOURCE_DIR, "/server/clients/python/llm_client.py");
+  const auto [code, out] = RunCommand(absl::StrCat(client, " --server ", server_->address(), " health"));
+  if (code != 0 && out.empty()) GTEST_SKIP() << "the Python client cannot generate its stubs here";
+  EXPECT_EQ(out, "SERVING\n");
+  const std::string generate = absl::StrCat(client, " --server ", server_->address());
+  const CallResult expected = Complete(*stub_, GreedyIds({10, 20, 30, 40}, 12));
+  ASSERT_TRUE(expected.status.ok());
+  for (const char* mode : {"", " --unary"}) {
+    const auto [gen_code, gen_out] = RunCommand(absl::StrCat(
+        generate, " generate --prompt-ids 10,20,30,40 --max-tokens 12 --temperature 0 --ignore-eos --json", mode));
+    ASSERT_EQ(gen_code, 0);
+    const nlohmann::json j = nlohmann::json::parse(gen_out, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << gen_out;
+    EXPECT_EQ(j["token_ids"].get<std::vector<int32_t>>(), Ids(expected.merged));
+    EXPECT_EQ(j["text"], expected.merged.text());
   }
 }
 

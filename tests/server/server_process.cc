@@ -281,6 +281,7 @@ std::string TokenizerModelDir() {
         {"decoder", {{"type", "ByteLevel"}}},
         {"model", {{"type", "BPE"}, {"unk_token", nullptr}, {"vocab", vocab}, {"merges", merges}}}};
     std::ofstream(fs::path(dir) / "tokenizer.json") << tokenizer.dump();
+    std::atexit([] { std::filesystem::remove_all(dir); });
   });
   return dir;
 }

@@ -177,24 +177,37 @@ int RunGenerate(int argc, char** argv) {
   request.set_priority(static_cast<int32_t>(priority));
 
   auto stub = v1::Llm::NewStub(Connect(server));
+  // A model without a tokenizer answers token ids only: print those instead of text.
+  bool show_ids = false;
+  if (!json) {
+    grpc::ClientContext info_context;
+    v1::ModelInfoResponse info;
+    const grpc::Status s = stub->ModelInfo(&info_context, v1::ModelInfoRequest(), &info);
+    if (!s.ok()) return CallFailed(s);
+    show_ids = !info.has_tokenizer();
+  }
   grpc::ClientContext context;
   if (timeout_ms > 0) context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
   v1::GenerateResponse total;
   grpc::Status status;
   if (unary) {
     status = stub->Complete(&context, request, &total);
-    if (status.ok() && !json) std::printf("%s", total.text().empty() ? "" : total.text().c_str());
+    if (status.ok() && !json) {
+      if (show_ids)
+        for (int32_t id : total.token_ids()) std::printf("[%d]", id);
+      else
+        std::fputs(total.text().c_str(), stdout);
+    }
   } else {
     auto reader = stub->Generate(&context, request);
     v1::GenerateResponse part;
     while (reader->Read(&part)) {
       Accumulate(part, &total);
       if (json) continue;
-      if (!part.text().empty()) {
-        std::fputs(part.text().c_str(), stdout);
-      } else {
+      if (show_ids)
         for (int32_t id : part.token_ids()) std::printf("[%d]", id);
-      }
+      else
+        std::fputs(part.text().c_str(), stdout);
       std::fflush(stdout);
     }
     status = reader->Finish();

@@ -128,9 +128,10 @@ void Drain(const sigset_t& signals, absl::Duration timeout, server::ServingState
 }  // namespace
 
 int RunServe(int argc, char** argv) {
-  FlagSet flags("serve",
-                "Serves a model over gRPC (llm.v1.Llm, grpc.health.v1, reflection) with Prometheus metrics over\n"
-                "HTTP. SIGTERM/SIGINT drain: new requests are refused, running ones finish, then exit 0.");
+  FlagSet flags(
+      "serve",
+      "Serves a model over gRPC (llm.v1.Llm, grpc.health.v1, reflection) with Prometheus metrics over\n"
+      "HTTP. SIGTERM/SIGINT drain: new requests are refused, running ones finish, then exit 0.");
   ModelFlags model;
   model.Register(flags);
   ServeFlags serve;
@@ -139,12 +140,14 @@ int RunServe(int argc, char** argv) {
   flags.Int("metrics-port", &serve.metrics_port, "Prometheus /metrics HTTP port (0: any free port, -1: off)");
   flags.Int("max-queue", &model.max_queue, "waiting requests before new ones get RESOURCE_EXHAUSTED");
   flags.Int("max-message-bytes", &serve.max_message_bytes, "largest gRPC message accepted or sent");
-  flags.Int("drain-timeout-s", &serve.drain_timeout_s, "on SIGTERM, seconds running requests may take to finish");
+  flags.Int("drain-timeout-s", &serve.drain_timeout_s,
+            "on SIGTERM, seconds running requests may take to finish");
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
   if (model.ModelDir().empty())
-    return Fail(absl::InvalidArgumentError(
-                    "--model is required: the repository's default model (launch/model) is not in this build"),
-                2);
+    return Fail(
+        absl::InvalidArgumentError(
+            "--model is required: the repository's default model (launch/model) is not in this build"),
+        2);
   if (model.max_queue < 1) return Fail(absl::InvalidArgumentError("--max-queue must be at least 1"), 2);
 
   const sigset_t signals = BlockShutdownSignals();
@@ -182,11 +185,12 @@ int RunServe(int argc, char** argv) {
   std::printf(
       "llm serve: serving %s (%s, %lld layers, vocab %lld, context %lld, %s, tp %lld pp %lld%s) on %s; "
       "KV cache %d blocks x %d tokens; metrics %s\n",
-      deployment.model_name.c_str(), info.config.model_type.c_str(), static_cast<long long>(info.config.num_layers),
-      static_cast<long long>(info.config.vocab_size), static_cast<long long>(info.max_context), model.device.c_str(),
-      static_cast<long long>(model.tp), static_cast<long long>(model.pp),
-      (*handle)->tokenizer() ? "" : ", no tokenizer: token ids only", endpoints.grpc().address().c_str(),
-      info.kv_blocks, info.kv_block_size, endpoints.MetricsUrl(serve.host).c_str());
+      deployment.model_name.c_str(), info.config.model_type.c_str(),
+      static_cast<long long>(info.config.num_layers), static_cast<long long>(info.config.vocab_size),
+      static_cast<long long>(info.max_context), model.device.c_str(), static_cast<long long>(model.tp),
+      static_cast<long long>(model.pp), (*handle)->tokenizer() ? "" : ", no tokenizer: token ids only",
+      endpoints.grpc().address().c_str(), info.kv_blocks, info.kv_block_size,
+      endpoints.MetricsUrl(serve.host).c_str());
   std::fflush(stdout);
 
   const int sig = WaitForSignal(signals, absl::InfiniteDuration());

@@ -14,8 +14,8 @@ namespace llm::server {
 
 class CompleteReactor final : public grpc::ServerUnaryReactor {
  public:
-  CompleteReactor(ServingState& state, grpc::CallbackServerContext* context, const v1::GenerateRequest& request,
-                  v1::GenerateResponse* response);
+  CompleteReactor(ServingState& state, grpc::CallbackServerContext* context,
+                  const v1::GenerateRequest& request, v1::GenerateResponse* response);
 
   void OnCancel() override;
   void OnDone() override;

@@ -80,10 +80,17 @@ void GenerateStreamReactor::Perform(Next next) {
   // No lock held: a reaction may run before these return. in_flight_ and final_status_ are not
   // touched by anyone else until the write completes.
   switch (next) {
-    case Next::kNothing: break;
-    case Next::kWrite: StartWrite(&in_flight_); break;
-    case Next::kWriteAndFinish: StartWriteAndFinish(&in_flight_, grpc::WriteOptions(), final_status_); break;
-    case Next::kFinish: Finish(final_status_); break;
+    case Next::kNothing:
+      break;
+    case Next::kWrite:
+      StartWrite(&in_flight_);
+      break;
+    case Next::kWriteAndFinish:
+      StartWriteAndFinish(&in_flight_, grpc::WriteOptions(), final_status_);
+      break;
+    case Next::kFinish:
+      Finish(final_status_);
+      break;
   }
 }
 

@@ -18,7 +18,8 @@ namespace llm::server {
 class GenerateStreamReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
   // Submits the request; a refused request finishes the call at once with the reason.
-  GenerateStreamReactor(ServingState& state, grpc::CallbackServerContext* context, const v1::GenerateRequest& request);
+  GenerateStreamReactor(ServingState& state, grpc::CallbackServerContext* context,
+                        const v1::GenerateRequest& request);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -37,13 +38,13 @@ class GenerateStreamReactor final : public grpc::ServerWriteReactor<v1::Generate
   RequestId id_ = 0;
 
   std::mutex mu_;
-  v1::GenerateResponse pending_;    // merged updates not yet written
+  v1::GenerateResponse pending_;  // merged updates not yet written
   bool has_pending_ = false;
   v1::GenerateResponse in_flight_;  // owned by the write in flight
   bool writing_ = false;
-  bool last_received_ = false;      // pending_ holds the last update
-  bool client_gone_ = false;        // cancelled or a write failed: skip writes, just finish
-  bool finishing_ = false;          // Finish (or StartWriteAndFinish) was called
+  bool last_received_ = false;  // pending_ holds the last update
+  bool client_gone_ = false;    // cancelled or a write failed: skip writes, just finish
+  bool finishing_ = false;      // Finish (or StartWriteAndFinish) was called
   grpc::Status final_status_;
 };
 

@@ -12,8 +12,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   if (options.port < 0 || options.port > 65535)
     return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " is outside [0, 65535]"));
   if (options.max_message_bytes < 1024 || options.max_message_bytes > INT32_MAX)
-    return absl::InvalidArgumentError(
-        absl::StrCat("the message size limit must be in [1024, ", INT32_MAX, "] bytes, got ", options.max_message_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("the message size limit must be in [1024, ", INT32_MAX,
+                                                   "] bytes, got ", options.max_message_bytes));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto server = std::unique_ptr<GrpcServer>(new GrpcServer());
@@ -26,7 +26,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || server->port_ == 0)
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address, " (in use, or not a local address?)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, " (in use, or not a local address?)"));
   server->SetServing(false);
   return server;
 }

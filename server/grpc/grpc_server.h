@@ -15,14 +15,15 @@ namespace llm::server {
 
 struct GrpcServerOptions {
   std::string host = "0.0.0.0";
-  int port = 50051;                        // 0: any free port (see GrpcServer::port())
-  int64_t max_message_bytes = 4 << 20;     // per message, both directions
+  int port = 50051;                     // 0: any free port (see GrpcServer::port())
+  int64_t max_message_bytes = 4 << 20;  // per message, both directions
 };
 
 class GrpcServer {
  public:
   // Starts serving `service` (which must outlive the server). Health is NOT_SERVING.
-  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options, grpc::Service* service);
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options,
+                                                           grpc::Service* service);
   ~GrpcServer();
 
   int port() const { return port_; }

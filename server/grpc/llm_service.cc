@@ -41,12 +41,14 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* LlmService::Generate(grpc::Callb
 }
 
 grpc::ServerUnaryReactor* LlmService::Complete(grpc::CallbackServerContext* context,
-                                               const v1::GenerateRequest* request, v1::GenerateResponse* response) {
+                                               const v1::GenerateRequest* request,
+                                               v1::GenerateResponse* response) {
   return new CompleteReactor(state_, context, *request, response);
 }
 
 grpc::ServerUnaryReactor* LlmService::Tokenize(grpc::CallbackServerContext* context,
-                                               const v1::TokenizeRequest* request, v1::TokenizeResponse* response) {
+                                               const v1::TokenizeRequest* request,
+                                               v1::TokenizeResponse* response) {
   auto tokenizer = state_.ModelTokenizer();
   if (!tokenizer.ok()) return FinishNow(context, tokenizer.status());
   return FinishNow(context, TokenizeInto(**tokenizer, *request, response));

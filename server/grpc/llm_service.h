@@ -18,9 +18,11 @@ class LlmService final : public v1::Llm::CallbackService {
                                      v1::GenerateResponse* response) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override;
-  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context, const v1::DetokenizeRequest* request,
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
+                                       const v1::DetokenizeRequest* request,
                                        v1::DetokenizeResponse* response) override;
-  grpc::ServerUnaryReactor* ModelInfo(grpc::CallbackServerContext* context, const v1::ModelInfoRequest* request,
+  grpc::ServerUnaryReactor* ModelInfo(grpc::CallbackServerContext* context,
+                                      const v1::ModelInfoRequest* request,
                                       v1::ModelInfoResponse* response) override;
 
  private:

@@ -51,16 +51,18 @@ bool ReadRequestHead(int fd, std::string* head) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
-                                                                            std::function<std::string()> render) {
-  if (port < 0 || port > 65535) return absl::InvalidArgumentError(absl::StrCat("metrics port ", port, " is outside [0, 65535]"));
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const std::string& host, int port, std::function<std::string()> render) {
+  if (port < 0 || port > 65535)
+    return absl::InvalidArgumentError(absl::StrCat("metrics port ", port, " is outside [0, 65535]"));
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* addresses = nullptr;
   const std::string port_text = std::to_string(port);
-  if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &addresses); rc != 0)
+  if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &addresses);
+      rc != 0)
     return absl::InvalidArgumentError(absl::StrCat("metrics address '", host, "': ", gai_strerror(rc)));
   auto server = std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer());
   std::string error = "no address";
@@ -78,7 +80,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
   }
   freeaddrinfo(addresses);
   if (server->listen_fd_ < 0)
-    return absl::UnavailableError(absl::StrCat("cannot listen for metrics on ", host, ":", port, ": ", error));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for metrics on ", host, ":", port, ": ", error));
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
   getsockname(server->listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);

@@ -38,7 +38,8 @@ size_t Utf8SequenceLength(std::string_view s, size_t i) {
 
 absl::Status InvalidArgument(auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); }
 
-absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::GenerateRequest& request, const Tokenizer* tokenizer) {
+absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::GenerateRequest& request,
+                                                  const Tokenizer* tokenizer) {
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kTokenIds:
       return std::vector<int32_t>(request.token_ids().ids().begin(), request.token_ids().ids().end());
@@ -90,17 +91,18 @@ absl::Status CheckUtf8(std::string_view bytes, std::string_view what) {
     const size_t n = Utf8SequenceLength(bytes, i);
     if (n == 0)
       return InvalidArgument(std::string(what), " is not valid UTF-8 (bad byte 0x",
-                             absl::Hex(static_cast<unsigned char>(bytes[i]), absl::kZeroPad2), " at offset ", i, ")");
+                             absl::Hex(static_cast<unsigned char>(bytes[i]), absl::kZeroPad2), " at offset ",
+                             i, ")");
     i += n;
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request, const Tokenizer* tokenizer,
-                                                absl::Time deadline) {
+absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request,
+                                                const Tokenizer* tokenizer, absl::Time deadline) {
   if (request.request_id().size() > kMaxRequestIdBytes)
-    return InvalidArgument("request_id is ", request.request_id().size(), " bytes; at most ", kMaxRequestIdBytes,
-                           " are allowed");
+    return InvalidArgument("request_id is ", request.request_id().size(), " bytes; at most ",
+                           kMaxRequestIdBytes, " are allowed");
   GenerateRequest out;
   out.client_request_id = request.request_id();
   auto prompt = PromptTokens(request, tokenizer);
@@ -116,13 +118,20 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
 
 v1::FinishReason ToProtoFinishReason(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kNone: return v1::FINISH_REASON_UNSPECIFIED;
-    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
-    case FinishReason::kEos: return v1::FINISH_REASON_EOS;
-    case FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
-    case FinishReason::kDeadline: return v1::FINISH_REASON_DEADLINE;
-    case FinishReason::kError: return v1::FINISH_REASON_ERROR;
+    case FinishReason::kNone:
+      return v1::FINISH_REASON_UNSPECIFIED;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kDeadline:
+      return v1::FINISH_REASON_DEADLINE;
+    case FinishReason::kError:
+      return v1::FINISH_REASON_ERROR;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }
@@ -153,7 +162,8 @@ void AppendOutput(const RequestOutput& output, v1::GenerateResponse* response) {
   timings->set_total_ms(output.timings.total_ms);
 }
 
-v1::ModelInfoResponse ToModelInfo(const EngineInfo& engine, const Tokenizer* tokenizer, const Deployment& deployment) {
+v1::ModelInfoResponse ToModelInfo(const EngineInfo& engine, const Tokenizer* tokenizer,
+                                  const Deployment& deployment) {
   const ModelConfig& c = engine.config;
   v1::ModelInfoResponse info;
   info.set_model(deployment.model_name);

@@ -24,8 +24,8 @@ absl::Status CheckUtf8(std::string_view bytes, std::string_view what);
 
 // The engine request for `request`. `tokenizer` (may be null) encodes a text prompt and makes the
 // output carry text. `deadline` is the call's gRPC deadline (absl::InfiniteFuture() for none).
-absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request, const Tokenizer* tokenizer,
-                                                absl::Time deadline);
+absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request,
+                                                const Tokenizer* tokenizer, absl::Time deadline);
 
 // Appends one engine update to `response`: its tokens, text and logprobs, and, when it is the last
 // one, the finish reason, usage and timings. Appending every update of a request to one message
@@ -44,7 +44,8 @@ struct Deployment {
   int64_t max_message_bytes = 0;
 };
 
-v1::ModelInfoResponse ToModelInfo(const EngineInfo& engine, const Tokenizer* tokenizer, const Deployment& deployment);
+v1::ModelInfoResponse ToModelInfo(const EngineInfo& engine, const Tokenizer* tokenizer,
+                                  const Deployment& deployment);
 
 // The status a finished request's call ends with: OK for length/stop/eos, Cancelled,
 // DeadlineExceeded, or the engine's error.

@@ -54,7 +54,8 @@ void ServerMetrics::RecordRejected(absl::StatusCode code) {
 double ServerMetrics::TokensPerSecond(uint64_t generated_tokens) const {
   const absl::Time now = absl::Now();
   std::lock_guard<std::mutex> lock(rate_mu_);
-  while (token_samples_.size() > 1 && now - token_samples_[1].time >= absl::Minutes(1)) token_samples_.pop_front();
+  while (token_samples_.size() > 1 && now - token_samples_[1].time >= absl::Minutes(1))
+    token_samples_.pop_front();
   const TokenSample& oldest = token_samples_.front();
   const double seconds = absl::ToDoubleSeconds(now - oldest.time);
   const double rate = seconds > 0 ? static_cast<double>(generated_tokens - oldest.tokens) / seconds : 0.0;
@@ -75,14 +76,16 @@ std::string ServerMetrics::Render(const std::optional<EngineStats>& stats, const
     const uint64_t n = rejected_[c].load(std::memory_order_relaxed);
     if (n > 0 || c == static_cast<int>(absl::StatusCode::kInvalidArgument) ||
         c == static_cast<int>(absl::StatusCode::kResourceExhausted))
-      absl::StrAppend(&out, "llm_requests_rejected_total{code=\"", StatusCodeName(static_cast<absl::StatusCode>(c)),
-                      "\"} ", n, "\n");
+      absl::StrAppend(&out, "llm_requests_rejected_total{code=\"",
+                      StatusCodeName(static_cast<absl::StatusCode>(c)), "\"} ", n, "\n");
   }
   time_to_first_token_.Render("llm_time_to_first_token_seconds",
                               "Time from a request's arrival to its first generated token.", &out);
-  inter_token_.Render("llm_inter_token_latency_seconds", "Time between consecutive tokens of one request.", &out);
+  inter_token_.Render("llm_inter_token_latency_seconds", "Time between consecutive tokens of one request.",
+                      &out);
   end_to_end_.Render("llm_request_duration_seconds", "Time from a request's arrival to its end.", &out);
-  queue_time_.Render("llm_request_queue_time_seconds", "Time from a request's arrival to its first step.", &out);
+  queue_time_.Render("llm_request_queue_time_seconds", "Time from a request's arrival to its first step.",
+                     &out);
 
   Metric(&out, "gauge", "llm_model_loaded", "1 once the model is loaded and the engine runs.");
   Sample(&out, "llm_model_loaded", stats ? 1 : 0);
@@ -90,7 +93,8 @@ std::string ServerMetrics::Render(const std::optional<EngineStats>& stats, const
   const SchedulerStats& s = stats->scheduler;
   Metric(&out, "gauge", "llm_requests_running", "Requests scheduled in the running batch.");
   Sample(&out, "llm_requests_running", s.running);
-  Metric(&out, "gauge", "llm_requests_waiting", "Requests waiting to be scheduled (including preempted ones).");
+  Metric(&out, "gauge", "llm_requests_waiting",
+         "Requests waiting to be scheduled (including preempted ones).");
   Sample(&out, "llm_requests_waiting", s.waiting);
   Metric(&out, "gauge", "llm_kv_cache_blocks_used", "KV cache blocks held by requests.");
   Sample(&out, "llm_kv_cache_blocks_used", s.kv_blocks_used);
@@ -99,7 +103,8 @@ std::string ServerMetrics::Render(const std::optional<EngineStats>& stats, const
   Metric(&out, "gauge", "llm_kv_cache_usage_ratio", "Fraction of KV cache blocks in use.");
   Sample(&out, "llm_kv_cache_usage_ratio",
          s.kv_blocks_total > 0 ? static_cast<double>(s.kv_blocks_used) / s.kv_blocks_total : 0.0);
-  Metric(&out, "counter", "llm_preemptions_total", "Requests preempted for KV cache space (recomputed later).");
+  Metric(&out, "counter", "llm_preemptions_total",
+         "Requests preempted for KV cache space (recomputed later).");
   Sample(&out, "llm_preemptions_total", s.preemptions);
   Metric(&out, "counter", "llm_generated_tokens_total", "Tokens generated.");
   Sample(&out, "llm_generated_tokens_total", stats->generated_tokens);

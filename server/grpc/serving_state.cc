@@ -21,8 +21,8 @@ std::shared_ptr<const ServedModel> ServingState::Model() const {
   return model_;
 }
 
-absl::StatusOr<RequestId> ServingState::SubmitGeneration(const v1::GenerateRequest& request, absl::Time deadline,
-                                                         OutputCallback on_output) {
+absl::StatusOr<RequestId> ServingState::SubmitGeneration(const v1::GenerateRequest& request,
+                                                         absl::Time deadline, OutputCallback on_output) {
   absl::StatusOr<RequestId> id = Submit(request, deadline, std::move(on_output));
   if (!id.ok()) {
     metrics_.RecordRejected(id.status().code());
@@ -118,7 +118,8 @@ absl::StatusOr<v1::ModelInfoResponse> ServingState::ModelInfo() const {
 absl::StatusOr<std::shared_ptr<const Tokenizer>> ServingState::ModelTokenizer() const {
   auto model = Model();
   if (!model) return absl::UnavailableError("the model is still loading");
-  if (!model->tokenizer) return absl::FailedPreconditionError("this model has no tokenizer (no tokenizer.json)");
+  if (!model->tokenizer)
+    return absl::FailedPreconditionError("this model has no tokenizer (no tokenizer.json)");
   return model->tokenizer;
 }
 

@@ -19,9 +19,9 @@
 namespace llm::server {
 
 struct ServedModel {
-  Engine* engine = nullptr;                     // outlives the gRPC server
-  std::shared_ptr<const Tokenizer> tokenizer;   // null when the model has none
-  v1::ModelInfoResponse info;                   // answered by ModelInfo
+  Engine* engine = nullptr;                    // outlives the gRPC server
+  std::shared_ptr<const Tokenizer> tokenizer;  // null when the model has none
+  v1::ModelInfoResponse info;                  // answered by ModelInfo
 };
 
 class ServingState {
@@ -60,7 +60,8 @@ class ServingState {
 
  private:
   std::shared_ptr<const ServedModel> Model() const;
-  absl::StatusOr<RequestId> Submit(const v1::GenerateRequest& request, absl::Time deadline, OutputCallback on_output);
+  absl::StatusOr<RequestId> Submit(const v1::GenerateRequest& request, absl::Time deadline,
+                                   OutputCallback on_output);
   // Bookkeeping of requests in the engine. A request may finish before Submit returns its id, so
   // whichever of Started/Finished comes second removes the entry.
   void Started(RequestId id);

@@ -37,13 +37,16 @@ std::vector<BadInput> BadInputs() {
          r.mutable_stopping()->set_max_tokens(100);
        },
        kInvalid, "exceeds the context length 512"},
-      {"negative temperature", [](Req& r) { r.mutable_sampling()->set_temperature(-0.5f); }, kInvalid, "temperature"},
-      {"top_p zero", [](Req& r) { r.mutable_sampling()->set_top_p(0.0f); }, kInvalid, "top_p must be in (0, 1]"},
-      {"top_p above one", [](Req& r) { r.mutable_sampling()->set_top_p(1.5f); }, kInvalid, "top_p must be in (0, 1]"},
+      {"negative temperature", [](Req& r) { r.mutable_sampling()->set_temperature(-0.5f); }, kInvalid,
+       "temperature"},
+      {"top_p zero", [](Req& r) { r.mutable_sampling()->set_top_p(0.0f); }, kInvalid,
+       "top_p must be in (0, 1]"},
+      {"top_p above one", [](Req& r) { r.mutable_sampling()->set_top_p(1.5f); }, kInvalid,
+       "top_p must be in (0, 1]"},
       {"negative top_k", [](Req& r) { r.mutable_sampling()->set_top_k(-1); }, kInvalid, "top_k"},
       {"min_p above one", [](Req& r) { r.mutable_sampling()->set_min_p(2.0f); }, kInvalid, "min_p"},
-      {"zero repetition penalty", [](Req& r) { r.mutable_sampling()->set_repetition_penalty(0.0f); }, kInvalid,
-       "repetition_penalty"},
+      {"zero repetition penalty", [](Req& r) { r.mutable_sampling()->set_repetition_penalty(0.0f); },
+       kInvalid, "repetition_penalty"},
       {"presence penalty", [](Req& r) { r.mutable_sampling()->set_presence_penalty(3.0f); }, kInvalid,
        "presence_penalty"},
       {"frequency penalty", [](Req& r) { r.mutable_sampling()->set_frequency_penalty(-2.5f); }, kInvalid,
@@ -57,15 +60,17 @@ std::vector<BadInput> BadInputs() {
       {"invalid UTF-8 stop string",
        [](Req& r) { r.mutable_stopping()->add_stop(std::string(1, static_cast<char>(0xFF))); }, kInvalid,
        "stop string 0 is not valid UTF-8"},
-      {"empty stop string", [](Req& r) { r.mutable_stopping()->add_stop(""); }, kInvalid, "stop strings must not be empty"},
+      {"empty stop string", [](Req& r) { r.mutable_stopping()->add_stop(""); }, kInvalid,
+       "stop strings must not be empty"},
       {"unknown stop token id", [](Req& r) { r.mutable_stopping()->add_stop_token_ids(1000); }, kInvalid,
        "stop token id 1000"},
       {"zero max_tokens", [](Req& r) { r.mutable_stopping()->set_max_tokens(0); }, kInvalid, "max_tokens"},
-      {"min_tokens over max_tokens", [](Req& r) { r.mutable_stopping()->set_min_tokens(50); }, kInvalid, "min_tokens"},
-      {"too many logprobs", [](Req& r) { r.set_top_logprobs(21); }, kInvalid, "top logprobs must be in [0, 20]"},
+      {"min_tokens over max_tokens", [](Req& r) { r.mutable_stopping()->set_min_tokens(50); }, kInvalid,
+       "min_tokens"},
+      {"too many logprobs", [](Req& r) { r.set_top_logprobs(21); }, kInvalid,
+       "top logprobs must be in [0, 20]"},
       {"long request id", [](Req& r) { r.set_request_id(std::string(300, 'x')); }, kInvalid, "request_id"},
-      {"oversized message",
-       [](Req& r) { r.set_text(std::string(kMaxMessageBytes + 1000, 'a')); },
+      {"oversized message", [](Req& r) { r.set_text(std::string(kMaxMessageBytes + 1000, 'a')); },
        grpc::StatusCode::RESOURCE_EXHAUSTED, "larger than max"},
   };
 }
@@ -73,8 +78,8 @@ std::vector<BadInput> BadInputs() {
 class ErrorsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = ServerProcess::Start({"--model", TokenizerModelDir(), "--max-message-bytes",
-                                    std::to_string(kMaxMessageBytes)})
+    server_ = ServerProcess::Start(
+                  {"--model", TokenizerModelDir(), "--max-message-bytes", std::to_string(kMaxMessageBytes)})
                   .release();
   }
   static void TearDownTestSuite() {
@@ -118,7 +123,8 @@ TEST_F(ErrorsTest, EveryBadInputHasItsStatusAndOthersAreUnaffected) {
   beside.join();
   ASSERT_TRUE(long_beside.status.ok()) << long_beside.status.error_message();
   EXPECT_EQ(Ids(long_beside.merged), Ids(long_alone.merged));
-  EXPECT_EQ(server_->Metric("llm_requests_rejected_total{code=\"INVALID_ARGUMENT\"}") - rejected_before, invalid);
+  EXPECT_EQ(server_->Metric("llm_requests_rejected_total{code=\"INVALID_ARGUMENT\"}") - rejected_before,
+            invalid);
   // And the server still serves.
   const CallResult after = Complete(*stub_, GreedyIds({1, 2, 3}, 8));
   EXPECT_TRUE(after.status.ok());

@@ -42,7 +42,8 @@ ServerProcess* GenerateTest::server_ = nullptr;
 // penalties, logprobs, EOS honoured or not, priorities.
 std::vector<v1::GenerateRequest> MixedRequests() {
   const auto fixtures = LoadFixturePrompts("llama-tiny");
-  const char* texts[] = {"the quick brown fox", "hello world", "once upon a time there was", "a", "é ü 你好 🙂"};
+  const char* texts[] = {"the quick brown fox", "hello world", "once upon a time there was", "a",
+                         "é ü 你好 🙂"};
   std::mt19937 rng(7);
   std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < 64; ++i) {
@@ -230,7 +231,8 @@ TEST_F(GenerateTest, CancellationMidStreamFreesBlocks) {
       [&] {
         const auto m = server_->Metrics();
         return m.at("llm_kv_cache_blocks_used") == 0 && m.at("llm_requests_running") == 0 &&
-               m.at("llm_requests_finished_total{finish_reason=\"cancelled\"}") == cancelled_before + kStreams;
+               m.at("llm_requests_finished_total{finish_reason=\"cancelled\"}") ==
+                   cancelled_before + kStreams;
       },
       absl::Seconds(5)))
       << "blocks still held or requests not counted as cancelled";
@@ -278,7 +280,8 @@ TEST_F(GenerateTest, ReflectionDescribesTheApi) {
   ASSERT_TRUE(stream->Read(&response));
   std::vector<std::string> services;
   for (const auto& service : response.list_services_response().service()) services.push_back(service.name());
-  EXPECT_NE(std::find(services.begin(), services.end(), "llm.v1.Llm"), services.end()) << absl::StrJoin(services, ", ");
+  EXPECT_NE(std::find(services.begin(), services.end(), "llm.v1.Llm"), services.end())
+      << absl::StrJoin(services, ", ");
   reflection::ServerReflectionRequest file;
   file.set_file_containing_symbol("llm.v1.Llm");
   ASSERT_TRUE(stream->Write(file));
@@ -309,9 +312,9 @@ void ExpectCppClientMatches(const std::string& client, const std::string& addres
   const CallResult expected = Complete(stub, GreedyIds({10, 20, 30, 40}, 12));
   ASSERT_TRUE(expected.status.ok());
   for (const char* mode : {"", " --unary"}) {
-    const std::string cmd = absl::StrCat(client, " generate --server ", address,
-                                         " --prompt-ids 10,20,30,40 --max-tokens 12 --temperature 0 --ignore-eos --json",
-                                         mode);
+    const std::string cmd =
+        absl::StrCat(client, " generate --server ", address,
+                     " --prompt-ids 10,20,30,40 --max-tokens 12 --temperature 0 --ignore-eos --json", mode);
     const auto [code, out] = RunCommand(cmd);
     ASSERT_EQ(code, 0) << cmd;
     const nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
@@ -325,7 +328,8 @@ void ExpectCppClientMatches(const std::string& client, const std::string& addres
 
 TEST_F(GenerateTest, ExampleCppClientPrintsTheSameResult) {
   ExpectCppClientMatches(absl::StrCat(LLM_BINARY_DIR, "/bin/llm_client"), server_->address(), *stub_);
-  const auto [code, out] = RunCommand(absl::StrCat(LLM_BINARY_DIR, "/bin/llm_client health --server ", server_->address()));
+  const auto [code, out] =
+      RunCommand(absl::StrCat(LLM_BINARY_DIR, "/bin/llm_client health --server ", server_->address()));
   EXPECT_EQ(code, 0);
   EXPECT_EQ(out, "SERVING\n");
 }
@@ -339,7 +343,8 @@ TEST_F(GenerateTest, ExamplePythonClientPrintsTheSameResult) {
       break;
     }
   if (python.empty()) GTEST_SKIP() << "no python3 with grpcio here";
-  const std::string client = absl::StrCat(python, " ", LLM_SOURCE_DIR, "/server/clients/python/llm_client.py");
+  const std::string client =
+      absl::StrCat(python, " ", LLM_SOURCE_DIR, "/server/clients/python/llm_client.py");
   const auto [code, out] = RunCommand(absl::StrCat(client, " --server ", server_->address(), " health"));
   if (code != 0 && out.empty()) GTEST_SKIP() << "the Python client cannot generate its stubs here";
   EXPECT_EQ(out, "SERVING\n");
@@ -348,7 +353,8 @@ TEST_F(GenerateTest, ExamplePythonClientPrintsTheSameResult) {
   ASSERT_TRUE(expected.status.ok());
   for (const char* mode : {"", " --unary"}) {
     const auto [gen_code, gen_out] = RunCommand(absl::StrCat(
-        generate, " generate --prompt-ids 10,20,30,40 --max-tokens 12 --temperature 0 --ignore-eos --json", mode));
+        generate, " generate --prompt-ids 10,20,30,40 --max-tokens 12 --temperature 0 --ignore-eos --json",
+        mode));
     ASSERT_EQ(gen_code, 0);
     const nlohmann::json j = nlohmann::json::parse(gen_out, nullptr, false);
     ASSERT_TRUE(j.is_object()) << gen_out;

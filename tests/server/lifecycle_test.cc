@@ -13,7 +13,8 @@
 namespace llm::testing {
 namespace {
 
-std::vector<CallResult> StreamAll(const ServerProcess& server, const std::vector<v1::GenerateRequest>& requests) {
+std::vector<CallResult> StreamAll(const ServerProcess& server,
+                                  const std::vector<v1::GenerateRequest>& requests) {
   std::vector<CallResult> results(requests.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < requests.size(); ++i)
@@ -32,7 +33,8 @@ std::vector<int32_t> Prompt(int length, int salt) {
 }
 
 TEST(LifecycleTest, FullQueueIsResourceExhaustedAndOthersComplete) {
-  auto server = ServerProcess::Start({"--model", ModelDir("llama-tiny"), "--max-queue", "2", "--max-seqs", "1"});
+  auto server =
+      ServerProcess::Start({"--model", ModelDir("llama-tiny"), "--max-queue", "2", "--max-seqs", "1"});
   ASSERT_NE(server, nullptr);
   std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < 10; ++i) requests.push_back(GreedyIds(Prompt(8, i), 200));
@@ -66,7 +68,8 @@ TEST(LifecycleTest, ModelWithoutTokenizerServesTokenIdsOnly) {
   text_request.set_text("hello");
   const CallResult text = Stream(*stub, text_request);
   EXPECT_EQ(text.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(text.status.error_message().find("send token_ids"), std::string::npos) << text.status.error_message();
+  EXPECT_NE(text.status.error_message().find("send token_ids"), std::string::npos)
+      << text.status.error_message();
   v1::GenerateRequest stop_request = GreedyIds({1, 2}, 4);
   stop_request.mutable_stopping()->add_stop("x");
   EXPECT_EQ(Complete(*stub, stop_request).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -90,8 +93,8 @@ TEST(LifecycleTest, ModelWithoutTokenizerServesTokenIdsOnly) {
 // 20 blocks of 16 tokens hold at most 320 tokens; 12 requests of up to 220 tokens each need far
 // more at once. Requests are preempted and recomputed, and every output equals its solo run.
 TEST(LifecycleTest, PreemptionUnderSmallKvCacheKeepsOutputs) {
-  auto server = ServerProcess::Start(
-      {"--model", ModelDir("llama-tiny"), "--kv-cache-blocks", "20", "--block-size", "16", "--max-context", "320"});
+  auto server = ServerProcess::Start({"--model", ModelDir("llama-tiny"), "--kv-cache-blocks", "20",
+                                      "--block-size", "16", "--max-context", "320"});
   ASSERT_NE(server, nullptr);
   std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < 12; ++i) {
@@ -125,7 +128,8 @@ TEST(LifecycleTest, PreemptionUnderSmallKvCacheKeepsOutputs) {
 // SIGTERM: health turns NOT_SERVING, new requests get UNAVAILABLE, the running and queued ones
 // finish with all their tokens, and the process exits 0.
 TEST(LifecycleTest, SigtermDrains) {
-  auto server = ServerProcess::Start({"--model", ModelDir("llama-tiny"), "--max-seqs", "2", "--threads", "1"});
+  auto server =
+      ServerProcess::Start({"--model", ModelDir("llama-tiny"), "--max-seqs", "2", "--threads", "1"});
   ASSERT_NE(server, nullptr);
   EXPECT_EQ(server->Health(), grpc::health::v1::HealthCheckResponse::SERVING);
   constexpr int kRequests = 4, kMaxTokens = 500;
@@ -140,8 +144,8 @@ TEST(LifecycleTest, SigtermDrains) {
       },
       absl::Seconds(10)));
   server->Signal(SIGTERM);
-  EXPECT_TRUE(WaitFor(
-      [&] { return server->Health() == grpc::health::v1::HealthCheckResponse::NOT_SERVING; }, absl::Seconds(5)));
+  EXPECT_TRUE(WaitFor([&] { return server->Health() == grpc::health::v1::HealthCheckResponse::NOT_SERVING; },
+                      absl::Seconds(5)));
   auto stub = server->NewStub();
   const CallResult refused = Complete(*stub, GreedyIds({1, 2, 3}, 4));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);

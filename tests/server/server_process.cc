@@ -103,8 +103,16 @@ std::unique_ptr<ServerProcess> ServerProcess::Start(const std::vector<std::strin
   auto server = std::unique_ptr<ServerProcess>(new ServerProcess());
   static int counter = 0;
   server->stderr_path_ = absl::StrCat(::testing::TempDir(), "/llm_serve_", getpid(), "_", counter++, ".log");
-  std::vector<std::string> argv = {std::string(LLM_BINARY_DIR) + "/bin/llm", "serve", "--host", "127.0.0.1",
-                                   "--port", "0", "--metrics-port", "0", "--threads", "2"};
+  std::vector<std::string> argv = {std::string(LLM_BINARY_DIR) + "/bin/llm",
+                                   "serve",
+                                   "--host",
+                                   "127.0.0.1",
+                                   "--port",
+                                   "0",
+                                   "--metrics-port",
+                                   "0",
+                                   "--threads",
+                                   "2"};
   argv.insert(argv.end(), args.begin(), args.end());
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) {
@@ -132,7 +140,8 @@ std::unique_ptr<ServerProcess> ServerProcess::Start(const std::vector<std::strin
     return nullptr;
   }
   std::smatch m;
-  const std::regex grpc_re("on 127\\.0\\.0\\.1:([0-9]+);"), metrics_re("metrics http://127\\.0\\.0\\.1:([0-9]+)/");
+  const std::regex grpc_re("on 127\\.0\\.0\\.1:([0-9]+);"),
+      metrics_re("metrics http://127\\.0\\.0\\.1:([0-9]+)/");
   if (!std::regex_search(text, m, grpc_re) || !absl::SimpleAtoi(m[1].str(), &server->port_) ||
       !std::regex_search(text, m, metrics_re) || !absl::SimpleAtoi(m[1].str(), &server->metrics_port_)) {
     ADD_FAILURE() << "cannot read the ports from: " << text;
@@ -140,7 +149,8 @@ std::unique_ptr<ServerProcess> ServerProcess::Start(const std::vector<std::strin
   }
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxSendMessageSize(64 << 20);
-  server->channel_ = grpc::CreateCustomChannel(server->address(), grpc::InsecureChannelCredentials(), channel_args);
+  server->channel_ =
+      grpc::CreateCustomChannel(server->address(), grpc::InsecureChannelCredentials(), channel_args);
   return server;
 }
 
@@ -185,8 +195,8 @@ grpc::health::v1::HealthCheckResponse::ServingStatus ServerProcess::Health() con
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc::health::v1::HealthCheckResponse response;
-  const grpc::Status status =
-      grpc::health::v1::Health::NewStub(channel_)->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
+  const grpc::Status status = grpc::health::v1::Health::NewStub(channel_)->Check(
+      &context, grpc::health::v1::HealthCheckRequest(), &response);
   return status.ok() ? response.status() : grpc::health::v1::HealthCheckResponse::UNKNOWN;
 }
 
@@ -273,8 +283,13 @@ std::string TokenizerModelDir() {
     nlohmann::json tokenizer = {
         {"version", "1.0"},
         {"added_tokens",
-         {{{"id", 383}, {"content", "<|end|>"}, {"special", true}, {"lstrip", false}, {"rstrip", false},
-           {"single_word", false}, {"normalized", false}}}},
+         {{{"id", 383},
+           {"content", "<|end|>"},
+           {"special", true},
+           {"lstrip", false},
+           {"rstrip", false},
+           {"single_word", false},
+           {"normalized", false}}}},
         {"normalizer", nullptr},
         {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
         {"post_processor", nullptr},

@@ -44,10 +44,11 @@ std::shared_ptr<grpc::Channel> Connect(const std::string& server) {
 }
 
 int CallFailed(const grpc::Status& status) {
-  static const char* kCodes[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-                                 "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-                                 "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-                                 "UNAUTHENTICATED"};
+  static const char* kCodes[] = {
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
   const int code = status.error_code();
   std::fprintf(stderr, "%s: %s: %s\n", kProgram, code >= 0 && code <= 16 ? kCodes[code] : "?",
                status.error_message().c_str());
@@ -80,7 +81,8 @@ nlohmann::json ToJson(const v1::GenerateResponse& r) {
   nlohmann::json logprobs = nlohmann::json::array();
   for (const v1::TokenLogprobs& lp : r.logprobs()) {
     nlohmann::json top = nlohmann::json::array();
-    for (const v1::TokenLogprob& t : lp.top()) top.push_back({{"token_id", t.token_id()}, {"logprob", t.logprob()}});
+    for (const v1::TokenLogprob& t : lp.top())
+      top.push_back({{"token_id", t.token_id()}, {"logprob", t.logprob()}});
     logprobs.push_back({{"token_id", lp.token_id()}, {"logprob", lp.logprob()}, {"top", top}});
   }
   return {{"request_id", r.request_id()},
@@ -144,7 +146,8 @@ int RunGenerate(int argc, char** argv) {
   flags.Bool("unary", &unary, "call Complete (one response) instead of streaming Generate");
   flags.Bool("json", &json, "print the result as one JSON object instead of streaming text");
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
-  if (flags.IsSet("prompt") == flags.IsSet("prompt-ids")) return Usage("give exactly one of --prompt and --prompt-ids");
+  if (flags.IsSet("prompt") == flags.IsSet("prompt-ids"))
+    return Usage("give exactly one of --prompt and --prompt-ids");
 
   v1::GenerateRequest request;
   request.set_request_id(request_id);
@@ -171,7 +174,8 @@ int RunGenerate(int argc, char** argv) {
   st->set_ignore_eos(ignore_eos);
   for (const std::string& text : stop) st->add_stop(text);
   std::vector<int32_t> stop_token_ids;
-  if (!ParseIds(stop_ids, &stop_token_ids)) return Usage("--stop-token-ids: expected comma-separated integers");
+  if (!ParseIds(stop_ids, &stop_token_ids))
+    return Usage("--stop-token-ids: expected comma-separated integers");
   st->mutable_stop_token_ids()->Add(stop_token_ids.begin(), stop_token_ids.end());
   request.set_top_logprobs(static_cast<int32_t>(logprobs));
   request.set_priority(static_cast<int32_t>(priority));
@@ -187,7 +191,8 @@ int RunGenerate(int argc, char** argv) {
     show_ids = !info.has_tokenizer();
   }
   grpc::ClientContext context;
-  if (timeout_ms > 0) context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  if (timeout_ms > 0)
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
   v1::GenerateResponse total;
   grpc::Status status;
   if (unary) {
@@ -220,7 +225,8 @@ int RunGenerate(int argc, char** argv) {
     std::printf("%s\n", ToJson(total).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
-    std::fprintf(stderr, "[finish: %s; %d prompt + %d generated tokens; first token %.1f ms, total %.1f ms]\n",
+    std::fprintf(stderr,
+                 "[finish: %s; %d prompt + %d generated tokens; first token %.1f ms, total %.1f ms]\n",
                  FinishReasonName(total.finish_reason()).c_str(), total.usage().prompt_tokens(),
                  total.usage().completion_tokens(), total.timings().time_to_first_token_ms(),
                  total.timings().total_ms());
@@ -244,7 +250,7 @@ int RunTokenize(int argc, char** argv) {
   const grpc::Status status = v1::Llm::NewStub(Connect(server))->Tokenize(&context, request, &response);
   if (!status.ok()) return CallFailed(status);
   std::printf("%s\n", nlohmann::json({{"token_ids", std::vector<int32_t>(response.token_ids().begin(),
-                                                                          response.token_ids().end())}})
+                                                                         response.token_ids().end())}})
                           .dump()
                           .c_str());
   return 0;
@@ -278,7 +284,8 @@ int RunInfo(int argc, char** argv) {
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
   v1::ModelInfoResponse response;
   grpc::ClientContext context;
-  const grpc::Status status = v1::Llm::NewStub(Connect(server))->ModelInfo(&context, v1::ModelInfoRequest(), &response);
+  const grpc::Status status =
+      v1::Llm::NewStub(Connect(server))->ModelInfo(&context, v1::ModelInfoRequest(), &response);
   if (!status.ok()) return CallFailed(status);
   std::printf("%s", response.DebugString().c_str());
   return 0;

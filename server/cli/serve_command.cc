@@ -43,6 +43,9 @@ sigset_t BlockShutdownSignals() {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  // mpirun forwards SIGUSR1 to every rank and keeps the job alive (it turns SIGTERM into a kill
+  // of the whole job): `kill -USR1 <mpirun>` drains a multi-rank server cleanly.
+  sigaddset(&set, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   return set;
@@ -131,7 +134,7 @@ int RunServe(int argc, char** argv) {
   FlagSet flags(
       "serve",
       "Serves a model over gRPC (llm.v1.Llm, grpc.health.v1, reflection) with Prometheus metrics over\n"
-      "HTTP. SIGTERM/SIGINT drain: new requests are refused, running ones finish, then exit 0.");
+      "HTTP. SIGTERM/SIGINT/SIGUSR1 drain: new requests are refused, running ones finish, then exit 0 (under mpirun, send SIGUSR1 to mpirun or SIGTERM to rank 0).");
   ModelFlags model;
   model.Register(flags);
   ServeFlags serve;
@@ -194,7 +197,7 @@ int RunServe(int argc, char** argv) {
   std::fflush(stdout);
 
   const int sig = WaitForSignal(signals, absl::InfiniteDuration());
-  std::fprintf(stderr, "llm serve: %s received\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fprintf(stderr, "llm serve: %s received\n", sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM");
   Drain(signals, absl::Seconds(serve.drain_timeout_s), state, engine, endpoints);
   return 0;
 }

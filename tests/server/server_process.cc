@@ -100,19 +100,28 @@ std::vector<std::string> ByteLevelSymbols() {
 }  // namespace
 
 std::unique_ptr<ServerProcess> ServerProcess::Start(const std::vector<std::string>& args) {
+  return StartMpi(0, args);
+}
+
+std::unique_ptr<ServerProcess> ServerProcess::StartMpi(int ranks, const std::vector<std::string>& args) {
   auto server = std::unique_ptr<ServerProcess>(new ServerProcess());
   static int counter = 0;
   server->stderr_path_ = absl::StrCat(::testing::TempDir(), "/llm_serve_", getpid(), "_", counter++, ".log");
-  std::vector<std::string> argv = {std::string(LLM_BINARY_DIR) + "/bin/llm",
-                                   "serve",
-                                   "--host",
-                                   "127.0.0.1",
-                                   "--port",
-                                   "0",
-                                   "--metrics-port",
-                                   "0",
-                                   "--threads",
-                                   "2"};
+  std::vector<std::string> argv;
+  if (ranks > 0)
+    argv = {MPIEXEC_EXECUTABLE, "--oversubscribe", "--allow-run-as-root", "-np", std::to_string(ranks),
+            "-x", "OMPI_MCA_btl_vader_single_copy_mechanism=none"};
+  const std::vector<std::string> serve = {std::string(LLM_BINARY_DIR) + "/bin/llm",
+                                          "serve",
+                                          "--host",
+                                          "127.0.0.1",
+                                          "--port",
+                                          "0",
+                                          "--metrics-port",
+                                          "0",
+                                          "--threads",
+                                          ranks > 0 ? "1" : "2"};
+  argv.insert(argv.end(), serve.begin(), serve.end());
   argv.insert(argv.end(), args.begin(), args.end());
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) {
@@ -127,7 +136,7 @@ std::unique_ptr<ServerProcess> ServerProcess::Start(const std::vector<std::strin
     std::vector<char*> cargv;
     for (std::string& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
-    execv(cargv[0], cargv.data());
+    execvp(cargv[0], cargv.data());
     _exit(127);
   }
   close(out[1]);

@@ -22,6 +22,8 @@ class ServerProcess {
   // Starts `llm serve --host 127.0.0.1 --port 0 --metrics-port 0 --threads 2 <args>` and waits
   // for its "serving" line. Fails the test (and returns null) when it does not come up.
   static std::unique_ptr<ServerProcess> Start(const std::vector<std::string>& args);
+  // The same under `mpirun -np ranks` (tensor/pipeline parallel serving; rank 0 serves gRPC).
+  static std::unique_ptr<ServerProcess> StartMpi(int ranks, const std::vector<std::string>& args);
   ~ServerProcess();  // SIGKILL if still running
 
   std::string address() const;

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The README's main job: serve the repository's small model (launch/model) over gRPC, show one
+# real exchange through the API, and keep serving until Ctrl-C (which drains and stops it).
+#   launch/serve.sh [llm serve flags...]      e.g. --model DIR, --port N, --device cuda
+set -euo pipefail
+cd "$(dirname "$0")/.."
+port=50051
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  [[ ${args[i]} == --port ]] && port=${args[i + 1]}
+done
+build/bin/llm serve --port "$port" "$@" &
+server=$!
+trap 'kill -TERM $server 2>/dev/null || true; wait $server' INT TERM
+for _ in $(seq 1 600); do
+  build/bin/llm_client health --server "localhost:$port" >/dev/null 2>&1 && break
+  kill -0 $server 2>/dev/null || { wait $server; exit $?; }
+  sleep 0.1
+done
+prompt="The command"
+echo
+echo "--- llm_client generate --prompt \"$prompt\" (streamed through the gRPC API) ---"
+build/bin/llm_client generate --server "localhost:$port" --prompt "$prompt" --max-tokens 60 \
+  --temperature 0.7 --top-p 0.9 --seed 1
+echo "--- serving on localhost:$port; Ctrl-C drains and stops the server ---"
+wait $server

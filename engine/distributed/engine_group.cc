@@ -47,45 +47,8 @@ absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBui
   if (o.num_threads <= 0)  // share the node's cores between its ranks
     o.num_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / t.local_size());
   absl::StatusOr<ModelConfig> config = LoadModelConfig(o.model_dir);
-  absl::StatusOr<std::unique_ptr<ModelRunner>> runner = absl::UnknownError("not loaded");
-  if (!config.ok()) {
-    runner = config.status();
-  } else {
-    absl::StatusOr<LayerRange> layers =
-        StageLayers(static_cast<int>(config->num_layers), t.pp_size(), t.pp_stage(), parallel.layers_per_stage);
-    if (!layers.ok()) {
-      runner = layers.status();
-    } else {
-      ShardSpec shard;
-      shard.tp_rank = t.tp_rank();
-      shard.tp_size = t.tp_size();
-      shard.first_layer = layers->begin;
-      shard.end_layer = layers->end;
-      o.device_index = t.device();
-      absl::StatusOr<std::unique_ptr<Backend>> backend = BuildBackend(o);
-      if (!backend.ok()) {
-        runner = backend.status();
-      } else {
-        // Host backends reduce over MPI; device backends over NCCL, on their own stream.
-        Communicator* tp_comm = g->groups_.tp.get();
-        if ((*backend)->device().kind == DeviceKind::kCuda) {
-          NcclOptions nccl;
-          nccl.device = t.device();
-          nccl.timeout = parallel.comm_timeout;
-          absl::StatusOr<std::unique_ptr<DeviceCommunicator>> tp = CreateNcclCommunicator(*g->groups_.tp, (*backend)->native_stream(), nccl);
-          absl::StatusOr<std::unique_ptr<DeviceCommunicator>> pp = CreateNcclCommunicator(*g->groups_.pp, (*backend)->native_stream(), nccl);
-          if (tp.ok() && pp.ok()) {
-            g->device_tp_ = std::move(*tp);
-            g->device_pp_ = std::move(*pp);
-            tp_comm = g->device_tp_.get();
-          } else {
-            runner = tp.ok() ? pp.status() : tp.status();
-          }
-        }
-        if (tp_comm == g->groups_.tp.get() || g->device_tp_) runner = BuildModelRunner(o, *config, shard, std::move(*backend), tp_comm);
-      }
-    }
-  }
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+      config.ok() ? g->LoadShard(o, parallel, *config) : absl::StatusOr<std::unique_ptr<ModelRunner>>(config.status());
   absl::StatusOr<std::shared_ptr<const Tokenizer>> tokenizer = std::shared_ptr<const Tokenizer>();
   if (t.rank() == 0 && runner.ok()) tokenizer = LoadTokenizerIfPresent(o.model_dir);
   RETURN_IF_ERROR(AgreeOnStatus(world, runner.ok() ? tokenizer.status() : runner.status(), "loading the model"));
@@ -129,6 +92,32 @@ void EngineGroup::ShutdownEngine() {
 const std::vector<StageSpan>& EngineGroup::timeline() const {
   if (worker_) return worker_->timeline();
   return executor_ ? executor_->timeline() : timeline_;
+}
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> EngineGroup::LoadShard(EngineBuildOptions o,
+                                                                     const ParallelOptions& parallel,
+                                                                     const ModelConfig& config) {
+  const Topology& t = topology_;
+  ASSIGN_OR_RETURN(LayerRange layers,
+                   StageLayers(static_cast<int>(config.num_layers), t.pp_size(), t.pp_stage(), parallel.layers_per_stage));
+  ShardSpec shard;
+  shard.tp_rank = t.tp_rank();
+  shard.tp_size = t.tp_size();
+  shard.first_layer = layers.begin;
+  shard.end_layer = layers.end;
+  o.device_index = t.device();
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, BuildBackend(o));
+  // Host backends reduce over MPI; device backends over NCCL, enqueued on the backend's stream.
+  Communicator* tp_comm = groups_.tp.get();
+  if (backend->device().kind == DeviceKind::kCuda) {
+    NcclOptions nccl;
+    nccl.device = t.device();
+    nccl.timeout = parallel.comm_timeout;
+    ASSIGN_OR_RETURN(device_tp_, CreateNcclCommunicator(*groups_.tp, backend->native_stream(), nccl));
+    ASSIGN_OR_RETURN(device_pp_, CreateNcclCommunicator(*groups_.pp, backend->native_stream(), nccl));
+    tp_comm = device_tp_.get();
+  }
+  return BuildModelRunner(o, config, shard, std::move(backend), tp_comm);
 }
 
 absl::Status EngineGroup::RunWorker() {

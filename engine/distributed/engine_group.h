@@ -43,6 +43,9 @@ class EngineGroup {
 
  private:
   EngineGroup() = default;
+  // This rank's backend, communicators and model shard.
+  absl::StatusOr<std::unique_ptr<ModelRunner>> LoadShard(EngineBuildOptions options, const ParallelOptions& parallel,
+                                                         const ModelConfig& config);
   Topology topology_ = Topology::Single();
   ParallelGroups groups_;
   std::unique_ptr<MpiCommunicator> steps_comm_, results_comm_;

@@ -9,7 +9,14 @@ args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   [[ ${args[i]} == --port ]] && port=${args[i + 1]}
 done
-build/bin/llm serve --port "$port" "$@" &
+model_args=()
+exchange=(--prompt "The command")
+if [[ ! -f launch/model/config.json && " $* " != *" --model "* ]]; then
+  # No trained model in this checkout: serve the smallest fixture (no tokenizer: token ids).
+  model_args=(--model tests/data/models/llama-tiny)
+  exchange=(--prompt-ids 1,2,3,4,5)
+fi
+build/bin/llm serve --port "$port" "${model_args[@]}" "$@" &
 server=$!
 trap 'kill -TERM $server 2>/dev/null || true; wait $server' INT TERM
 for _ in $(seq 1 600); do
@@ -17,10 +24,9 @@ for _ in $(seq 1 600); do
   kill -0 $server 2>/dev/null || { wait $server; exit $?; }
   sleep 0.1
 done
-prompt="The command"
 echo
-echo "--- llm_client generate --prompt \"$prompt\" (streamed through the gRPC API) ---"
-build/bin/llm_client generate --server "localhost:$port" --prompt "$prompt" --max-tokens 60 \
+echo "--- llm_client generate ${exchange[*]} (streamed through the gRPC API) ---"
+build/bin/llm_client generate --server "localhost:$port" "${exchange[@]}" --max-tokens 60 \
   --temperature 0.7 --top-p 0.9 --seed 1
 echo "--- serving on localhost:$port; Ctrl-C drains and stops the server ---"
 wait $server

@@ -51,6 +51,7 @@ def main():
     cfg = json.load(open(args.config))
     cfg["num_hidden_layers"] = args.layers
     cfg.pop("architectures", None)
+    cfg.pop("torch_dtype", None)
     config = LlamaConfig(**cfg)
     torch.manual_seed(0)
     t0 = time.time()
@@ -67,7 +68,13 @@ def main():
 
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, config.vocab_size, (args.tokens,), generator=gen, dtype=torch.int64)
+    # The reference is the checkpoint as saved and as the engine reads it: reloaded from disk, not
+    # the in-memory model built from the config dict (whose old-style `rope_scaling` key the
+    # in-memory rotary embedding may not apply as the saved `rope_parameters` say).
+    del model
+    from transformers import AutoModelForCausalLM
     with torch.no_grad():
+        model = AutoModelForCausalLM.from_pretrained(work, dtype=torch.bfloat16).cuda().eval()
         hf_bf16 = model(ids[None].cuda()).logits[0].float()
         model = model.float()  # the same (bf16-rounded) weights, float32 arithmetic
         ref = model(ids[None].cuda()).logits[0].float()

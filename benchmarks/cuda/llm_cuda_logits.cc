@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   ModelRunnerOptions ro;
   ro.limits.max_tokens = chunk;
   ro.limits.max_seqs = 1;
+  ro.limits.max_logit_rows = chunk;  // teacher-forced: logits at every position
   ro.block_size = 16;
   ro.max_context = (t_total + 15) / 16 * 16;
   ro.num_kv_blocks = ro.max_context / 16 + 1;

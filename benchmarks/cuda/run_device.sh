@@ -15,9 +15,10 @@ summary=""
 for m in $modes; do
   case $m in
     tests)
-      for t in cuda_ops_test cuda_sampler_test cuda_model_test; do
+      for spec in cuda_sampler_test:45 cuda_model_test:100 cuda_ops_test:150; do
+        t=${spec%%:*}; limit=${spec##*:}
         start=$(date +%s)
-        timeout 420 $BIN/$t --gtest_brief=1 > "$OUT/$t.log" 2>&1
+        timeout $limit $BIN/$t --gtest_brief=1 > "$OUT/$t.log" 2>&1
         rc=$?
         grep -E "^\[parity\]" "$OUT/$t.log" > "$OUT/parity_fixtures.txt.part" 2>/dev/null && cat "$OUT/parity_fixtures.txt.part" >> "$OUT/parity_fixtures.txt"
         rm -f "$OUT/parity_fixtures.txt.part"
@@ -26,12 +27,12 @@ for m in $modes; do
       done ;;
     bench)
       start=$(date +%s)
-      timeout 400 $BIN/llm_cuda_bench --model benchmarks/cuda/configs/llama3-8b --out "$OUT/bench.md" > "$OUT/bench.log" 2>&1
+      timeout 120 $BIN/llm_cuda_bench --model benchmarks/cuda/configs/llama3-8b --out "$OUT/bench.md" > "$OUT/bench.log" 2>&1
       summary+="bench rc=$? ($(( $(date +%s) - start )) s)\n"
       tail -5 "$OUT/bench.log" ;;
     parity)
       start=$(date +%s)
-      PYTHONUNBUFFERED=1 timeout 400 python3 benchmarks/cuda/hf_parity.py --binary $BIN/llm_cuda_logits \
+      PYTHONUNBUFFERED=1 timeout 150 python3 benchmarks/cuda/hf_parity.py --binary $BIN/llm_cuda_logits \
         --workdir /tmp/hf_parity --out "$OUT/parity.md" > "$OUT/parity.log" 2>&1
       summary+="parity rc=$? ($(( $(date +%s) - start )) s)\n"
       tail -12 "$OUT/parity.log" ;;

@@ -25,7 +25,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const ModelConfig& conf
 
 absl::Status Decoder::AllocateActivations() {
   const DType dt = backend_.activation_dtype();
-  const int64_t t = limits_.max_tokens, s = limits_.max_seqs, h = dims_.hidden;
+  const int64_t t = limits_.max_tokens, s = limits_.logit_rows(), h = dims_.hidden;
   const int64_t q_size = dims_.num_heads * dims_.head_dim;
   struct Want {
     Tensor* dst;
@@ -117,10 +117,11 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
 
 absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<const KvCacheLayer> cache) {
   const int32_t n = meta.num_tokens;
-  if (n <= 0 || n > limits_.max_tokens || meta.num_seqs > limits_.max_seqs || meta.num_logit_rows > limits_.max_seqs)
+  if (n <= 0 || n > limits_.max_tokens || meta.num_seqs > limits_.max_seqs || meta.num_logit_rows > limits_.logit_rows())
     return absl::InvalidArgumentError(absl::StrCat("step of ", n, " tokens / ", meta.num_seqs,
                                                    " sequences exceeds the decoder limits (", limits_.max_tokens,
-                                                   " tokens, ", limits_.max_seqs, " sequences)"));
+                                                   " tokens, ", limits_.max_seqs, " sequences, ", limits_.logit_rows(),
+                                                   " logit rows)"));
   if (static_cast<int64_t>(cache.size()) != dims_.end_layer - dims_.first_layer)
     return absl::InvalidArgumentError("KV cache layers do not match this stage's layers");
   Tensor residual = residual_.Rows(0, n);

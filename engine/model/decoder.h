@@ -20,7 +20,11 @@ namespace llm {
 
 struct DecoderLimits {
   int32_t max_tokens = 2048;  // tokens per step (the prefill chunk budget)
-  int32_t max_seqs = 256;     // sequences per step (rows of logits)
+  int32_t max_seqs = 256;     // sequences per step
+  // Rows of logits per step; 0: max_seqs (one per sampled sequence). Teacher-forced scoring of
+  // every prompt position (tests, perplexity) asks for more.
+  int32_t max_logit_rows = 0;
+  int32_t logit_rows() const { return max_logit_rows > 0 ? max_logit_rows : max_seqs; }
 };
 
 class Decoder {

@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::CreateFromWeights(cons
   ASSIGN_OR_RETURN(r->decoder_, Decoder::Create(config, dims, std::move(weights), *r->backend_, tp_comm, options.limits));
   // The sampler's working memory is sized now, before the KV cache takes what is left.
   if (dims.is_last_stage)
-    RETURN_IF_ERROR(r->backend_->PrepareSampler(options.limits.max_seqs, dims.vocab_local * options.shard.tp_size));
+    RETURN_IF_ERROR(r->backend_->PrepareSampler(options.limits.logit_rows(), dims.vocab_local * options.shard.tp_size));
 
   r->max_context_ = options.max_context > 0 ? options.max_context : config.max_position_embeddings;
   if (r->max_context_ <= 0) return absl::InvalidArgumentError("the model's context length is unknown");
@@ -74,7 +74,7 @@ absl::Status ModelRunner::AllocateMetadata() {
     int64_t n;
   };
   const Want wants[] = {{&token_ids_, t},   {&positions_, t},    {&slot_mapping_, t},           {&query_start_, s + 1},
-                        {&context_lens_, s}, {&logit_rows_, s}, {&block_tables_, s * block_table_width_}};
+                        {&context_lens_, s}, {&logit_rows_, options_.limits.logit_rows()}, {&block_tables_, s * block_table_width_}};
   size_t total = 0;
   for (const Want& w : wants) total += (w.n * 4 + 255) / 256 * 256;
   ASSIGN_OR_RETURN(Buffer buffer, backend_->Allocate(total));
@@ -182,8 +182,10 @@ absl::StatusOr<Tensor> ModelRunner::ForwardGraph(const StepPlan& plan, int32_t b
 absl::StatusOr<Tensor> ModelRunner::Forward(const StepPlan& plan) {
   const int32_t n = plan.num_tokens(), s = plan.num_seqs();
   const int32_t rows = static_cast<int32_t>(plan.logit_rows.size());
-  if (n == 0 || n > options_.limits.max_tokens || s > options_.limits.max_seqs)
-    return absl::InvalidArgumentError(absl::StrCat("step plan of ", n, " tokens and ", s, " sequences is outside the limits"));
+  if (n == 0 || n > options_.limits.max_tokens || s > options_.limits.max_seqs || rows > options_.limits.logit_rows())
+    return absl::InvalidArgumentError(absl::StrCat("step plan of ", n, " tokens, ", s, " sequences and ", rows,
+                                                   " logit rows is outside the limits (", options_.limits.max_tokens,
+                                                   ", ", options_.limits.max_seqs, ", ", options_.limits.logit_rows(), ")"));
   if (plan.block_table_width != block_table_width_ || plan.block_tables.size() != size_t(s) * block_table_width_ ||
       plan.query_start.size() != size_t(s) + 1)
     return absl::InvalidArgumentError("malformed step plan");

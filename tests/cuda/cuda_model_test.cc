@@ -58,6 +58,7 @@ class CudaFixtureTest : public ::testing::TestWithParam<std::tuple<const char*, 
     ModelRunnerOptions options;
     options.limits.max_tokens = 512;
     options.limits.max_seqs = 16;
+    options.limits.max_logit_rows = 512;  // teacher-forced: logits at every prompt position
     options.block_size = 16;
     options.num_kv_blocks = 16 * 16;
     options.max_context = 256;
@@ -205,6 +206,7 @@ TEST(CudaDummyWeightsTest, GpuDrawMatchesHostDraw) {
   ModelRunnerOptions options;
   options.limits.max_tokens = 128;
   options.limits.max_seqs = 4;
+  options.limits.max_logit_rows = 128;
   options.num_kv_blocks = 32;
   options.max_context = 256;
   std::vector<std::unique_ptr<ModelRunner>> runners;

@@ -12,7 +12,8 @@ constexpr char kUsage[] =
     "commands:\n"
     "  generate   generate text from a prompt with a local model\n"
     "  tokenize   print the token ids of text\n"
-    "  serve      serve a model over gRPC, with Prometheus metrics\n\n"
+    "  serve      serve a model over gRPC, with Prometheus metrics\n"
+    "  loadtest   load-test a server: latency percentiles, throughput, SLA goodput\n\n"
     "Run 'llm <command> --help' for the flags of a command.\n";
 
 struct Command {
@@ -24,6 +25,7 @@ constexpr Command kCommands[] = {
     {"generate", llm::cli::RunGenerate},
     {"tokenize", llm::cli::RunTokenize},
     {"serve", llm::cli::RunServe},
+    {"loadtest", llm::cli::RunLoadtest},
 };
 
 }  // namespace

@@ -7,5 +7,6 @@ namespace llm::cli {
 int RunGenerate(int argc, char** argv);
 int RunTokenize(int argc, char** argv);
 int RunServe(int argc, char** argv);
+int RunLoadtest(int argc, char** argv);
 
 }  // namespace llm::cli

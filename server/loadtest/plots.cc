@@ -1,0 +1,217 @@
+#include "server/loadtest/plots.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+
+namespace llm::loadtest {
+namespace {
+
+constexpr int kMaxCdfRuns = 6;
+constexpr int kMaxCdfPoints = 500;
+
+std::string Quote(const std::string& s) {
+  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "''"}}), "'");
+}
+
+std::string ShellQuote(const std::string& s) {
+  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "'\\''"}}), "'");
+}
+
+std::string Terminal(const std::string& format) {
+  return format == "png"
+             ? "set terminal pngcairo size 1200,900 noenhanced font 'sans,10' background '#ffffff'\n"
+             : "set terminal svg size 1200,900 dynamic noenhanced font 'sans,12' background '#ffffff'\n";
+}
+
+// A panel: its title and the plot command that draws it.
+struct Panel {
+  std::string title, xlabel, ylabel, extra, plot;
+};
+
+std::string MultiplotScript(const PlotOptions& options, const std::string& stem,
+                            const std::vector<Panel>& panels) {
+  const std::string output = absl::StrCat(stem, ".", options.format);
+  const int cols = panels.size() > 1 ? 2 : 1;
+  const int rows = static_cast<int>((panels.size() + 1) / 2);
+  std::string s = absl::StrCat(
+      Terminal(options.format), "set output ", Quote(output), "\n",
+      absl::StrFormat("set multiplot layout %d,%d title %s\n", rows, cols, Quote(options.title)), "");
+  for (const Panel& p : panels) {
+    absl::StrAppend(&s, "reset\nset grid\nset key top left box opaque\nset style data linespoints\n",
+                    "set title ", Quote(p.title), "\nset xlabel ", Quote(p.xlabel), "\nset ylabel ",
+                    Quote(p.ylabel), "\n", p.extra, "plot ", p.plot, "\n");
+  }
+  absl::StrAppend(&s, "unset multiplot\n");
+  return s;
+}
+
+std::string SlaLine(const std::optional<SlaLimits>& sla, std::optional<double> SlaLimits::*limit) {
+  if (!sla || !((*sla).*limit)) return "";
+  return absl::StrFormat(", %g with lines dashtype 2 linewidth 2 linecolor rgb 'red' title 'SLA P99 limit'",
+                         *((*sla).*limit));
+}
+
+void WriteCdf(const std::string& path, const std::vector<double>& sorted) {
+  std::ofstream out(path);
+  const size_t n = sorted.size();
+  const size_t points = std::min<size_t>(n, kMaxCdfPoints);
+  for (size_t k = 0; k < points; ++k) {
+    const size_t i = points == 1 ? n - 1 : k * (n - 1) / (points - 1);
+    out << absl::StrFormat("%.6g %.6g\n", sorted[i], static_cast<double>(i + 1) / static_cast<double>(n));
+  }
+}
+
+// Up to kMaxCdfRuns runs, evenly spread over `runs` (sorted by x), first and last included.
+std::vector<const PlotRun*> PickRuns(const std::vector<const PlotRun*>& runs) {
+  if (runs.size() <= kMaxCdfRuns) return runs;
+  std::vector<const PlotRun*> picked;
+  for (int k = 0; k < kMaxCdfRuns; ++k) picked.push_back(runs[k * (runs.size() - 1) / (kMaxCdfRuns - 1)]);
+  return picked;
+}
+
+absl::Status RunGnuplot(const PlotOptions& options, const std::string& script) {
+  const std::string command =
+      absl::StrCat("cd ", ShellQuote(options.dir), " && ", options.gnuplot, " ", ShellQuote(script), " 2>&1");
+  const int rc = std::system(command.c_str());
+  if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
+    const int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", options.gnuplot, " ", script, "' failed (exit ", code,
+                     code == 127 ? ": gnuplot not found; install gnuplot-nox" : "",
+                     "); data and scripts are in ", options.dir));
+  }
+  return absl::OkStatus();
+}
+
+std::string LoadAxisLabel(const std::vector<const PlotRun*>& runs) {
+  const bool closed =
+      std::any_of(runs.begin(), runs.end(), [](const PlotRun* r) { return r->report.mode == "closed-loop"; });
+  return closed ? "achieved load (req/s)" : "offered load (req/s)";
+}
+
+absl::Status LatencyVsLoad(const PlotOptions& options, const std::vector<const PlotRun*>& runs,
+                           const std::optional<SlaLimits>& sla, std::vector<std::string>* written) {
+  namespace fs = std::filesystem;
+  {
+    std::ofstream out(fs::path(options.dir) / "latency_vs_load.dat");
+    out << "# x ttft_p50 ttft_p90 ttft_p99 tpot_p50 tpot_p90 tpot_p99 itl_p50 itl_p99 e2e_p50 e2e_p90 "
+           "e2e_p99 "
+           "req_per_s out_tok_per_s goodput_req_per_s\n";
+    for (const PlotRun* r : runs) {
+      const RunReport& p = r->report;
+      out << absl::StrFormat("%.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g\n",
+                             r->x, p.ttft_ms.p50, p.ttft_ms.p90, p.ttft_ms.p99, p.tpot_ms.p50, p.tpot_ms.p90,
+                             p.tpot_ms.p99, p.itl_ms.p50, p.itl_ms.p99, p.e2e_ms.p50, p.e2e_ms.p90,
+                             p.e2e_ms.p99, p.request_throughput, p.output_token_throughput, p.goodput_rps);
+    }
+  }
+  const std::string x = LoadAxisLabel(runs), d = "'latency_vs_load.dat'";
+  // One load level (or several at the same x): a range around it, as gnuplot cannot pick one.
+  std::string yzero = "set yrange [0:*]\n";
+  if (runs.front()->x == runs.back()->x) {
+    const double x0 = runs.front()->x, pad = x0 > 0 ? x0 * 0.5 : 1;
+    yzero += absl::StrFormat("set xrange [%g:%g]\n", x0 - pad, x0 + pad);
+  }
+  std::vector<Panel> panels = {
+      {"Time to first token", x, "ms", yzero,
+       absl::StrCat(d, " using 1:2 title 'P50', '' using 1:3 title 'P90', '' using 1:4 title 'P99'",
+                    SlaLine(sla, &SlaLimits::ttft_p99_ms))},
+      {"Time per output token, inter-token latency", x, "ms", yzero,
+       absl::StrCat(
+           d,
+           " using 1:5 title 'TPOT P50', '' using 1:6 title 'TPOT P90', '' using 1:7 title 'TPOT P99', "
+           "'' using 1:9 title 'ITL P99'",
+           SlaLine(sla, &SlaLimits::tpot_p99_ms))},
+      {"End-to-end latency", x, "ms", yzero,
+       absl::StrCat(d, " using 1:10 title 'P50', '' using 1:11 title 'P90', '' using 1:12 title 'P99'",
+                    SlaLine(sla, &SlaLimits::e2e_p99_ms))},
+      {"Throughput", x, "req/s",
+       yzero + "set y2range [0:*]\nset y2label 'output tok/s'\nset ytics nomirror\nset y2tics\n",
+       absl::StrCat(d, " using 1:13 title 'completed req/s'",
+                    sla ? ", '' using 1:15 title 'goodput (req/s within SLA)'" : "",
+                    ", '' using 1:14 axes x1y2 title 'output tok/s'")},
+  };
+  const std::string script = "latency_vs_load.gp";
+  std::ofstream(fs::path(options.dir) / script) << MultiplotScript(options, "latency_vs_load", panels);
+  if (absl::Status s = RunGnuplot(options, script); !s.ok()) return s;
+  written->push_back((fs::path(options.dir) / absl::StrCat("latency_vs_load.", options.format)).string());
+  return absl::OkStatus();
+}
+
+absl::Status Distributions(const PlotOptions& options, const std::vector<const PlotRun*>& runs,
+                           std::vector<std::string>* written) {
+  namespace fs = std::filesystem;
+  struct Metric {
+    const char* name;
+    const char* title;
+    std::vector<double> RunSamples::*samples;
+  };
+  const Metric metrics[] = {{"ttft", "Time to first token (CDF)", &RunSamples::ttft},
+                            {"tpot", "Time per output token (CDF)", &RunSamples::tpot},
+                            {"itl", "Inter-token latency (CDF)", &RunSamples::itl},
+                            {"e2e", "End-to-end latency (CDF)", &RunSamples::e2e}};
+  std::vector<Panel> panels;
+  for (const Metric& m : metrics) {
+    std::vector<std::string> curves;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const std::vector<double>& v = runs[i]->samples.*m.samples;
+      if (v.empty()) continue;
+      const std::string file = absl::StrCat("cdf_", m.name, "_", i, ".dat");
+      WriteCdf((fs::path(options.dir) / file).string(), v);
+      curves.push_back(
+          absl::StrCat(Quote(file), " using 1:2 with lines linewidth 2 title ", Quote(runs[i]->label)));
+    }
+    if (curves.empty()) continue;
+    panels.push_back({m.title, "ms",
+                      m.samples == &RunSamples::itl ? "fraction of tokens" : "fraction of requests",
+                      "set yrange [0:1]\nset key bottom right box opaque\n", absl::StrJoin(curves, ", ")});
+  }
+  if (panels.empty()) return absl::OkStatus();
+  const std::string script = "distributions.gp";
+  std::ofstream(fs::path(options.dir) / script) << MultiplotScript(options, "distributions", panels);
+  if (absl::Status s = RunGnuplot(options, script); !s.ok()) return s;
+  written->push_back((fs::path(options.dir) / absl::StrCat("distributions.", options.format)).string());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+RunSamples CollectSamples(const RunResult& result) {
+  RunSamples s;
+  for (const RequestRecord& r : result.records) {
+    if (!r.ok() || r.output_tokens == 0) continue;
+    s.ttft.push_back(r.ttft_ms());
+    if (r.output_tokens > 1) s.tpot.push_back(r.tpot_ms());
+    s.itl.insert(s.itl.end(), r.itl_ms.begin(), r.itl_ms.end());
+    s.e2e.push_back(r.e2e_ms());
+  }
+  for (auto* v : {&s.ttft, &s.tpot, &s.itl, &s.e2e}) std::sort(v->begin(), v->end());
+  return s;
+}
+
+absl::Status WritePlots(const PlotOptions& options, const std::vector<PlotRun>& runs,
+                        const std::optional<SlaLimits>& sla, std::vector<std::string>* written) {
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create --plot-dir ", options.dir, ": ", ec.message()));
+  std::vector<const PlotRun*> sorted;
+  for (const PlotRun& r : runs) sorted.push_back(&r);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const PlotRun* a, const PlotRun* b) { return a->x < b->x; });
+  if (sorted.empty()) return absl::OkStatus();
+  if (absl::Status s = LatencyVsLoad(options, sorted, sla, written); !s.ok()) return s;
+  return Distributions(options, PickRuns(sorted), written);
+}
+
+}  // namespace llm::loadtest

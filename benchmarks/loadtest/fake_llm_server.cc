@@ -107,6 +107,7 @@ absl::StatusOr<std::unique_ptr<FakeLlmServer>> FakeLlmServer::Start(const FakeSe
   auto server = std::unique_ptr<FakeLlmServer>(new FakeLlmServer());
   server->host_ = options.host;
   server->service_ = std::make_unique<Service>(options);
+  grpc::EnableDefaultHealthCheckService(true);  // SERVING at once: the scenario harness waits for it
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat(options.host, ":", options.port), grpc::InsecureServerCredentials(),
                            &server->port_);

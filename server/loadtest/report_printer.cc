@@ -53,6 +53,12 @@ std::string FormatRunTable(const RunReport& r) {
   out += Row("queue (server)", r.queue_ms);
   out += Row("send lag", r.lag_ms);
   absl::StrAppend(&out, "errors      ", Errors(r), "\n");
+  if (r.mode != "closed-loop" && !std::isinf(r.offered_rate) && r.request_throughput < 0.5 * r.offered_rate)
+    absl::StrAppendFormat(
+        &out,
+        "warning     %.3g req/s completed against %.3g offered: the server fell behind, or the run "
+        "is short against its latency (more --num-requests or a --duration)\n",
+        r.request_throughput, r.offered_rate);
   if (r.token_count_mismatches > 0)
     absl::StrAppend(&out, "warning     ", r.token_count_mismatches,
                     " requests streamed a token count other than their usage.completion_tokens\n");

@@ -1,0 +1,56 @@
+# The GPU scenarios' load levels (source it after lib.sh; the server is up at $SERVER_ADDR).
+# Each scenario is a rate sweep (latency against load, plots) and SLA searches at MLPerf's
+# Llama-2-70B server limits (P99 TTFT 2 s, P99 TPOT 200 ms) and interactive limits (450 ms, 40 ms).
+#   PREFIX     report names, e.g. h100_llama3_8b
+#   SCENARIOS  "fixed sharegpt" (default) or one of them
+#   RATES_FIXED, RATES_SHAREGPT  the sweeps' Poisson rates (req/s)
+#   SWEEP_REQUESTS, PROBE_REQUESTS, WARMUP  requests per sweep level / per search probe / warm-up
+#   MAX_PROBES  load levels an SLA search may run
+#   SHAREGPT   a ShareGPT JSON/JSONL file; without it the mix is synthetic (see below)
+SCENARIOS=${SCENARIOS:-fixed sharegpt}
+SWEEP_REQUESTS=${SWEEP_REQUESTS:-200}
+PROBE_REQUESTS=${PROBE_REQUESTS:-300}
+WARMUP=${WARMUP:-32}
+MAX_PROBES=${MAX_PROBES:-12}
+common=(--connections 8 --request-timeout 30m --seed 1 --sla-max-probes "$MAX_PROBES")
+
+# Fixed shape: every request 1000 prompt tokens (random ids) and exactly 1000 output tokens.
+fixed_scenario() {
+  local shape=(--input-len 1000 --output-len 1000)
+  loadtest "${PREFIX}_1000x1000_sweep" "${common[@]}" "${shape[@]}" --rate "$RATES_FIXED" \
+    --num-requests "$SWEEP_REQUESTS" --warmup-requests "$WARMUP" --sla mlperf-llama2-70b || true
+  loadtest "${PREFIX}_1000x1000_sla" "${common[@]}" "${shape[@]}" --sla mlperf-llama2-70b --sla-search \
+    --sla-start-rate "${RATES_FIXED%%,*}" --num-requests "$PROBE_REQUESTS" --warmup-requests "$WARMUP" || true
+  loadtest "${PREFIX}_1000x1000_interactive" "${common[@]}" "${shape[@]}" --sla mlperf-llama2-70b-interactive \
+    --sla-search --sla-start-rate "${RATES_FIXED%%,*}" --num-requests "$PROBE_REQUESTS" \
+    --warmup-requests "$WARMUP" || true
+}
+
+# ShareGPT-like mix: the real conversations when $SHAREGPT is given (prompts as random ids of
+# their estimated length: dummy weights have no tokenizer; outputs the length of the recorded
+# reply), else a synthetic long-tailed mix: log-normal prompt lengths (median 256, sigma 1.0, at
+# most 2048) and output lengths (median 192, sigma 0.9, at most 1024).
+sharegpt_scenario() {
+  local mix
+  if [[ -n ${SHAREGPT:-} ]]; then
+    mix=(--dataset "$SHAREGPT")
+  else
+    mix=(--input-len lognormal:256:1.0:2048 --output-len lognormal:192:0.9:1024)
+  fi
+  loadtest "${PREFIX}_sharegpt_sweep" "${common[@]}" "${mix[@]}" --rate "$RATES_SHAREGPT" \
+    --num-requests "$SWEEP_REQUESTS" --warmup-requests "$WARMUP" --sla mlperf-llama2-70b || true
+  loadtest "${PREFIX}_sharegpt_sla" "${common[@]}" "${mix[@]}" --sla mlperf-llama2-70b --sla-search \
+    --sla-start-rate "${RATES_SHAREGPT%%,*}" --num-requests "$PROBE_REQUESTS" --warmup-requests "$WARMUP" || true
+}
+
+run_gpu_scenarios() {
+  local s
+  for s in $SCENARIOS; do
+    case $s in
+      fixed) fixed_scenario ;;
+      sharegpt) sharegpt_scenario ;;
+      *) log "unknown scenario '$s' (fixed, sharegpt)"; exit 2 ;;
+    esac
+  done
+  python3 "$REPO/benchmarks/loadtest/summarize.py" "$OUT_DIR"/"${PREFIX}"_*.json | tee "$OUT_DIR/${PREFIX}_summary.md"
+}

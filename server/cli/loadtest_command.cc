@@ -57,7 +57,7 @@ absl::StatusOr<std::vector<int64_t>> ParseCounts(const std::string& text) {
 
 struct RawFlags {
   std::string rate, concurrency, input_len = "128", output_len = "128", duration = "0",
-                                 request_timeout = "600", progress_interval = "1";
+                                 request_timeout = "600", progress_interval = "1", connect_timeout = "30";
   std::string sla, sla_ttft, sla_tpot, sla_itl, sla_e2e;
   int64_t connections = 4, seed = 1, max_probes = 16;
 };
@@ -87,7 +87,8 @@ absl::Status Finish(const FlagSet& flags, const RawFlags& raw, loadtest::Loadtes
   for (auto [flag, text, out_duration] :
        {std::tuple{"duration", &raw.duration, &c.duration},
         std::tuple{"request-timeout", &raw.request_timeout, &c.request_timeout},
-        std::tuple{"progress-interval", &raw.progress_interval, &c.progress_interval}}) {
+        std::tuple{"progress-interval", &raw.progress_interval, &c.progress_interval},
+        std::tuple{"connect-timeout", &raw.connect_timeout, &c.connect_timeout}}) {
     auto d = ParseSeconds(flag, *text);
     if (!d.ok()) return d.status();
     *out_duration = *d;
@@ -130,6 +131,8 @@ int RunLoadtest(int argc, char** argv) {
   RawFlags raw;
   double max_error_rate = 0;
   flags.String("target", &c.target, "the server, HOST:PORT");
+  flags.String("connect-timeout", &raw.connect_timeout,
+               "seconds to wait for the server (and its model) at start");
   flags.Int("connections", &raw.connections, "gRPC connections (HTTP/2) the calls are spread over");
   flags.String("rate", &raw.rate, "open loop: requests/s, comma-separated to sweep; 'inf' sends all at once");
   flags.String("rates", &raw.rate, "the same as --rate");

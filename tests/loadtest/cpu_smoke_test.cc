@@ -182,5 +182,24 @@ TEST_F(CpuSmokeTest, SlaSearchIsConsistent) {
   CheckPlots(r);
 }
 
+// Exit codes: 2 for bad usage, 1 when the server cannot be reached.
+TEST(LoadtestCommandTest, BadUsageAndUnreachableServer) {
+  const auto run = [](const std::string& args) {
+    const std::string command = absl::StrCat(LLM_BINARY_DIR, "/bin/llm loadtest ", args, " > /dev/null 2>&1");
+    const int rc = std::system(command.c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  EXPECT_EQ(run("--help"), 0);
+  EXPECT_EQ(run("--rate -1 --num-requests 1"), 2);
+  EXPECT_EQ(run("--rate 1"), 2);          // neither a count nor a duration
+  EXPECT_EQ(run("--num-requests 5"), 2);  // no load
+  EXPECT_EQ(run("--rate 1,2 --concurrency 1,2 --num-requests 1"), 2);
+  EXPECT_EQ(run("--sla-search --num-requests 1"), 2);  // no limits
+  EXPECT_EQ(run("--input-len uniform:9:3 --rate 1 --num-requests 1"), 2);
+  EXPECT_EQ(run("--sla-ttft-p99 fast --rate 1 --num-requests 1"), 2);
+  // Port 1 on localhost: nothing listens there.
+  EXPECT_EQ(run("--target 127.0.0.1:1 --connect-timeout 1 --rate 1 --num-requests 1"), 1);
+}
+
 }  // namespace
 }  // namespace llm::loadtest

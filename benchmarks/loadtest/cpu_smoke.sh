@@ -12,7 +12,7 @@ need_binaries "$LLM" "$LLM_CLIENT"
 start_server serve TERM "$LLM" serve --model "$MODEL" --host 127.0.0.1 --port 0 --metrics-port -1 --threads 2 \
   --max-seqs 16
 wait_serving
-common=(--connections 2 --progress-interval 2 --seed 7)
+common=(--connections 2 --progress-interval 2 --seed 8)
 loadtest smoke_sweep "${common[@]}" --concurrency 1,4 --num-requests 24 --warmup-requests 4 \
   --input-len uniform:16:64 --output-len uniform:8:32
 loadtest smoke_dataset "${common[@]}" --rate 20 --burstiness 0.5 --num-requests 24 --warmup-requests 2 \

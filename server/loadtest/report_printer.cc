@@ -9,6 +9,9 @@
 namespace llm::loadtest {
 namespace {
 
+// Send lag (P99) above which the report says the generator could not keep its schedule.
+constexpr double kLagWarningMs = 10;
+
 std::string Errors(const RunReport& r) {
   if (r.errors.empty()) return "none";
   std::vector<std::string> parts;
@@ -59,6 +62,11 @@ std::string FormatRunTable(const RunReport& r) {
         "warning     %.3g req/s completed against %.3g offered: the server fell behind, or the run "
         "is short against its latency (more --num-requests or a --duration)\n",
         r.request_throughput, r.offered_rate);
+  if (r.lag_ms.p99 > kLagWarningMs)
+    absl::StrAppendFormat(&out,
+                          "warning     the generator started requests late (send lag P99 %.1f ms): it, not the "
+                          "server, limited the offered load; fewer requests/s per process, or more cores\n",
+                          r.lag_ms.p99);
   if (r.token_count_mismatches > 0)
     absl::StrAppend(&out, "warning     ", r.token_count_mismatches,
                     " requests streamed a token count other than their usage.completion_tokens\n");

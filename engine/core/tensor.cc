@@ -39,7 +39,9 @@ Buffer AllocateHost(size_t bytes) {
 }
 
 absl::StatusOr<Tensor> Arena::Take(DType dtype, Shape shape, size_t alignment) {
-  const size_t start = (used_ + alignment - 1) / alignment * alignment;
+  // Align the address itself: the buffer's own alignment may be weaker than `alignment`.
+  const uintptr_t base = reinterpret_cast<uintptr_t>(buffer_.data());
+  const size_t start = static_cast<size_t>((base + used_ + alignment - 1) / alignment * alignment - base);
   const size_t bytes = static_cast<size_t>(shape.numel()) * DTypeSize(dtype);
   if (start + bytes > buffer_.bytes()) {
     return absl::ResourceExhaustedError(absl::StrCat("arena exhausted: need ", bytes, " bytes at offset ",

@@ -50,8 +50,10 @@ def main(paths):
                            for key in ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms")
                            if sla.get(key) is not None)
         if s["found"]:
-            above = (f", {s['lowest_failing_rate_rps']:g} req/s missed" if s["lowest_failing_rate_rps"] > 0
-                     else " (the highest rate tried)")
+            stop = s.get("stopped_by", "converged")
+            above = {"max rate": " (every rate tried passed)",
+                     "probe budget": " (probe budget spent before converging)"}.get(
+                         stop, f", {s['lowest_failing_rate_rps']:g} req/s missed")
             print(f"\n{name}: {limits}: max rate {s['max_rate_rps']:g} req/s{above}; goodput "
                   f"{s['goodput_rps']:.2f} req/s, {s['output_tokens_per_s']:.0f} output tok/s")
         else:

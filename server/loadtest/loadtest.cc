@@ -55,6 +55,15 @@ absl::Status Validate(const LoadtestConfig& c) {
   return absl::OkStatus();
 }
 
+// Why a search ended, for its result line.
+std::string StopNote(const SlaSearchResult& s) {
+  if (s.stopped_by == "probe budget")
+    return absl::StrFormat(" (stopped after %d probes: raise --sla-max-probes)", s.probes.size());
+  if (s.stopped_by == "max rate") return " (every rate up to --sla-max-rate passed)";
+  if (s.stopped_by == "min rate") return " (down to --sla-min-rate)";
+  return absl::StrFormat(" (%.4g req/s missed it)", s.lowest_failing_rate);
+}
+
 class Session {
  public:
   Session(const LoadtestConfig& config, SignalStopper& stopper) : config_(config), stopper_(stopper) {}
@@ -185,19 +194,15 @@ class Session {
     search_ = result.ok() ? std::optional<SlaSearchResult>(*result) : std::nullopt;
     std::printf("\nsummary\n%s\n", FormatSummaryTable(reports_).c_str());
     if (!search_ || !search_->found) {
-      std::printf("SLA search: no rate met the SLA (lowest tried %.4g req/s)\n\n",
-                  search_ && !search_->probes.empty() ? search_->probes.back().rate : 0.0);
+      std::printf("SLA search: no rate met the SLA%s\n\n",
+                  search_ ? StopNote(*search_).c_str() : " (interrupted)");
       return absl::OkStatus();
     }
     const RunReport& best = reports_[search_->best_run_index];
     std::printf("best run\n%s\n", FormatRunTable(best).c_str());
     std::printf(
         "SLA search: max rate meeting the SLA %.4g req/s%s -> goodput %.2f req/s, %.1f output tok/s\n\n",
-        search_->best_rate,
-        search_->lowest_failing_rate > 0
-            ? absl::StrFormat(" (%.4g req/s missed it)", search_->lowest_failing_rate).c_str()
-            : " (the highest rate tried)",
-        best.goodput_rps, best.output_token_throughput);
+        search_->best_rate, StopNote(*search_).c_str(), best.goodput_rps, best.output_token_throughput);
     return absl::OkStatus();
   }
 
@@ -285,6 +290,7 @@ class Session {
                 {"max_rate_rps", search_->best_rate},
                 {"lowest_failing_rate_rps", search_->lowest_failing_rate},
                 {"best_run", search_->best_run_index},
+                {"stopped_by", search_->stopped_by},
                 {"probes", probes}};
       if (search_->found) {
         const RunReport& best = reports_[search_->best_run_index];

@@ -63,10 +63,11 @@ std::string FormatRunTable(const RunReport& r) {
         "is short against its latency (more --num-requests or a --duration)\n",
         r.request_throughput, r.offered_rate);
   if (r.lag_ms.p99 > kLagWarningMs)
-    absl::StrAppendFormat(&out,
-                          "warning     the generator started requests late (send lag P99 %.1f ms): it, not the "
-                          "server, limited the offered load; fewer requests/s per process, or more cores\n",
-                          r.lag_ms.p99);
+    absl::StrAppendFormat(
+        &out,
+        "warning     the generator started requests late (send lag P99 %.1f ms): it, not the "
+        "server, limited the offered load; fewer requests/s per process, or more cores\n",
+        r.lag_ms.p99);
   if (r.token_count_mismatches > 0)
     absl::StrAppend(&out, "warning     ", r.token_count_mismatches,
                     " requests streamed a token count other than their usage.completion_tokens\n");

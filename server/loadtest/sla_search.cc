@@ -45,6 +45,17 @@ absl::StatusOr<SlaSearchResult> SearchMaxRate(const SlaSearchOptions& options, c
   while (lo > 0 && hi > 0 && probes_left() && (hi - lo) > options.rel_tolerance * lo) {
     RETURN_IF_ERROR(run((lo + hi) / 2));
   }
+  if (lo > 0 && hi > 0 && (hi - lo) <= options.rel_tolerance * lo) {
+    result.stopped_by = "converged";
+  } else if (!probes_left()) {
+    result.stopped_by = "probe budget";
+  } else if (hi == 0) {
+    result.stopped_by = "max rate";
+  } else if (lo == 0) {
+    result.stopped_by = "min rate";
+  } else {
+    result.stopped_by = "converged";  // noisy probes: a rate passed above one that failed
+  }
   result.found = lo > 0;
   result.best_rate = lo;
   result.lowest_failing_rate = hi;

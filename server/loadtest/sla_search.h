@@ -34,6 +34,9 @@ struct SlaSearchResult {
   double best_rate = 0;              // the highest passing rate
   int best_run_index = -1;
   double lowest_failing_rate = 0;  // 0: none failed
+  // Why it stopped: "converged" (within the tolerance), "max rate" (everything passed up to
+  // max_rate), "min rate" (nothing passed down to min_rate), "probe budget" (max_probes ran).
+  std::string stopped_by;
 };
 
 // `probe(rate)` runs one load level and says whether it met the SLA; a non-OK status aborts.

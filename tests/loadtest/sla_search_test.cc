@@ -34,6 +34,7 @@ TEST(SlaSearchTest, BracketsUpThenBisects) {
   EXPECT_EQ(static_cast<int>(r->probes.size()), probes);
   // Bracket 1, 2, ..., 64 (7 probes); bisect 48, 40, 36, 38, 37, 37.5 until within 2% of 37.
   EXPECT_EQ(probes, 13);
+  EXPECT_EQ(r->stopped_by, "converged");
 }
 
 TEST(SlaSearchTest, BracketsDownWhenTheStartFails) {
@@ -59,6 +60,7 @@ TEST(SlaSearchTest, ReportsWhenNothingPasses) {
   EXPECT_EQ(r->best_run_index, -1);
   EXPECT_EQ(r->probes.back().rate, 0.25);
   EXPECT_EQ(probes, 3);  // 1, 0.5, 0.25
+  EXPECT_EQ(r->stopped_by, "min rate");
 }
 
 TEST(SlaSearchTest, StopsAtTheMaximumRate) {
@@ -72,6 +74,7 @@ TEST(SlaSearchTest, StopsAtTheMaximumRate) {
   EXPECT_EQ(r->best_rate, 50);
   EXPECT_EQ(r->lowest_failing_rate, 0);
   EXPECT_EQ(probes, 4);  // 10, 20, 40, 50
+  EXPECT_EQ(r->stopped_by, "max rate");
 }
 
 TEST(SlaSearchTest, RespectsTheProbeBudgetAndErrors) {
@@ -82,6 +85,7 @@ TEST(SlaSearchTest, RespectsTheProbeBudgetAndErrors) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(probes, 3);
   EXPECT_EQ(r->best_rate, 4);
+  EXPECT_EQ(r->stopped_by, "probe budget");
 
   const auto failing = SearchMaxRate(
       options, [](double) -> absl::StatusOr<ProbeOutcome> { return absl::UnavailableError("server gone"); });

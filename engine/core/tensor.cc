@@ -32,8 +32,9 @@ Tensor Buffer::View(DType dtype, Shape shape, size_t offset) const {
 }
 
 Buffer AllocateHost(size_t bytes) {
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+  // 256 bytes, like cudaMalloc: arenas size themselves assuming an aligned base.
+  const size_t rounded = (bytes + 255) / 256 * 256;
+  void* p = rounded ? std::aligned_alloc(256, rounded) : nullptr;
   LLM_CHECK(rounded == 0 || p != nullptr);
   return Buffer(p, bytes, Device{}, [](void* q) { std::free(q); });
 }

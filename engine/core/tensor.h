@@ -121,7 +121,7 @@ class Buffer {
   Deleter deleter_;
 };
 
-// Host memory, 64-byte aligned.
+// Host memory, 256-byte aligned (as device allocations are).
 Buffer AllocateHost(size_t bytes);
 
 // Carves consecutive, aligned views out of one Buffer: the start-up arena for weights,

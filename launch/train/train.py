@@ -19,11 +19,13 @@ Steps:
      heldout_reference.json (a short held-out text, its token ids, the per-position log-probs and
      their perplexity) for the engine's parity test; write samples and metrics to results.json
 
---steps 0 (the default) picks the step count from --train-seconds after timing a few steps; the
-chosen count is printed and saved in results.json, so a rerun with --steps N repeats it.
+The defaults are the recipe of launch/model (2400 steps of 64 x 1024 tokens, ~10 epochs of the
+16 M-token corpus; more epochs overfit it: see launch/train/README.md). --steps 0 instead picks the
+step count from --train-seconds after timing a few steps; the chosen count is printed and saved in
+results.json, so a rerun with --steps N repeats it.
 
 Example (the command behind launch/model, see launch/train/README.md):
-  python3 launch/train/train.py --corpus .device/corpus --out /tmp/model --train-seconds 330
+  python3 launch/train/train.py --corpus .device/corpus --out /tmp/model
 """
 import argparse
 import json
@@ -66,11 +68,11 @@ def parse_args():
     # training
     ap.add_argument("--seq", type=int, default=1024, help="training window (tokens)")
     ap.add_argument("--batch", type=int, default=64, help="windows per step")
-    ap.add_argument("--steps", type=int, default=0, help="0: as many as fit in --train-seconds")
+    ap.add_argument("--steps", type=int, default=2400, help="0: as many as fit in --train-seconds")
     ap.add_argument("--train-seconds", type=float, default=300)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
-    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=150)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--grad-clip", type=float, default=1.0)
     ap.add_argument("--compile", type=int, default=1, help="torch.compile the model (1/0)")

@@ -3,8 +3,8 @@
 namespace llm::loadtest {
 
 GenerateCall::GenerateCall(std::shared_ptr<const v1::GenerateRequest> request, RequestRecord record,
-                           SteadyClock::time_point origin, const DoneFn* done)
-    : request_(std::move(request)), record_(std::move(record)), origin_(origin), done_(done) {}
+                           SteadyClock::time_point origin, Owner* owner)
+    : request_(std::move(request)), record_(std::move(record)), origin_(origin), owner_(owner) {}
 
 int64_t GenerateCall::Now() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - origin_).count();
@@ -45,8 +45,11 @@ void GenerateCall::OnReadDone(bool ok) {
 void GenerateCall::OnDone(const grpc::Status& status) {
   record_.end_ns = Now();
   record_.status = status.error_code();
-  (*done_)(this, std::move(record_));
+  Owner* owner = owner_;
+  RequestRecord record = std::move(record_);
+  owner->Forget(this);
   delete this;
+  owner->Record(std::move(record));
 }
 
 }  // namespace llm::loadtest

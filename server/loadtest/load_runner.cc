@@ -30,7 +30,7 @@ void LoadRunner::Issue(int64_t index, bool warmup, int64_t scheduled_ns) {
   record.prompt_len = spec.prompt_len;
   record.expected_output = spec.output_len;
   record.scheduled_ns = scheduled_ns;
-  auto* call = new GenerateCall(std::move(spec.request), std::move(record), origin_, &done_fn_);
+  auto* call = new GenerateCall(std::move(spec.request), std::move(record), origin_, this);
   {
     std::lock_guard<std::mutex> lock(mu_);
     calls_.insert(call);
@@ -44,7 +44,12 @@ void LoadRunner::Issue(int64_t index, bool warmup, int64_t scheduled_ns) {
   call->Start(target_.NextStub(), absl::ToChronoTime(absl::Now() + plan_.request_timeout));
 }
 
-void LoadRunner::OnCallDone(GenerateCall* call, RequestRecord record) {
+void LoadRunner::Forget(GenerateCall* call) {
+  std::lock_guard<std::mutex> lock(mu_);
+  calls_.erase(call);
+}
+
+void LoadRunner::Record(RequestRecord record) {
   if (record.ok()) {
     output_tokens_.fetch_add(record.output_tokens, std::memory_order_relaxed);
   } else {
@@ -52,7 +57,6 @@ void LoadRunner::OnCallDone(GenerateCall* call, RequestRecord record) {
   }
   done_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
-  calls_.erase(call);
   if (record.warmup) {
     ++warmup_done_;
   } else {
@@ -99,7 +103,6 @@ RunResult LoadRunner::Run(const RunPlan& plan) {
   duration_s_.store(absl::ToDoubleSeconds(plan.duration));
   started_ns_.store(NowNs());
   ended_ns_.store(0);
-  done_fn_ = [this](GenerateCall* call, RequestRecord record) { OnCallDone(call, std::move(record)); };
   running_.store(true);
   const double cpu_start = ProcessCpuSeconds();
 

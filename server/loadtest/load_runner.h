@@ -64,7 +64,7 @@ struct RunProgress {
   bool warming_up = false;
 };
 
-class LoadRunner {
+class LoadRunner : private GenerateCall::Owner {
  public:
   LoadRunner(Target& target, Workload& workload)
       : target_(target), workload_(workload), origin_(SteadyClock::now()) {}
@@ -76,7 +76,8 @@ class LoadRunner {
 
  private:
   void Issue(int64_t index, bool warmup, int64_t scheduled_ns);
-  void OnCallDone(GenerateCall* call, RequestRecord record);
+  void Forget(GenerateCall* call) override;
+  void Record(RequestRecord record) override;
   int64_t NowNs() const;
   bool stopping() const { return stop_.load(std::memory_order_relaxed); }
 
@@ -84,7 +85,6 @@ class LoadRunner {
   Workload& workload_;
   RunPlan plan_;
   const SteadyClock::time_point origin_;  // time zero of every record
-  GenerateCall::DoneFn done_fn_;
 
   mutable std::mutex mu_;
   std::condition_variable capacity_cv_;      // a call ended (in_flight_ fell)

@@ -54,10 +54,26 @@ std::string MultiplotScript(const PlotOptions& options, const std::string& stem,
   return s;
 }
 
-std::string SlaLine(const std::optional<SlaLimits>& sla, std::optional<double> SlaLimits::*limit) {
-  if (!sla || !((*sla).*limit)) return "";
-  return absl::StrFormat(", %g with lines dashtype 2 linewidth 2 linecolor rgb 'red' title 'SLA P99 limit'",
-                         *((*sla).*limit));
+// The SLA limit as a dashed line when it is near the data (up to 2x its largest value);
+// otherwise a note in the panel's title, so that the data is not squashed at the bottom.
+void AddSla(const std::optional<SlaLimits>& sla, std::optional<double> SlaLimits::*limit, double data_max,
+            Panel* panel) {
+  if (!sla || !((*sla).*limit)) return;
+  const double value = *((*sla).*limit);
+  if (value <= 2 * data_max) {
+    absl::StrAppendFormat(&panel->plot,
+                          ", %g with lines dashtype 2 linewidth 2 linecolor rgb 'red' title 'SLA P99 limit'",
+                          value);
+  } else {
+    absl::StrAppendFormat(&panel->title, " (SLA P99 limit %g ms, off the scale)", value);
+  }
+}
+
+// A curve of column `column` against column 1, with points at the load levels.
+std::string Curve(const std::string& file, int column, const std::string& title,
+                  const std::string& axes = "") {
+  return absl::StrFormat("%s using 1:%d with linespoints pointtype 7 pointsize 0.6 linewidth 2 %s title %s",
+                         file, column, axes, Quote(title));
 }
 
 void WriteCdf(const std::string& path, const std::vector<double>& sorted) {
@@ -121,25 +137,33 @@ absl::Status LatencyVsLoad(const PlotOptions& options, const std::vector<const P
     const double x0 = runs.front()->x, pad = x0 > 0 ? x0 * 0.5 : 1;
     yzero += absl::StrFormat("set xrange [%g:%g]\n", x0 - pad, x0 + pad);
   }
+  double ttft_max = 0, tpot_max = 0, e2e_max = 0;
+  for (const PlotRun* r : runs) {
+    ttft_max = std::max(ttft_max, r->report.ttft_ms.p99);
+    tpot_max = std::max({tpot_max, r->report.tpot_ms.p99, r->report.itl_ms.p99});
+    e2e_max = std::max(e2e_max, r->report.e2e_ms.p99);
+  }
+  Panel ttft{"Time to first token", x, "ms", yzero,
+             absl::StrJoin({Curve(d, 2, "P50"), Curve("''", 3, "P90"), Curve("''", 4, "P99")}, ", ")};
+  AddSla(sla, &SlaLimits::ttft_p99_ms, ttft_max, &ttft);
+  Panel tpot{"Time per output token, inter-token latency", x, "ms", yzero,
+             absl::StrJoin({Curve(d, 5, "TPOT P50"), Curve("''", 6, "TPOT P90"), Curve("''", 7, "TPOT P99"),
+                            Curve("''", 9, "ITL P99")},
+                           ", ")};
+  AddSla(sla, &SlaLimits::tpot_p99_ms, tpot_max, &tpot);
+  Panel e2e{"End-to-end latency", x, "ms", yzero,
+            absl::StrJoin({Curve(d, 10, "P50"), Curve("''", 11, "P90"), Curve("''", 12, "P99")}, ", ")};
+  AddSla(sla, &SlaLimits::e2e_p99_ms, e2e_max, &e2e);
+  std::vector<std::string> throughput = {Curve(d, 13, "completed req/s")};
+  if (sla) throughput.push_back(Curve("''", 15, "goodput (req/s within SLA)"));
+  throughput.push_back(Curve("''", 14, "output tok/s", "axes x1y2"));
   std::vector<Panel> panels = {
-      {"Time to first token", x, "ms", yzero,
-       absl::StrCat(d, " using 1:2 title 'P50', '' using 1:3 title 'P90', '' using 1:4 title 'P99'",
-                    SlaLine(sla, &SlaLimits::ttft_p99_ms))},
-      {"Time per output token, inter-token latency", x, "ms", yzero,
-       absl::StrCat(
-           d,
-           " using 1:5 title 'TPOT P50', '' using 1:6 title 'TPOT P90', '' using 1:7 title 'TPOT P99', "
-           "'' using 1:9 title 'ITL P99'",
-           SlaLine(sla, &SlaLimits::tpot_p99_ms))},
-      {"End-to-end latency", x, "ms", yzero,
-       absl::StrCat(d, " using 1:10 title 'P50', '' using 1:11 title 'P90', '' using 1:12 title 'P99'",
-                    SlaLine(sla, &SlaLimits::e2e_p99_ms))},
+      ttft,
+      tpot,
+      e2e,
       {"Throughput", x, "req/s",
        yzero + "set y2range [0:*]\nset y2label 'output tok/s'\nset ytics nomirror\nset y2tics\n",
-       absl::StrCat(d, " using 1:13 title 'completed req/s'",
-                    sla ? ", '' using 1:15 title 'goodput (req/s within SLA)'" : "",
-                    ", '' using 1:14 axes x1y2 title 'output tok/s'")},
-  };
+       absl::StrJoin(throughput, ", ")}};
   const std::string script = "latency_vs_load.gp";
   std::ofstream(fs::path(options.dir) / script) << MultiplotScript(options, "latency_vs_load", panels);
   if (absl::Status s = RunGnuplot(options, script); !s.ok()) return s;
@@ -162,18 +186,27 @@ absl::Status Distributions(const PlotOptions& options, const std::vector<const P
   std::vector<Panel> panels;
   for (const Metric& m : metrics) {
     std::vector<std::string> curves;
+    double x_max = 0;
     for (size_t i = 0; i < runs.size(); ++i) {
       const std::vector<double>& v = runs[i]->samples.*m.samples;
       if (v.empty()) continue;
       const std::string file = absl::StrCat("cdf_", m.name, "_", i, ".dat");
       WriteCdf((fs::path(options.dir) / file).string(), v);
       curves.push_back(
-          absl::StrCat(Quote(file), " using 1:2 with lines linewidth 2 title ", Quote(runs[i]->label)));
+          absl::StrCat(Quote(file), " using 1:2 with steps linewidth 2 title ", Quote(runs[i]->label)));
+      x_max = std::max(x_max, Percentile(v, 99.9));
     }
     if (curves.empty()) continue;
-    panels.push_back({m.title, "ms",
-                      m.samples == &RunSamples::itl ? "fraction of tokens" : "fraction of requests",
-                      "set yrange [0:1]\nset key bottom right box opaque\n", absl::StrJoin(curves, ", ")});
+    const bool itl = m.samples == &RunSamples::itl;
+    // Inter-token gaps have a long thin tail (a prefill batched in): cut the axis at P99.9.
+    std::string extra = "set yrange [0:1]\nset key bottom right box opaque\n";
+    std::string title = m.title;
+    if (itl && x_max > 0) {
+      extra += absl::StrFormat("set xrange [0:%g]\n", x_max * 1.05);
+      title += ", to P99.9";
+    }
+    panels.push_back({title, "ms", itl ? "fraction of tokens" : "fraction of requests", extra,
+                      absl::StrJoin(curves, ", ")});
   }
   if (panels.empty()) return absl::OkStatus();
   const std::string script = "distributions.gp";

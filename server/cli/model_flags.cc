@@ -93,6 +93,7 @@ EngineBuildOptions ModelFlags::ToBuildOptions() const {
   o.num_kv_blocks = kv_cache_blocks;
   o.kv_cache_fraction = kv_cache_fraction;
   o.block_size = static_cast<int32_t>(block_size);
+  o.dummy_weights = dummy_weights;
   o.max_queue = static_cast<int32_t>(std::clamp<int64_t>(max_queue, 0, INT32_MAX));
   return o;
 }

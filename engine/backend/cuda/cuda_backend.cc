@@ -119,16 +119,23 @@ struct CudaBackend::Impl {
 class CudaBackend::OpScope {
  public:
   OpScope(Impl& impl, const char* op, double bytes, double flops, const std::string& detail = {}) : impl_(impl) {
-    if (!impl_.timing || impl_.capturing || impl_.timed.size() >= kMaxTimedOps) return;
+    if (!impl_.timing || impl_.timed.size() >= kMaxTimedOps) return;
     index_ = static_cast<int>(impl_.timed.size());
     impl_.timed.push_back({detail.empty() ? std::string(op) : absl::StrCat(op, " ", detail), 0.0f, bytes, flops});
-    cudaEventRecord(impl_.events[2 * index_], impl_.stream);
+    Record(impl_.events[2 * index_]);
   }
   ~OpScope() {
-    if (index_ >= 0) cudaEventRecord(impl_.events[2 * index_ + 1], impl_.stream);
+    if (index_ >= 0) Record(impl_.events[2 * index_ + 1]);
   }
 
  private:
+  // While capturing, an external record becomes an event node of the graph, so that replays time
+  // each op of the graph.
+  void Record(cudaEvent_t e) {
+    if (impl_.capturing) cudaEventRecordWithFlags(e, impl_.stream, cudaEventRecordExternal);
+    else cudaEventRecord(e, impl_.stream);
+  }
+
   Impl& impl_;
   int index_ = -1;
 };
@@ -305,8 +312,14 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
                               : std::string());
   const void* bias = w.bias.empty() ? nullptr : w.bias.data();
   if (m <= impl_->options.gemv_max_rows && m <= cuda::kGemvMaxRows)
-    return cuda::LaunchGemv(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k,
-                            impl_->options.programmatic_launch, impl_->stream);
+  {
+    cuda::GemvOptions go;
+    go.pdl = impl_->options.programmatic_launch;
+    go.num_sms = impl_->prop.multiProcessorCount;
+    go.warps_per_row = impl_->options.gemv_warps_per_row;
+    return cuda::LaunchGemv(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k, go,
+                            impl_->stream);
+  }
   if (bias && out.dtype() != dt) {  // cuBLASLt's bias epilogue wants the output's type: add it after
     RETURN_IF_ERROR(impl_->gemm->Run(dt, out.dtype(), x.data(), w.weight.data(), nullptr, out.data(), m, n, k,
                                      impl_->stream));

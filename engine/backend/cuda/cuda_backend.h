@@ -19,7 +19,10 @@ struct CudaBackendOptions {
   DType dtype = DType::kBF16;  // weights, activations and KV cache
   size_t gemm_workspace_bytes = size_t{32} << 20;
   size_t attention_workspace_bytes = size_t{32} << 20;  // bounds the decode split-K partials
-  int gemv_max_rows = 8;          // Linear with M <= this uses the GEMV kernel, else cuBLASLt (0: never)
+  // Linear with M <= this uses the GEMV kernel, else cuBLASLt (0: never). The GEMV re-reads x from
+  // L1 for every weight vector, which stops paying off past a few rows.
+  int gemv_max_rows = 4;
+  int gemv_warps_per_row = 0;     // 0: auto (see GemvOptions)
   bool programmatic_launch = true;  // PDL for the GEMV: its weight prefetch overlaps the previous op
   // Test knobs.
   bool force_simt_attention = false;
@@ -78,8 +81,9 @@ class CudaBackend final : public Backend {
   int num_sms() const;
   // Fills the tensor's bytes with a repeated 32-bit pattern (tests poison outputs with NaNs).
   absl::Status FillPattern(Tensor dst, uint32_t pattern);
-  // Per-op timing with CUDA events (not while capturing). Collect synchronizes and returns the
-  // ops recorded since Start, in issue order.
+  // Per-op timing with CUDA events. Ops issued while capturing a graph are timed by event nodes
+  // in the graph, i.e. at each replay. Collect synchronizes and returns the ops recorded since
+  // Start, in issue order (eager ones as run, captured ones as last replayed).
   void StartOpTiming();
   absl::StatusOr<std::vector<OpTiming>> CollectOpTimings();
 

@@ -17,11 +17,12 @@ constexpr int kSimtMaxHeadDim = 256;
 //   v_s   T [kTileN][D + kVec]
 template <typename T, int G, int kVec>
 struct SimtSmem {
-  static size_t Bytes(int d) {
-    const size_t floats = static_cast<size_t>(G) * d + G * kSimtTileN + 3 * G;
-    const size_t head = (floats * sizeof(float) + 15) / 16 * 16;
-    return head + 2 * static_cast<size_t>(kSimtTileN) * (d + kVec) * sizeof(T);
+  __host__ __device__ static int QFloats(int d) { return (G * d + 3) / 4 * 4; }  // s_s stays 16-byte aligned
+  __host__ __device__ static size_t HeadBytes(int d) {
+    const size_t floats = static_cast<size_t>(QFloats(d)) + G * kSimtTileN + 3 * G;
+    return (floats * sizeof(float) + 15) / 16 * 16;
   }
+  __host__ __device__ static size_t Bytes(int d) { return HeadBytes(d) + 2 * static_cast<size_t>(kSimtTileN) * (d + kVec) * sizeof(T); }
 };
 
 // grid: (num_tokens, num_kv_heads * head_tiles, splits); block: kSimtThreads.
@@ -32,17 +33,16 @@ __global__ void __launch_bounds__(kSimtThreads) AttentionSimtKernel(PagedAttenti
                                                                     int splits, float* __restrict__ part_acc,
                                                                     float2* __restrict__ part_ml) {
   static_assert(kSimtThreads == 2 * kSimtTileN, "score phase maps 2 threads per key");
-  constexpr int kAcc = G * kSimtMaxHeadDim / kSimtThreads;  // output elements per thread
+  static_assert(kSimtMaxHeadDim <= 2 * kSimtThreads, "P·V maps at most 2 columns per thread");
   AllowDependentLaunch();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int d = p.head_dim, dp = d + kVec;
   float* q_s = reinterpret_cast<float*>(smem_raw);
-  float* s_s = q_s + G * d;
+  float* s_s = q_s + SimtSmem<T, G, kVec>::QFloats(d);
   float* m_s = s_s + G * kSimtTileN;
   float* l_s = m_s + G;
   float* c_s = l_s + G;
-  const size_t head_bytes = ((static_cast<size_t>(G) * d + G * kSimtTileN + 3 * G) * sizeof(float) + 15) / 16 * 16;
-  T* k_s = reinterpret_cast<T*>(smem_raw + head_bytes);
+  T* k_s = reinterpret_cast<T*>(smem_raw + SimtSmem<T, G, kVec>::HeadBytes(d));
   T* v_s = k_s + kSimtTileN * dp;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -72,9 +72,12 @@ __global__ void __launch_bounds__(kSimtThreads) AttentionSimtKernel(PagedAttenti
     m_s[tid] = -INFINITY;
     l_s[tid] = 0.0f;
   }
-  float acc[kAcc];
+  // Output columns c = tid and tid + kThreads, every row r < G.
+  float acc[2][G];
 #pragma unroll
-  for (int k = 0; k < kAcc; ++k) acc[k] = 0.0f;
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int r = 0; r < G; ++r) acc[i][r] = 0.0f;
 
   const int chunks_per_row = d / kVec;
   for (int n0 = start; n0 < end; n0 += kSimtTileN) {
@@ -158,34 +161,47 @@ __global__ void __launch_bounds__(kSimtThreads) AttentionSimtKernel(PagedAttenti
       }
     }
     __syncthreads();
-    // P·V: thread owns output elements idx = tid + k * kThreads of the [G][D] block.
+    // P·V: each V element is read once per thread and used for all G rows; probabilities are
+    // read four keys at a time (broadcast).
 #pragma unroll
-    for (int k = 0; k < kAcc; ++k) {
-      const int idx = tid + k * kSimtThreads;
-      const int r = idx / d, c = idx % d;
-      if (r < G) {
-        float a = acc[k] * c_s[r];
-        const float* pr = s_s + r * kSimtTileN;
+    for (int i = 0; i < 2; ++i) {
+      const int c = tid + i * kSimtThreads;
+      if (c < d) {
+        float a[G];
+#pragma unroll
+        for (int r = 0; r < G; ++r) a[r] = acc[i][r] * c_s[r];
         const T* vcol = v_s + c;
-#pragma unroll 8
-        for (int j = 0; j < kSimtTileN; ++j) a += pr[j] * ToFloat(vcol[j * dp]);
-        acc[k] = a;
+#pragma unroll 2
+        for (int j = 0; j < kSimtTileN; j += 4) {
+          float v[4];
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) v[jj] = ToFloat(vcol[(j + jj) * dp]);
+#pragma unroll
+          for (int r = 0; r < G; ++r) {
+            const float4 pr = *reinterpret_cast<const float4*>(s_s + r * kSimtTileN + j);
+            a[r] += pr.x * v[0] + pr.y * v[1] + pr.z * v[2] + pr.w * v[3];
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < G; ++r) acc[i][r] = a[r];
       }
     }
   }
   __syncthreads();
   // Write: normalized output, or this slice's partial (unnormalized acc, m, l).
 #pragma unroll
-  for (int k = 0; k < kAcc; ++k) {
-    const int idx = tid + k * kSimtThreads;
-    const int r = idx / d, c = idx % d;
-    if (r < rows) {
+  for (int i = 0; i < 2; ++i) {
+    const int c = tid + i * kSimtThreads;
+    if (c >= d) continue;
+#pragma unroll
+    for (int r = 0; r < G; ++r) {
+      if (r >= rows) continue;
       const int64_t qh = t * p.num_heads + h0 + r;
       if (splits == 1) {
         const float l = l_s[r];
-        static_cast<T*>(p.out)[qh * d + c] = FromFloat<T>(l > 0.0f ? acc[k] / l : 0.0f);
+        static_cast<T*>(p.out)[qh * d + c] = FromFloat<T>(l > 0.0f ? acc[i][r] / l : 0.0f);
       } else {
-        part_acc[(qh * splits + z) * d + c] = acc[k];
+        part_acc[(qh * splits + z) * d + c] = acc[i][r];
         if (c == 0) part_ml[qh * splits + z] = make_float2(m_s[r], l_s[r]);
       }
     }

@@ -75,7 +75,7 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
   int g = 1;  // query heads per block: the group, rounded up to a power of two, at most 8
   while (g < group && g < 8) g *= 2;
   const int head_tiles = (group + g - 1) / g;
-  // Decode: split the context so that the grid fills the GPU about twice; bounded by the
+  // Decode: split the context so that the grid fills the GPU about four times; bounded by the
   // workspace and by a minimum slice of 128 keys.
   int splits = 1;
   if (p.max_query_len == 1) {
@@ -83,7 +83,7 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
     if (options.force_splits > 0) {
       splits = options.force_splits;
     } else {
-      splits = static_cast<int>(std::max<int64_t>(1, (2 * options.num_sms + base - 1) / base));
+      splits = static_cast<int>(std::max<int64_t>(1, (4 * options.num_sms + base - 1) / base));
       splits = std::min(splits, std::max(1, (p.max_context_len + 127) / 128));
     }
     const size_t per_split = PartialBytesPerSplit(p.num_tokens, p.num_heads, p.head_dim);

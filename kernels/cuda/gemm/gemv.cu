@@ -6,47 +6,53 @@
 namespace llm::cuda {
 namespace {
 
-constexpr int kWarps = 8;   // rows per block
+constexpr int kWarps = 8;   // warps per block
 constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane (x2 with the prefetch)
 
-// One warp per output row n; lanes stride over K in 16-byte vectors. The weight loads of the next
-// kUnroll vectors are issued before the current ones are consumed (software pipelining).
+// Block = kWarps warps = kWarps / wpr output rows; the wpr warps of a row each stream a contiguous
+// slice of its K vectors (lanes strided by 16 bytes, so a warp reads 512 contiguous bytes per
+// load), and reuse each weight vector for all M input rows. The next kUnroll loads are issued
+// before the current ones are consumed (software pipelining); the first ones before waiting on
+// the previous kernel (weights never depend on it).
 template <typename T, typename TOut, int M>
 __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const T* __restrict__ x, const T* __restrict__ w,
                                                           const T* __restrict__ bias, TOut* __restrict__ out,
-                                                          int m_rows, int n, int k) {
+                                                          int m_rows, int n, int k, int wpr) {
   constexpr int kVec = Vec16<T>::kVec;
   constexpr int kStep = 32 * kUnroll;  // vectors per warp iteration
+  __shared__ float partial[kWarps][M];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kWarps + warp;
+  const int rows_per_block = kWarps / wpr;
+  const int row = blockIdx.x * rows_per_block + warp / wpr, part = warp % wpr;
   const bool active = row < n;
   const int kv = k / kVec;
+  const int len = (kv + wpr - 1) / wpr;
+  const int begin = min(kv, part * len), end = min(kv, begin + len);
   const T* wr = w + static_cast<int64_t>(active ? row : 0) * k;
 
   Vec16<T> cur[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    const int idx = lane + u * 32;
-    if (active && idx < kv) cur[u] = LoadVecStreaming(wr + idx * kVec);
+    const int idx = begin + lane + u * 32;
+    if (active && idx < end) cur[u] = LoadVecStreaming(wr + idx * kVec);
   }
-  // Weights never depend on the previous kernel; x does.
   GridDependencyWait();
   AllowDependentLaunch();
 
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-  for (int base = 0; base < kv; base += kStep) {
+  for (int base = begin; base < end; base += kStep) {
     Vec16<T> nxt[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int idx = base + kStep + lane + u * 32;
-      if (active && idx < kv) nxt[u] = LoadVecStreaming(wr + idx * kVec);
+      if (active && idx < end) nxt[u] = LoadVecStreaming(wr + idx * kVec);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int idx = base + lane + u * 32;
-      if (idx < kv) {
+      if (idx < end) {
         float wf[kVec];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) wf[e] = ToFloat(cur[u].v[e]);
@@ -54,7 +60,8 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const T* __restrict__ 
         for (int m = 0; m < M; ++m) {
           if (m < m_rows) {
             Vec16<T> xv;
-            *reinterpret_cast<uint4*>(&xv) = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(m) * k + idx * kVec));
+            *reinterpret_cast<uint4*>(&xv) =
+                __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(m) * k + idx * kVec));
             float s = 0.0f;
 #pragma unroll
             for (int e = 0; e < kVec; ++e) s += wf[e] * ToFloat(xv.v[e]);
@@ -66,13 +73,31 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const T* __restrict__ 
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) cur[u] = nxt[u];
   }
-  if (!active) return;
-  const float b = bias ? ToFloat(bias[row]) : 0.0f;
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
-    if (m < m_rows) {
-      const float s = WarpSum(acc[m]);
-      if (lane == 0) out[static_cast<int64_t>(m) * n + row] = FromFloat<TOut>(s + b);
+  for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]);
+  if (wpr == 1) {
+    if (!active || lane != 0) return;
+    const float b = bias ? ToFloat(bias[row]) : 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      if (m < m_rows) out[static_cast<int64_t>(m) * n + row] = FromFloat<TOut>(acc[m] + b);
+    return;
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) partial[warp][m] = acc[m];
+  }
+  __syncthreads();
+  // Thread i < rows_per_block * M finishes (row i / M, input row i % M) over its wpr warps.
+  const int i = threadIdx.x;
+  if (i < rows_per_block * M) {
+    const int r = i / M, m = i % M;
+    const int out_row = blockIdx.x * rows_per_block + r;
+    if (m < m_rows && out_row < n) {
+      float s = 0.0f;
+      for (int q = 0; q < wpr; ++q) s += partial[r * wpr + q][m];
+      if (bias) s += ToFloat(bias[out_row]);
+      out[static_cast<int64_t>(m) * n + out_row] = FromFloat<TOut>(s);
     }
   }
 }
@@ -108,25 +133,37 @@ __global__ void __launch_bounds__(kWarps * 32) GemvScalarKernel(const T* __restr
 }
 
 template <typename T, typename TOut>
-absl::Status LaunchTyped(const void* x, const void* w, const void* bias, void* out, int m, int n, int k, bool pdl,
-                         Stream stream) {
+absl::Status LaunchTyped(const void* x, const void* w, const void* bias, void* out, int m, int n, int k,
+                         const GemvOptions& o, Stream stream) {
   constexpr int kVec = Vec16<T>::kVec;
-  const dim3 grid((n + kWarps - 1) / kWarps), block(kWarps * 32);
   const T* xt = static_cast<const T*>(x);
   const T* wt = static_cast<const T*>(w);
   const T* bt = static_cast<const T*>(bias);
   TOut* ot = static_cast<TOut*>(out);
+  const dim3 block(kWarps * 32);
   cudaError_t err;
   if (k % kVec != 0 || !Aligned16(x) || !Aligned16(w)) {
-    err = LaunchKernel(GemvScalarKernel<T, TOut>, grid, block, 0, stream, pdl, xt, wt, bt, ot, m, n, k);
-  } else if (m == 1) {
-    err = LaunchKernel(GemvKernel<T, TOut, 1>, grid, block, 0, stream, pdl, xt, wt, bt, ot, m, n, k);
+    err = LaunchKernel(GemvScalarKernel<T, TOut>, dim3((n + kWarps - 1) / kWarps), block, 0, stream, o.pdl, xt, wt, bt,
+                       ot, m, n, k);
+    CUDA_RETURN_IF_ERROR(err);
+    return absl::OkStatus();
+  }
+  int wpr = o.warps_per_row;
+  if (wpr <= 0) {  // enough blocks to balance the SMs, while each warp keeps >= 64 vectors
+    wpr = 1;
+    while (wpr < kWarps && int64_t{n} * wpr / kWarps < 12 * int64_t{o.num_sms} && k / kVec / (2 * wpr) >= 64)
+      wpr *= 2;
+  }
+  if (wpr != 1 && wpr != 2 && wpr != 4 && wpr != 8) return absl::InvalidArgumentError("Gemv: warps_per_row");
+  const dim3 grid((n + kWarps / wpr - 1) / (kWarps / wpr));
+  if (m == 1) {
+    err = LaunchKernel(GemvKernel<T, TOut, 1>, grid, block, 0, stream, o.pdl, xt, wt, bt, ot, m, n, k, wpr);
   } else if (m == 2) {
-    err = LaunchKernel(GemvKernel<T, TOut, 2>, grid, block, 0, stream, pdl, xt, wt, bt, ot, m, n, k);
+    err = LaunchKernel(GemvKernel<T, TOut, 2>, grid, block, 0, stream, o.pdl, xt, wt, bt, ot, m, n, k, wpr);
   } else if (m <= 4) {
-    err = LaunchKernel(GemvKernel<T, TOut, 4>, grid, block, 0, stream, pdl, xt, wt, bt, ot, m, n, k);
+    err = LaunchKernel(GemvKernel<T, TOut, 4>, grid, block, 0, stream, o.pdl, xt, wt, bt, ot, m, n, k, wpr);
   } else {
-    err = LaunchKernel(GemvKernel<T, TOut, 8>, grid, block, 0, stream, pdl, xt, wt, bt, ot, m, n, k);
+    err = LaunchKernel(GemvKernel<T, TOut, 8>, grid, block, 0, stream, o.pdl, xt, wt, bt, ot, m, n, k, wpr);
   }
   CUDA_RETURN_IF_ERROR(err);
   return absl::OkStatus();
@@ -135,7 +172,7 @@ absl::Status LaunchTyped(const void* x, const void* w, const void* bias, void* o
 }  // namespace
 
 absl::Status LaunchGemv(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias, void* out,
-                        int64_t m, int64_t n, int64_t k, bool pdl, Stream stream) {
+                        int64_t m, int64_t n, int64_t k, const GemvOptions& options, Stream stream) {
   if (m < 0 || m > kGemvMaxRows || n <= 0 || k <= 0 || n > 0x7fffffff || k > 0x7fffffff ||
       int64_t{k} * n > (int64_t{1} << 40))
     return absl::InvalidArgumentError(absl::StrCat("Gemv: unsupported shape m ", m, " n ", n, " k ", k));
@@ -143,11 +180,11 @@ absl::Status LaunchGemv(DType dtype, DType out_dtype, const void* x, const void*
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   if (out_dtype == dtype) {
     return LLM_DISPATCH_FLOAT(dtype, "Gemv",
-                              [&] { return LaunchTyped<scalar_t, scalar_t>(x, w, bias, out, mi, ni, ki, pdl, stream); });
+                              [&] { return LaunchTyped<scalar_t, scalar_t>(x, w, bias, out, mi, ni, ki, options, stream); });
   }
   if (out_dtype == DType::kF32) {
     return LLM_DISPATCH_FLOAT(dtype, "Gemv",
-                              [&] { return LaunchTyped<scalar_t, float>(x, w, bias, out, mi, ni, ki, pdl, stream); });
+                              [&] { return LaunchTyped<scalar_t, float>(x, w, bias, out, mi, ni, ki, options, stream); });
   }
   return absl::InvalidArgumentError("Gemv: output dtype must be the input dtype or float32");
 }

@@ -13,9 +13,18 @@ namespace llm::cuda {
 
 inline constexpr int kGemvMaxRows = 8;
 
-// x, w, bias of `dtype`; out of `out_dtype` (== dtype, or f32). `pdl`: launch with programmatic
-// dependent launch, so the weight prefetch overlaps the previous kernel's tail.
+struct GemvOptions {
+  // Launch with programmatic dependent launch, so that the weight prefetch overlaps the previous
+  // kernel's tail.
+  bool pdl = true;
+  int num_sms = 132;
+  // Warps that share one output row, each summing a contiguous slice of K (1, 2, 4 or 8; 0:
+  // chosen so that the grid has enough blocks to balance the SMs for small N).
+  int warps_per_row = 0;
+};
+
+// x, w, bias of `dtype`; out of `out_dtype` (== dtype, or f32).
 absl::Status LaunchGemv(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias, void* out,
-                        int64_t m, int64_t n, int64_t k, bool pdl, Stream stream);
+                        int64_t m, int64_t n, int64_t k, const GemvOptions& options, Stream stream);
 
 }  // namespace llm::cuda

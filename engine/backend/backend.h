@@ -142,6 +142,20 @@ class StepGraph {
   virtual absl::Status Replay() = 0;
 };
 
+// Checks a Sample call's shapes and every row's parameters; shared by all backends.
+inline absl::Status ValidateSampleArgs(const Tensor& logits, absl::Span<const SampleRow> rows,
+                                       absl::Span<SampleResult> results) {
+  if (logits.rank() != 2 || logits.dim(0) < static_cast<int64_t>(rows.size()) || results.size() != rows.size())
+    return absl::InvalidArgumentError("Sample: shape mismatch");
+  for (const SampleRow& row : rows) {
+    const SamplingParams& p = *row.params;
+    if (!(p.temperature >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 && p.min_p <= 1 && p.top_k >= 0 &&
+          p.repetition_penalty > 0 && p.num_top_logprobs >= 0 && p.num_top_logprobs <= kMaxTopLogprobs))
+      return absl::InvalidArgumentError("Sample: sampling parameters out of range");
+  }
+  return absl::OkStatus();
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -182,16 +182,7 @@ absl::Status CpuBackend::GatherRows(Tensor x, Tensor rows, Tensor out) {
 
 absl::Status CpuBackend::Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) {
   RETURN_IF_ERROR(ExpectF32("Sample", {&logits}));
-  RETURN_IF_ERROR(Expect(logits.rank() == 2 && logits.dim(0) >= static_cast<int64_t>(rows.size()) &&
-                             results.size() == rows.size(),
-                         "Sample", "shape mismatch"));
-  for (const SampleRow& row : rows) {
-    const SamplingParams& p = *row.params;
-    RETURN_IF_ERROR(Expect(p.temperature >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 && p.min_p <= 1 &&
-                               p.top_k >= 0 && p.repetition_penalty > 0 && p.num_top_logprobs >= 0 &&
-                               p.num_top_logprobs <= kMaxTopLogprobs,
-                           "Sample", "sampling parameters out of range"));
-  }
+  RETURN_IF_ERROR(ValidateSampleArgs(logits, rows, results));
   cpu::SampleRows(pool_, logits.data_as<const float>(), logits.dim(1), rows, results, sampler_scratch_);
   return absl::OkStatus();
 }

@@ -451,16 +451,7 @@ absl::Status CudaBackend::PrepareSampler(int32_t max_rows, int64_t vocab) {
 
 absl::Status CudaBackend::Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) {
   RETURN_IF_ERROR(ExpectOnDevice("Sample", device(), DType::kF32, {&logits}));
-  RETURN_IF_ERROR(Expect(logits.rank() == 2 && logits.dim(0) >= static_cast<int64_t>(rows.size()) &&
-                             results.size() == rows.size(),
-                         "Sample", "shape mismatch"));
-  for (const SampleRow& row : rows) {
-    const SamplingParams& p = *row.params;
-    RETURN_IF_ERROR(Expect(p.temperature >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 && p.min_p <= 1 &&
-                               p.top_k >= 0 && p.repetition_penalty > 0 && p.num_top_logprobs >= 0 &&
-                               p.num_top_logprobs <= kMaxTopLogprobs,
-                           "Sample", "sampling parameters out of range"));
-  }
+  RETURN_IF_ERROR(ValidateSampleArgs(logits, rows, results));
   const int32_t n = static_cast<int32_t>(rows.size());
   if (n == 0) return absl::OkStatus();
   const int64_t vocab = logits.dim(1);

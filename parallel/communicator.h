@@ -25,6 +25,10 @@ class Communicator {
   virtual absl::Status Broadcast(void* data, size_t count, DType dtype, int root) = 0;
   virtual absl::Status Send(const void* data, size_t count, DType dtype, int peer) = 0;
   virtual absl::Status Recv(void* data, size_t count, DType dtype, int peer) = 0;
+  // True when the operations only enqueue device work on a stream, so that a CUDA graph captured
+  // on that stream records them (NCCL and the NVLink all-reduce); host (MPI) transfers run at
+  // once and cannot be part of a graph.
+  virtual bool CapturableInGraph() const { return false; }
 };
 
 }  // namespace llm

@@ -78,6 +78,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   absl::Status Synchronize() override;
   void* stream() const override { return stream_; }
   int device() const override { return device_; }
+  bool CapturableInGraph() const override { return true; }
 
  private:
   absl::Status CheckUsable(const char* op) const;

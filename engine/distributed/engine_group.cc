@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "parallel/nccl_communicator.h"
 
 namespace llm {
@@ -54,6 +55,20 @@ absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBui
   RETURN_IF_ERROR(AgreeOnStatus(world, runner.ok() ? tokenizer.status() : runner.status(), "loading the model"));
   g->tokenizer_ = *tokenizer;
   g->weight_bytes_ = (*runner)->weight_bytes();
+  {
+    const ModelRunner& r = **runner;
+    ShardMemory& m = g->memory_;
+    m.rank = t.rank();
+    m.stage = t.pp_stage();
+    m.tp_rank = t.tp_rank();
+    m.first_layer = r.dims().first_layer;
+    m.end_layer = r.dims().end_layer;
+    m.weight_bytes = static_cast<int64_t>(r.weight_bytes());
+    m.kv_cache_bytes = static_cast<int64_t>(r.kv_cache_bytes());
+    m.activation_bytes = static_cast<int64_t>(r.activation_bytes());
+    absl::StatusOr<size_t> free_bytes = (*runner)->backend().FreeMemory();
+    m.free_bytes = free_bytes.ok() ? static_cast<int64_t>(*free_bytes) : -1;
+  }
 
   // The scheduler's pool may only use blocks that exist on every rank.
   std::vector<int32_t> blocks(world.size());
@@ -79,6 +94,43 @@ absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBui
     g->worker_ = std::make_unique<PipelineWorker>(std::move(*runner), pg);
   }
   return g;
+}
+
+absl::StatusOr<std::vector<ShardMemory>> EngineGroup::MemoryReport() {
+  MpiCommunicator& world = *groups_.world;
+  const ShardMemory& m = memory_;
+  const int64_t mine[] = {m.rank,           m.stage,          m.tp_rank,          m.first_layer, m.end_layer,
+                          m.weight_bytes,   m.kv_cache_bytes, m.activation_bytes, m.free_bytes};
+  constexpr int kFields = sizeof(mine) / sizeof(mine[0]);
+  std::vector<int64_t> all(static_cast<size_t>(world.size()) * kFields);
+  RETURN_IF_ERROR(world.AllGather(mine, all.data(), kFields, DType::kI64));
+  std::vector<ShardMemory> report(world.size());
+  for (int r = 0; r < world.size(); ++r) {
+    const int64_t* v = &all[static_cast<size_t>(r) * kFields];
+    report[r] = ShardMemory{static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]), v[3], v[4], v[5],
+                            v[6],                   v[7],                   v[8]};
+  }
+  return report;
+}
+
+std::string FormatMemoryReport(const std::vector<ShardMemory>& report) {
+  auto gb = [](int64_t b) { return absl::StrFormat("%.3f", b / 1e9); };
+  int64_t weights = 0, kv = 0;
+  for (const ShardMemory& m : report) {
+    weights += m.weight_bytes;
+    kv += m.kv_cache_bytes;
+  }
+  std::string out =
+      "| rank | stage | tp rank | layers | weights GB | share of all weights | KV cache GB | activations GB | free GB |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const ShardMemory& m : report)
+    absl::StrAppend(&out, "| ", m.rank, " | ", m.stage, " | ", m.tp_rank, " | ", m.first_layer, "-", m.end_layer - 1,
+                    " | ", gb(m.weight_bytes), " | ",
+                    absl::StrFormat("%.1f%%", weights > 0 ? 100.0 * m.weight_bytes / weights : 0.0), " | ",
+                    gb(m.kv_cache_bytes), " | ", gb(m.activation_bytes), " | ",
+                    m.free_bytes >= 0 ? gb(m.free_bytes) : std::string("?"), " |\n");
+  absl::StrAppend(&out, "| all | | | | ", gb(weights), " | 100% | ", gb(kv), " | | |\n");
+  return out;
 }
 
 void EngineGroup::ShutdownEngine() {

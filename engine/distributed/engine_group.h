@@ -20,6 +20,14 @@ struct ParallelOptions {
   absl::Duration comm_timeout = absl::Seconds(300);
 };
 
+// One rank's device (or host) memory after loading: what its shard takes.
+struct ShardMemory {
+  int rank = 0, stage = 0, tp_rank = 0;
+  int64_t first_layer = 0, end_layer = 0;
+  int64_t weight_bytes = 0, kv_cache_bytes = 0, activation_bytes = 0;
+  int64_t free_bytes = 0;  // left on the device (or host) after loading
+};
+
 class EngineGroup {
  public:
   // Collective over the world: every rank must call it. A rank that fails to load makes every
@@ -35,6 +43,8 @@ class EngineGroup {
   std::shared_ptr<const Tokenizer> tokenizer() const { return tokenizer_; }
   const Topology& topology() const { return topology_; }
   size_t weight_bytes() const { return weight_bytes_; }
+  // Collective over the world: every rank's ShardMemory, in rank order, on every rank.
+  absl::StatusOr<std::vector<ShardMemory>> MemoryReport();
   // Ranks other than 0: serve steps until rank 0 shuts the engine down.
   absl::Status RunWorker();
   // When this rank's stage ran each micro-batch (for pipeline timelines).
@@ -57,6 +67,10 @@ class EngineGroup {
   std::vector<StageSpan> timeline_;            // rank 0's, kept when the engine is gone
   std::shared_ptr<const Tokenizer> tokenizer_;
   size_t weight_bytes_ = 0;
+  ShardMemory memory_;
 };
+
+// A markdown table of the report, with totals and each rank's share of the whole.
+std::string FormatMemoryReport(const std::vector<ShardMemory>& report);
 
 }  // namespace llm

@@ -1,5 +1,6 @@
 #include "engine/model/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -48,11 +49,12 @@ absl::Status Decoder::AllocateActivations() {
   };
   std::vector<Want> all(std::begin(wants), std::end(wants));
   const int64_t tp = tp_comm_ ? tp_comm_->size() : 1;
+  const int64_t table_rows = std::min<int64_t>(s, limits_.max_seqs);
   if (tp > 1 && dims_.is_last_stage) {
     all.push_back({&gathered_logits_, DType::kF32, {tp * s, dims_.vocab_local}});
-    all.push_back({&gather_order_, DType::kI32, {tp * s}});
+    all.push_back({&gather_orders_, DType::kI32, {tp * table_rows * (table_rows + 1) / 2}});
+    all.push_back({&gather_scratch_, DType::kI32, {tp * s}});
     all.push_back({&full_logits_, DType::kF32, {s, tp * dims_.vocab_local}});
-    gather_order_host_.resize(tp * s);
   }
   size_t total = 0;
   for (const Want& w : all) total += (w.shape.numel() * DTypeSize(w.dtype) + 255) / 256 * 256;
@@ -62,6 +64,16 @@ absl::Status Decoder::AllocateActivations() {
     ASSIGN_OR_RETURN(*w.dst, arena.Take(w.dtype, w.shape));
   }
   activations_ = std::move(arena).Release();
+  if (tp > 1 && dims_.is_last_stage) {
+    // Row order for `rows` logit rows at offset tp * rows * (rows - 1) / 2 (see GatherOrder).
+    gather_order_host_.resize(gather_orders_.numel());
+    for (int64_t rows = 1, at = 0; rows <= table_rows; at += tp * rows, ++rows)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t sh = 0; sh < tp; ++sh) gather_order_host_[at + r * tp + sh] = static_cast<int32_t>(sh * rows + r);
+    RETURN_IF_ERROR(backend_.CopyToDevice(gather_orders_, gather_order_host_.data()));
+    RETURN_IF_ERROR(backend_.Synchronize());
+    gather_order_host_.assign(tp * s, 0);
+  }
   return absl::OkStatus();
 }
 
@@ -149,6 +161,20 @@ absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<con
   return GatherVocabShards(logits, rows);
 }
 
+absl::StatusOr<Tensor> Decoder::GatherOrder(int32_t rows) {
+  const int64_t tp = tp_comm_->size();
+  const int64_t table_rows = std::min<int64_t>(limits_.logit_rows(), limits_.max_seqs);
+  if (rows <= table_rows) {
+    const int64_t at = tp * rows * (rows - 1) / 2;
+    return gather_orders_.Rows(at, at + tp * rows);
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t sh = 0; sh < tp; ++sh) gather_order_host_[r * tp + sh] = static_cast<int32_t>(sh * rows + r);
+  Tensor order = gather_scratch_.Rows(0, tp * rows);
+  RETURN_IF_ERROR(backend_.CopyToDevice(order, gather_order_host_.data()));
+  return order;
+}
+
 absl::StatusOr<Tensor> Decoder::GatherVocabShards(Tensor local, int32_t rows) {
   // All-gather stacks the shards rank-major: gathered row s * rows + r is shard s of row r.
   // Full row r is shards 0..tp-1 side by side, i.e. viewed as [rows * tp, vocab_local] its row
@@ -156,10 +182,7 @@ absl::StatusOr<Tensor> Decoder::GatherVocabShards(Tensor local, int32_t rows) {
   const int32_t tp = tp_comm_->size();
   Tensor gathered = gathered_logits_.Rows(0, int64_t{tp} * rows);
   RETURN_IF_ERROR(tp_comm_->AllGather(local.data(), gathered.data(), local.numel(), DType::kF32));
-  for (int32_t r = 0; r < rows; ++r)
-    for (int32_t s = 0; s < tp; ++s) gather_order_host_[r * tp + s] = s * rows + r;
-  Tensor order = gather_order_.Rows(0, int64_t{tp} * rows);
-  RETURN_IF_ERROR(backend_.CopyToDevice(order, gather_order_host_.data()));
+  ASSIGN_OR_RETURN(Tensor order, GatherOrder(rows));
   Tensor full = full_logits_.Rows(0, rows);
   RETURN_IF_ERROR(backend_.GatherRows(gathered, order, full.Reshape({int64_t{rows} * tp, dims_.vocab_local})));
   return full;

@@ -72,10 +72,14 @@ class Decoder {
   Buffer activations_;
   Tensor residual_, delta_, normed_, qkv_, q_, attn_, gate_up_, act_;
   Tensor last_residual_, last_delta_, last_normed_, logits_;
-  // Tensor parallelism: all-gathered shards [tp * max_seqs, vocab_local], the row order that
-  // interleaves them, and the full logits [max_seqs, tp * vocab_local].
-  Tensor gathered_logits_, gather_order_, full_logits_;
+  // Tensor parallelism: all-gathered shards [tp * logit_rows, vocab_local], the row orders that
+  // interleave them, and the full logits [logit_rows, tp * vocab_local]. The orders for every
+  // row count up to max_seqs are uploaded once at creation (gather_orders_, see GatherOrder), so
+  // a decode step has no host-to-device copy and can be captured in a CUDA graph; larger
+  // (prefill) row counts upload theirs into gather_scratch_.
+  Tensor gathered_logits_, gather_orders_, gather_scratch_, full_logits_;
   std::vector<int32_t> gather_order_host_;
+  absl::StatusOr<Tensor> GatherOrder(int32_t rows);
   absl::StatusOr<Tensor> GatherVocabShards(Tensor local, int32_t rows);
 };
 

@@ -58,8 +58,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::CreateFromWeights(cons
   RETURN_IF_ERROR(r->AllocateMetadata());
   // Decode graph buckets: powers of two to 32, then steps of 32, up to the sequence limit.
   const int32_t graph_max = std::min({options.max_graph_batch, options.limits.max_seqs, options.limits.max_tokens});
-  const bool graphs = graph_max > 0 && r->backend_->SupportsGraphs() && dims.is_first_stage && dims.is_last_stage &&
-                      (tp_comm == nullptr || tp_comm->size() == 1);
+  // Every rank of a TP group and every pipeline stage captures its own graph of the same step;
+  // the TP collectives inside it must be device-side (NCCL, NVLink), stage transfers stay outside.
+  const bool graphs = graph_max > 0 && r->backend_->SupportsGraphs() &&
+                      (tp_comm == nullptr || tp_comm->size() == 1 || tp_comm->CapturableInGraph());
   if (graphs) {
     for (int32_t b = 1; b < graph_max; b = b < 32 ? 2 * b : b + 32) r->graph_buckets_.push_back(b);
     r->graph_buckets_.push_back(graph_max);

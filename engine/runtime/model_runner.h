@@ -28,8 +28,8 @@ struct ModelRunnerOptions {
   double kv_cache_fraction = 0.9;  // of the memory free after weights and activations
   ShardSpec shard;
   // Decode steps (one token per sequence, all logits wanted) of up to this many sequences replay
-  // a CUDA graph captured per batch-size bucket, on backends that support graphs (single stage,
-  // no tensor parallelism). 0 disables graphs.
+  // a CUDA graph captured per batch-size bucket, on backends that support graphs, when the TP
+  // communicator (if any) can be captured too. 0 disables graphs.
   int32_t max_graph_batch = 256;
 };
 
@@ -66,6 +66,7 @@ class ModelRunner {
   Backend& backend() { return *backend_; }
   size_t weight_bytes() const { return decoder_->weights().bytes; }
   size_t kv_cache_bytes() const { return kv_cache_->bytes(); }
+  size_t activation_bytes() const { return decoder_->activation_bytes() + metadata_memory_.bytes(); }
   absl::Span<const KvCacheLayer> kv_cache_layers() const { return kv_cache_->layers(); }
   // Decode graphs captured so far (one per batch-size bucket used), and why capture was given up,
   // if it was (decode then runs eagerly).

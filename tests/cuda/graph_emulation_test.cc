@@ -1,98 +1,18 @@
 // ModelRunner's CUDA-graph decode path (bucketing, padding, fixed-address metadata, capture after
-// an eager run, replay) checked without a GPU: a CPU backend that "captures" by recording each op
-// as a closure and "replays" by running them again, which is what a CUDA graph does (same
-// arguments and addresses, new contents). The fixtures' reference logits must still match.
-#include <functional>
+// an eager run, replay) checked without a GPU, on the graph-emulating RecordingBackend. The
+// fixtures' reference logits must still match.
 #include <numeric>
 
-#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/kv_cache/kv_block_pool.h"
 #include "engine/runtime/model_runner.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/fixture_reference.h"
+#include "tests/runtime/recording_backend.h"
 
 namespace llm {
 namespace {
 
-class RecordingBackend final : public Backend {
- public:
-  explicit RecordingBackend(int threads) : cpu_(threads) {}
-  int captures = 0, replays = 0;
-
-  Device device() const override { return cpu_.device(); }
-  DType activation_dtype() const override { return cpu_.activation_dtype(); }
-  absl::StatusOr<Buffer> Allocate(size_t bytes) override { return cpu_.Allocate(bytes); }
-  absl::StatusOr<size_t> FreeMemory() const override { return cpu_.FreeMemory(); }
-  absl::Status CopyToDevice(Tensor dst, const void* src) override {
-    if (recording_) return absl::FailedPreconditionError("copy while capturing");
-    return cpu_.CopyToDevice(dst, src);
-  }
-  absl::Status CopyToHost(void* dst, Tensor src) override { return cpu_.CopyToHost(dst, src); }
-  absl::Status UploadConverted(const void* src, DType t, Tensor dst) override { return cpu_.UploadConverted(src, t, dst); }
-  absl::Status Synchronize() override { return absl::OkStatus(); }
-
-  absl::Status Embedding(Tensor table, Tensor ids, int64_t off, Tensor out) override {
-    return Do([=, this] { return cpu_.Embedding(table, ids, off, out); });
-  }
-  absl::Status RmsNorm(Tensor x, Tensor w, float eps, Tensor out) override {
-    return Do([=, this] { return cpu_.RmsNorm(x, w, eps, out); });
-  }
-  absl::Status AddRmsNorm(Tensor r, Tensor d, Tensor w, float eps, Tensor out) override {
-    return Do([=, this] { return cpu_.AddRmsNorm(r, d, w, eps, out); });
-  }
-  absl::Status Add(Tensor x, Tensor y) override { return Do([=, this] { return cpu_.Add(x, y); }); }
-  absl::Status Linear(Tensor x, const LinearWeight& w, Tensor out) override {
-    return Do([=, this] { return cpu_.Linear(x, w, out); });
-  }
-  absl::Status QkvRope(const QkvRopeArgs& a) override { return Do([=, this] { return cpu_.QkvRope(a); }); }
-  absl::Status Attention(const AttentionArgs& a) override { return Do([=, this] { return cpu_.Attention(a); }); }
-  absl::Status SiluMul(Tensor gu, Tensor out) override { return Do([=, this] { return cpu_.SiluMul(gu, out); }); }
-  absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) override {
-    return Do([=, this] { return cpu_.GatherRows(x, rows, out); });
-  }
-  absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) override {
-    return cpu_.Sample(logits, rows, results);
-  }
-
-  bool SupportsGraphs() const override { return true; }
-  absl::Status BeginCapture() override {
-    recording_ = true;
-    ops_.clear();
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture() override {
-    recording_ = false;
-    ++captures;
-    return std::unique_ptr<StepGraph>(new Graph(std::move(ops_), &replays));
-  }
-
- private:
-  using Op = std::function<absl::Status()>;
-  class Graph final : public StepGraph {
-   public:
-    Graph(std::vector<Op> ops, int* replays) : ops_(std::move(ops)), replays_(replays) {}
-    absl::Status Replay() override {
-      ++*replays_;
-      for (const Op& op : ops_) RETURN_IF_ERROR(op());
-      return absl::OkStatus();
-    }
-
-   private:
-    std::vector<Op> ops_;
-    int* replays_;
-  };
-  absl::Status Do(Op op) {
-    if (recording_) {
-      ops_.push_back(std::move(op));
-      return absl::OkStatus();
-    }
-    return op();
-  }
-
-  CpuBackend cpu_;
-  bool recording_ = false;
-  std::vector<Op> ops_;
-};
+using ::llm::testing::RecordingBackend;
 
 TEST(GraphEmulationTest, PaddedDecodeGraphsMatchReference) {
   for (const char* name : {"llama3-tiny-bf16", "qwen3-tiny-fp16"}) {

@@ -1,0 +1,261 @@
+#include "kernels/cuda/comm/one_shot_all_reduce.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_utils.cuh"
+
+namespace llm::cuda {
+namespace {
+
+// --- system-scope flag accesses and L1-bypassing loads (see the header for the protocol) ---
+__device__ __forceinline__ void StoreReleaseSys(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t LoadAcquireSys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Peer staging is read at L2 (the owner's, over NVLink): ld.global.cg never allocates in L1, so
+// a line cached by an earlier call cannot be returned stale.
+template <typename T>
+__device__ __forceinline__ Vec16<T> LoadVecCg(const T* p) {
+  const uint4 u = __ldcg(reinterpret_cast<const uint4*>(p));
+  Vec16<T> r;
+  *reinterpret_cast<uint4*>(&r) = u;
+  return r;
+}
+template <typename T>
+__device__ __forceinline__ T LoadCg(const T* p) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4);
+  if constexpr (sizeof(T) == 2) {
+    const unsigned short u = __ldcg(reinterpret_cast<const unsigned short*>(p));
+    return *reinterpret_cast<const T*>(&u);
+  } else {
+    const unsigned int u = __ldcg(reinterpret_cast<const unsigned int*>(p));
+    return *reinterpret_cast<const T*>(&u);
+  }
+}
+
+// The regions are indexed with compile-time ranks only (unrolled loops, selects): a runtime
+// index into the kernel parameter would copy the whole struct to local memory.
+template <int kRanks>
+__device__ __forceinline__ char* RegionOf(const OneShotPeers& peers, int r) {
+  char* region = nullptr;
+#pragma unroll
+  for (int i = 0; i < kRanks; ++i) {
+    if (i == r) region = static_cast<char*>(peers.regions[i]);
+  }
+  return region;
+}
+__device__ __forceinline__ uint64_t* SignalOf(char* region, const OneShotLayout& layout, int block, int src) {
+  return reinterpret_cast<uint64_t*>(region + layout.signal_offset()) + static_cast<size_t>(block) * kOneShotMaxRanks +
+         src;
+}
+
+__device__ __forceinline__ void ReportTimeoutAndTrap(int rank, int peer, uint64_t epoch, uint64_t seen,
+                                                  uint64_t timeout_ns) {
+  printf(
+      "one-shot all-reduce: rank %d block %d waited over %llu ns for rank %d to reach epoch %llu (seen %llu); "
+      "trapping\n",
+      rank, static_cast<int>(blockIdx.x), static_cast<unsigned long long>(timeout_ns), peer,
+      static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(seen));
+  __trap();
+}
+
+// Spins until *flag >= epoch; past timeout_ns reports and traps (the error surfaces on the
+// stream instead of a hang).
+__device__ __forceinline__ void WaitForPeer(const uint64_t* flag, uint64_t epoch, uint64_t timeout_ns, int rank,
+                                            int peer) {
+  uint64_t seen = LoadAcquireSys(flag);
+  if (seen >= epoch) return;
+  const uint64_t start = GlobalTimerNs();
+  while ((seen = LoadAcquireSys(flag)) < epoch) {
+    if (GlobalTimerNs() - start > timeout_ns) ReportTimeoutAndTrap(rank, peer, epoch, seen, timeout_ns);
+  }
+}
+
+// Grid: peers.layout.blocks blocks of kOneShotThreads; block b reduces elements
+// [b * chunk, min((b + 1) * chunk, count)), chunk a multiple of Vec16<T>::kVec (so every chunk of
+// 16-byte aligned in/out starts aligned). kRanks == peers.world_size.
+template <typename T, int kRanks, bool kVec16>
+__global__ void __launch_bounds__(kOneShotThreads)
+    OneShotAllReduceKernel(const OneShotPeers peers, const T* in, T* out, size_t count, size_t chunk) {
+  static_assert(kRanks >= 2 && kRanks <= kOneShotMaxRanks);
+  constexpr int kVec = Vec16<T>::kVec;
+  const int block = blockIdx.x;
+  const int tid = threadIdx.x;
+  const int rank = peers.rank;
+  const OneShotLayout& layout = peers.layout;
+
+  // The epoch is read and bumped by this block only; the next call (a later kernel on the same
+  // stream) sees the new value.
+  __shared__ uint64_t epoch_shared;
+  if (tid == 0) {
+    uint64_t* epoch_slot = reinterpret_cast<uint64_t*>(RegionOf<kRanks>(peers, rank) + layout.epoch_offset()) + block;
+    const uint64_t e = *epoch_slot + 1;
+    *epoch_slot = e;
+    epoch_shared = e;
+  }
+  __syncthreads();
+  const uint64_t epoch = epoch_shared;
+  const size_t slot_offset = ((epoch & 1) * layout.blocks + block) * layout.slot_bytes;
+
+  const size_t begin = min(count, static_cast<size_t>(block) * chunk);
+  const size_t n = min(count, begin + chunk) - begin;
+  const size_t n_vec = kVec16 ? n / kVec : 0;  // 16-byte vectors; elements past them are the tail
+  const T* src = in + begin;
+  T* dst = out + begin;
+
+  // 1. Own chunk into own staging slot. In place is safe: this block alone reads and writes
+  // [begin, begin + n), and all its reads of `in` happen before the barrier below.
+  char* const own_region = RegionOf<kRanks>(peers, rank);
+  T* mine = reinterpret_cast<T*>(own_region + slot_offset);
+  if constexpr (kVec16) {
+    for (size_t v = tid; v < n_vec; v += kOneShotThreads) StoreVec(mine + v * kVec, LoadVec(src + v * kVec));
+  }
+  for (size_t i = n_vec * kVec + tid; i < n; i += kOneShotThreads) mine[i] = src[i];
+  __syncthreads();
+
+  // 2 + 3. Thread p talks to peer p: publish, then wait for the peer's publication.
+  if (tid < kRanks && tid != rank) {
+    StoreReleaseSys(SignalOf(RegionOf<kRanks>(peers, tid), layout, block, rank), epoch);
+    WaitForPeer(SignalOf(own_region, layout, block, tid), epoch, peers.timeout_ns, rank, tid);
+  }
+  __syncthreads();
+
+  // 4. Sum the chunk over ranks in rank order; float32 accumulation, rounded once.
+  const T* slots[kRanks];
+#pragma unroll
+  for (int r = 0; r < kRanks; ++r) slots[r] = reinterpret_cast<const T*>(static_cast<char*>(peers.regions[r]) + slot_offset);
+  if constexpr (kVec16) {
+    for (size_t v = tid; v < n_vec; v += kOneShotThreads) {
+      Vec16<T> parts[kRanks];  // all loads in flight before the first add
+#pragma unroll
+      for (int r = 0; r < kRanks; ++r) parts[r] = LoadVecCg(slots[r] + v * kVec);
+      float acc[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[e] = ToFloat(parts[0].v[e]);
+#pragma unroll
+      for (int r = 1; r < kRanks; ++r) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc[e] += ToFloat(parts[r].v[e]);
+      }
+      Vec16<T> result;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) result.v[e] = FromFloat<T>(acc[e]);
+      StoreVec(dst + v * kVec, result);
+    }
+  }
+  for (size_t i = n_vec * kVec + tid; i < n; i += kOneShotThreads) {
+    float acc = ToFloat(LoadCg(slots[0] + i));
+#pragma unroll
+    for (int r = 1; r < kRanks; ++r) acc += ToFloat(LoadCg(slots[r] + i));
+    dst[i] = FromFloat<T>(acc);
+  }
+}
+
+template <typename T, int kRanks>
+cudaError_t LaunchForRanks(const OneShotPeers& peers, const T* in, T* out, size_t count, cudaStream_t stream) {
+  constexpr size_t kVec = Vec16<T>::kVec;
+  const size_t per_block = (count + peers.layout.blocks - 1) / peers.layout.blocks;
+  const size_t chunk = (per_block + kVec - 1) / kVec * kVec;
+  const bool vec = Aligned16(in) && Aligned16(out);
+  auto kernel = vec ? OneShotAllReduceKernel<T, kRanks, true> : OneShotAllReduceKernel<T, kRanks, false>;
+  kernel<<<peers.layout.blocks, kOneShotThreads, 0, stream>>>(peers, in, out, count, chunk);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t LaunchTyped(const OneShotPeers& peers, const void* in, void* out, size_t count, cudaStream_t stream) {
+  const T* typed_in = static_cast<const T*>(in);
+  T* typed_out = static_cast<T*>(out);
+  switch (peers.world_size) {
+    case 2:
+      return LaunchForRanks<T, 2>(peers, typed_in, typed_out, count, stream);
+    case 3:
+      return LaunchForRanks<T, 3>(peers, typed_in, typed_out, count, stream);
+    case 4:
+      return LaunchForRanks<T, 4>(peers, typed_in, typed_out, count, stream);
+    case 5:
+      return LaunchForRanks<T, 5>(peers, typed_in, typed_out, count, stream);
+    case 6:
+      return LaunchForRanks<T, 6>(peers, typed_in, typed_out, count, stream);
+    case 7:
+      return LaunchForRanks<T, 7>(peers, typed_in, typed_out, count, stream);
+    case 8:
+      return LaunchForRanks<T, 8>(peers, typed_in, typed_out, count, stream);
+  }
+  return cudaErrorInvalidValue;  // excluded by the caller's checks
+}
+
+absl::Status CheckPeers(const OneShotPeers& peers) {
+  if (peers.world_size < 2 || peers.world_size > kOneShotMaxRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("OneShotAllReduce: world size ", peers.world_size, " outside [2, ", kOneShotMaxRanks, "]"));
+  }
+  if (peers.rank < 0 || peers.rank >= peers.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("OneShotAllReduce: rank ", peers.rank, " out of range"));
+  }
+  if (peers.layout.blocks < 1 || peers.layout.blocks > kOneShotMaxBlocks || peers.layout.slot_bytes == 0 ||
+      peers.layout.slot_bytes % 16 != 0) {
+    return absl::InvalidArgumentError("OneShotAllReduce: malformed layout");
+  }
+  for (int r = 0; r < peers.world_size; ++r) {
+    if (peers.regions[r] == nullptr || !Aligned16(peers.regions[r])) {
+      return absl::InvalidArgumentError(absl::StrCat("OneShotAllReduce: region of rank ", r, " missing or unaligned"));
+    }
+  }
+  if (peers.timeout_ns == 0) return absl::InvalidArgumentError("OneShotAllReduce: zero timeout");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<OneShotLayout> MakeOneShotLayout(size_t capacity_bytes, int blocks) {
+  if (blocks < 1 || blocks > kOneShotMaxBlocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("OneShotAllReduce: ", blocks, " blocks outside [1, ", kOneShotMaxBlocks, "]"));
+  }
+  OneShotLayout layout;
+  layout.blocks = blocks;
+  layout.slot_bytes = capacity_bytes / blocks / 16 * 16;
+  if (layout.slot_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("OneShotAllReduce: capacity of ", capacity_bytes,
+                                                   " bytes below 16 bytes per block (", blocks, " blocks)"));
+  }
+  return layout;
+}
+
+bool OneShotFits(const OneShotLayout& layout, DType dtype, size_t count) {
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) return false;
+  // Chunks are ceil(count / blocks) elements rounded up to 16 bytes; slot_bytes is a multiple of
+  // 16, so that fits a slot exactly when the byte size fits blocks * slot_bytes.
+  return count <= layout.capacity_bytes() / DTypeSize(dtype);
+}
+
+absl::Status LaunchOneShotAllReduce(const OneShotPeers& peers, DType dtype, const void* in, void* out,
+                                    size_t count, Stream stream) {
+  RETURN_IF_ERROR(CheckPeers(peers));
+  if (count == 0) return absl::OkStatus();  // every rank skips alike: the epochs stay in step
+  if (in == nullptr || out == nullptr) return absl::InvalidArgumentError("OneShotAllReduce: null buffer");
+  if (!OneShotFits(peers.layout, dtype, count)) {
+    return absl::InvalidArgumentError(absl::StrCat("OneShotAllReduce: ", count, " elements of ",
+                                                   std::string(DTypeName(dtype)), " do not fit ",
+                                                   peers.layout.capacity_bytes(), " staging bytes"));
+  }
+  return LLM_DISPATCH_FLOAT(dtype, "OneShotAllReduce", [&] {
+    CUDA_RETURN_IF_ERROR(LaunchTyped<scalar_t>(peers, in, out, count, stream));
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace llm::cuda

@@ -2,8 +2,11 @@
 // against other implementations (hf_parity.py). The first T - N tokens are prefilled in chunks
 // (every position's logits kept); the last N are fed one token per step through the decode path
 // (CUDA graphs), so both paths are checked.
-// Usage: llm_cuda_logits --model DIR --tokens IDS.i32 --out LOGITS.f32 [--dtype bf16|fp16|fp32]
-//                        [--device cuda|cpu] [--decode N] [--chunk C]
+// Usage: [mpirun -np TP*PP] llm_cuda_logits --model DIR --tokens IDS.i32 --out LOGITS.f32
+//            [--dtype bf16|fp16|fp32] [--device cuda|cpu] [--decode N] [--chunk C] [--tp T --pp P]
+// Under mpirun each rank loads its TP x PP shard (device = local rank, NCCL on the GPU, MPI on the
+// CPU) and the steps pass through the stages; the last stage's first TP rank writes the file, so
+// tensor/pipeline-parallel runs can be compared with a single-GPU one.
 // Output: float32 [T, vocab], row-major.
 #include <cstdio>
 #include <fstream>
@@ -12,9 +15,13 @@
 #include <vector>
 
 #include "engine/backend/backend_factory.h"
+#include "engine/distributed/pipeline_executor.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/config.h"
 #include "engine/runtime/model_runner.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/mpi_runtime.h"
+#include "parallel/nccl_communicator.h"
 
 namespace {
 
@@ -31,7 +38,7 @@ void Check(const absl::Status& s) {
 int main(int argc, char** argv) {
   using namespace llm;
   std::string model, tokens_path, out_path, dtype_name = "bf16", device_name = "cuda";
-  int decode = 0, chunk = 512;
+  int decode = 0, chunk = 512, tp = 1, pp = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (i + 1 >= argc) Die("missing value for " + k);
@@ -43,6 +50,8 @@ int main(int argc, char** argv) {
     else if (k == "--device") device_name = v;
     else if (k == "--decode") decode = std::stoi(v);
     else if (k == "--chunk") chunk = std::stoi(v);
+    else if (k == "--tp") tp = std::stoi(v);
+    else if (k == "--pp") pp = std::stoi(v);
     else Die("unknown flag " + k);
   }
   if (model.empty() || tokens_path.empty() || out_path.empty()) Die("need --model, --tokens and --out");
@@ -57,6 +66,14 @@ int main(int argc, char** argv) {
   const int64_t t_total = static_cast<int64_t>(tokens.size());
   if (t_total == 0 || decode >= t_total) Die("need more tokens than --decode steps");
 
+  auto mpi = MpiRuntime::Create(MpiRuntime::LaunchedByMpiLauncher() ? MpiMode::kInit : MpiMode::kSingleProcess);
+  Check(mpi.status());
+  auto topology = (*mpi)->MakeTopology(tp, pp);
+  Check(topology.status());
+  const Topology& t = *topology;
+  auto groups = MakeParallelGroups(**mpi, t);
+  Check(groups.status());
+
   auto config = LoadModelConfig(model);
   Check(config.status());
   auto ckpt = Checkpoint::Open(model);
@@ -65,11 +82,30 @@ int main(int argc, char** argv) {
   Check(dtype.status());
   auto device = ParseDeviceKind(device_name);
   Check(device.status());
+  auto layers = StageLayers(static_cast<int>(config->num_layers), pp, t.pp_stage(), {});
+  Check(layers.status());
   BackendOptions bo;
   bo.device = *device;
   bo.dtype = *dtype;
+  bo.device_index = t.device();
   auto backend = CreateBackend(bo);
   Check(backend.status());
+  // Device backends reduce over NCCL on the backend's stream, host backends over MPI.
+  std::unique_ptr<DeviceCommunicator> device_tp, device_pp;
+  Communicator* tp_comm = groups->tp.get();
+  Communicator* pp_comm = groups->pp.get();
+  if (*device == DeviceKind::kCuda) {
+    NcclOptions nccl;
+    nccl.device = t.device();
+    auto a = CreateNcclCommunicator(*groups->tp, (*backend)->native_stream(), nccl);
+    Check(a.status());
+    auto b = CreateNcclCommunicator(*groups->pp, (*backend)->native_stream(), nccl);
+    Check(b.status());
+    device_tp = std::move(*a);
+    device_pp = std::move(*b);
+    tp_comm = device_tp.get();
+    pp_comm = device_pp.get();
+  }
   ModelRunnerOptions ro;
   ro.limits.max_tokens = chunk;
   ro.limits.max_seqs = 1;
@@ -77,13 +113,18 @@ int main(int argc, char** argv) {
   ro.block_size = 16;
   ro.max_context = (t_total + 15) / 16 * 16;
   ro.num_kv_blocks = ro.max_context / 16 + 1;
-  auto runner = ModelRunner::Create(*config, **ckpt, std::move(*backend), nullptr, ro);
+  ro.shard.tp_rank = t.tp_rank();
+  ro.shard.tp_size = t.tp_size();
+  ro.shard.first_layer = layers->begin;
+  ro.shard.end_layer = layers->end;
+  auto runner = ModelRunner::Create(*config, **ckpt, std::move(*backend), tp_comm, ro);
   Check(runner.status());
   ModelRunner& r = **runner;
   const int64_t vocab = config->vocab_size;
+  const bool writer = t.is_last_stage() && t.tp_rank() == 0;
   std::vector<int32_t> blocks(ro.max_context / 16);
   std::iota(blocks.begin(), blocks.end(), 0);
-  std::vector<float> logits(static_cast<size_t>(t_total) * vocab);
+  std::vector<float> logits(writer ? static_cast<size_t>(t_total) * vocab : 0), padded;
   const int64_t prefill = t_total - decode;
   for (int64_t start = 0; start < t_total;) {
     const int64_t n = start < prefill ? std::min<int64_t>(chunk, prefill - start) : 1;
@@ -93,12 +134,26 @@ int main(int argc, char** argv) {
     plan.AddSequence(absl::MakeSpan(tokens).subspan(start, n), static_cast<int32_t>(start), blocks, 16, true);
     plan.logit_rows.resize(n);
     std::iota(plan.logit_rows.begin(), plan.logit_rows.end(), 0);
-    Check(r.ComputeLogits(plan, &logits[start * vocab]));
+    auto out = ForwardThroughStage(r, *pp_comm, t, plan);
+    Check(out.status());
+    if (writer) {
+      // With TP the gathered vocabulary is padded to tp * vocab_local columns: keep the first vocab.
+      const int64_t width = out->dim(1);
+      padded.resize(static_cast<size_t>(n) * width);
+      Check(r.backend().CopyToHost(padded.data(), *out));
+      Check(r.backend().Synchronize());
+      for (int64_t i = 0; i < n; ++i)
+        std::copy_n(&padded[i * width], vocab, &logits[(start + i) * vocab]);
+    } else {
+      Check(r.backend().Synchronize());
+    }
     start += n;
   }
-  std::ofstream out(out_path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
-  std::printf("llm_cuda_logits: %ld tokens (%ld prefilled, %d decoded, %d graphs), vocab %ld -> %s\n", long(t_total),
-              long(prefill), decode, r.graphs_captured(), long(vocab), out_path.c_str());
+  if (writer) {
+    std::ofstream out(out_path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+    std::printf("llm_cuda_logits: %ld tokens (%ld prefilled, %d decoded, %d graphs), vocab %ld, TP%d x PP%d -> %s\n",
+                long(t_total), long(prefill), decode, r.graphs_captured(), long(vocab), tp, pp, out_path.c_str());
+  }
   return 0;
 }

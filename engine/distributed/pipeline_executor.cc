@@ -13,6 +13,18 @@ std::string WithFlag(bool ok, const std::string& body) { return std::string(1, o
 
 }  // namespace
 
+absl::StatusOr<Tensor> ForwardThroughStage(ModelRunner& runner, Communicator& pp, const Topology& t,
+                                           const StepPlan& plan) {
+  if (!t.is_first_stage()) {
+    Tensor hidden = runner.HiddenInput(plan.num_tokens());
+    RETURN_IF_ERROR(pp.Recv(hidden.data(), hidden.numel(), hidden.dtype(), t.pp_stage() - 1));
+  }
+  ASSIGN_OR_RETURN(Tensor out, runner.Forward(plan));
+  if (t.is_last_stage()) return out;
+  RETURN_IF_ERROR(pp.Send(out.data(), out.numel(), out.dtype(), t.pp_stage() + 1));
+  return Tensor();
+}
+
 absl::Status PipelineStage::Run(const std::string& message, const StepPlan& plan, absl::Span<const SampleRow> rows,
                                 absl::Span<SampleResult> results, bool upstream_ok) {
   const Topology& t = group_.topology;

@@ -42,6 +42,13 @@ struct PipelineGroup {
   Communicator* pp = nullptr;          // data: hidden states between stages (group rank = stage)
 };
 
+// One step through this rank's stage outside the engine (tools, tests), every rank of the group
+// calling it with the same plan: receives the hidden state from the previous stage, runs this
+// stage's layers, sends the result to the next stage. Returns the logits on the last stage
+// (every TP rank holds all of them), an empty tensor on the others.
+absl::StatusOr<Tensor> ForwardThroughStage(ModelRunner& runner, Communicator& pp, const Topology& topology,
+                                           const StepPlan& plan);
+
 // One micro-batch on one rank: receive the hidden state, run this stage's layers, then forward
 // the message and hidden state, or sample (last stage).
 class PipelineStage {

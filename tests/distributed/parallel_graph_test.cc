@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "engine/distributed/pipeline_executor.h"
 #include "engine/kv_cache/kv_block_pool.h"
 #include "engine/runtime/model_runner.h"
 #include "gtest/gtest.h"
@@ -90,13 +91,8 @@ TEST_P(ParallelGraphTest, DecodeGraphsMatchReference) {
   const int64_t stride = static_cast<int64_t>(t.tp_size()) * r.dims().vocab_local;
   std::vector<float> logits(3 * stride);
   auto run = [&](const StepPlan& plan) -> absl::Status {
-    const int32_t n = plan.num_tokens();
-    if (!t.is_first_stage()) {
-      Tensor in = r.HiddenInput(n);
-      RETURN_IF_ERROR(stages.Recv(in.data(), in.numel(), in.dtype(), t.pp_stage() - 1));
-    }
-    ASSIGN_OR_RETURN(Tensor out, r.Forward(plan));
-    if (!t.is_last_stage()) return stages.Send(out.data(), out.numel(), out.dtype(), t.pp_stage() + 1);
+    ASSIGN_OR_RETURN(Tensor out, ForwardThroughStage(r, stages, t, plan));
+    if (!t.is_last_stage()) return absl::OkStatus();
     RETURN_IF_ERROR(r.backend().CopyToHost(logits.data(), out));
     return r.backend().Synchronize();
   };

@@ -33,13 +33,36 @@ def run(binary, model, tokens_path, out_path, dtype, decode, tp, pp):
     cmd = [binary, "--model", model, "--tokens", tokens_path, "--out", out_path, "--dtype", dtype, "--decode",
            str(decode), "--chunk", "64", "--tp", str(tp), "--pp", str(pp)]
     if n > 1:
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), "-x", "NCCL_NVLS_ENABLE=0",
-               "-x", "LD_LIBRARY_PATH", "-x", "LLM_CUSTOM_ALLREDUCE"] + cmd
+        env = ["-x", "NCCL_NVLS_ENABLE=0", "-x", "LD_LIBRARY_PATH"]
+        if "LLM_CUSTOM_ALLREDUCE" in os.environ:
+            env += ["-x", "LLM_CUSTOM_ALLREDUCE"]
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n)] + env + cmd
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if res.returncode != 0:
         print(res.stdout + res.stderr, flush=True)
         raise RuntimeError("failed: " + " ".join(cmd))
     return res.stdout.strip().splitlines()[-1]
+
+
+def make_llama3_shape(layers, path):
+    """The first `layers` layers of the Llama-3-8B shape with random weights (norms randomized too),
+    saved in bf16 as a Hugging Face checkpoint."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = json.load(open(os.path.join(HERE, "configs", "llama3-8b", "config.json")))
+    cfg["num_hidden_layers"] = layers
+    cfg.pop("architectures", None)
+    cfg.pop("torch_dtype", None)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(LlamaConfig(**cfg))
+        for mod in model.modules():
+            if mod.__class__.__name__.endswith("RMSNorm"):
+                torch.nn.init.uniform_(mod.weight, 0.5, 1.5)
+    model.to(torch.bfloat16).save_pretrained(path, safe_serialization=True)
+    del model
+    torch.cuda.empty_cache()
+    return path
 
 
 def compare(got, ref):
@@ -56,6 +79,9 @@ def main():
     ap.add_argument("--min-top1", type=float, default=0.99)
     ap.add_argument("--extra", nargs="*", default=[], help="more model folders (name=DIR or DIR)")
     ap.add_argument("--workdir", default="/tmp/parallel_parity")
+    ap.add_argument("--llama3-layers", type=int, default=0,
+                    help="also build (with transformers, random weights) and compare the first N layers of the "
+                         "Llama-3-8B shape")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     gpus = args.gpus
@@ -76,6 +102,10 @@ def main():
         d = os.path.join(ROOT, "tests", "data", "models", name)
         vocab = json.load(open(os.path.join(d, "config.json")))["vocab_size"]
         models.append((f"{name} (random weights)", d, rng.integers(0, vocab, 160).astype(np.int32), False))
+    if args.llama3_layers > 0:
+        models.append((f"Llama-3-8B shape, {args.llama3_layers} layers (random weights)",
+                       make_llama3_shape(args.llama3_layers, os.path.join(args.workdir, "llama3_shape")),
+                       rng.integers(0, 128256, 256).astype(np.int32), False))
     for extra in args.extra:
         name, _, d = extra.rpartition("=")
         if not os.path.exists(os.path.join(d, "config.json")):

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Tensor/pipeline parallelism on a multi-GPU machine, in one call: the device-communicator tests,
+# TP/PP parity against one GPU, the all-reduce microbenchmark and the engine at TP1/TP2(/TP4) and
+# PP1/PP2(/PP4). Logs and tables in $OUT; a summary last.
+# From the repo root on the GPU machine (binaries in .device/bins.tgz, libraries in
+# .device/bundle.tgz):   benchmarks/parallel/run_device.sh [tests] [parity] [allreduce] [engine]
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+tar -C / --skip-old-files -xzf .device/bundle.tgz && ldconfig
+[ -f .device/bins.tgz ] && tar -C .device -xzf .device/bins.tgz
+# The test binaries look for tests/data at the path they were built from.
+if [ ! -e /work/main/tests/data ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export LLM_CUSTOM_ALLREDUCE=${LLM_CUSTOM_ALLREDUCE:-1}  # exported to every rank (-x) below
+BIN=$PWD/.device/bin
+GPUS=$(nvidia-smi -L | grep -c "GPU ")
+MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x LLM_CUSTOM_ALLREDUCE)
+MODEL8B=benchmarks/cuda/configs/llama3-8b
+modes="${*:-tests parity allreduce engine}"
+{ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv; nvidia-smi topo -m; } > "$OUT/gpus.txt" 2>&1
+head -3 "$OUT/gpus.txt"
+summary=""
+step() {  # step NAME LIMIT_S COMMAND...: runs, logs to $OUT/run.log, notes rc and time
+  local name=$1 limit=$2
+  shift 2
+  local start=$(date +%s)
+  echo "==== $name: $*" >> "$OUT/run.log"
+  timeout "$limit" "$@" >> "$OUT/run.log" 2>&1
+  local rc=$?
+  summary+="$name rc=$rc ($(( $(date +%s) - start )) s)\n"
+  return $rc
+}
+for m in $modes; do
+  case $m in
+    tests)
+      step nvlink_communicator_test 120 "${MPI[@]}" -np 2 "$BIN/nvlink_communicator_test" --gtest_brief=1
+      step nccl_communicator_test_np2 120 "${MPI[@]}" -np 2 "$BIN/nccl_communicator_test" --gtest_brief=1
+      if (( GPUS >= 4 )); then
+        step nvlink_communicator_test_np4 120 "${MPI[@]}" -np 4 "$BIN/nvlink_communicator_test" --gtest_brief=1
+      fi ;;
+    parity)
+      PYTHONUNBUFFERED=1 step parallel_parity 300 python3 benchmarks/cuda/parallel_parity.py \
+        --binary "$BIN/llm_cuda_logits" --llama3-layers 2 --out "$OUT/parity.md" ;;
+    allreduce)
+      for n in 2 4; do
+        (( GPUS >= n )) || continue
+        step "allreduce_bench_np$n" 120 "${MPI[@]}" -np $n "$BIN/allreduce_bench" --out "$OUT/allreduce.md"
+      done ;;
+    engine)
+      # Per-token decode latency at batch 1 and 16 (TP1 / TP2 / TP4), then PP throughput at a
+      # saturating batch: PP1 at 128 sequences vs PPn with 128 per micro-batch.
+      E=("$BIN/llm_engine_bench" --model "$MODEL8B" --dummy-weights --device cuda --dtype bf16 --out "$OUT/engine.md")
+      lat=(--batch 1,16 --prompt-len 128 --output-len 128 --repeats 3)
+      step engine_tp1 150 "${E[@]}" "${lat[@]}" --label "one GPU"
+      step engine_tp2 150 "${MPI[@]}" -np 2 "${E[@]}" "${lat[@]}" --tp 2 --label "NVLink all-reduce"
+      LLM_CUSTOM_ALLREDUCE=0 step engine_tp2_nccl 150 "${MPI[@]}" -np 2 "${E[@]}" "${lat[@]}" --tp 2 --label "NCCL all-reduce"
+      if (( GPUS >= 4 )); then
+        step engine_tp4 150 "${MPI[@]}" -np 4 "${E[@]}" "${lat[@]}" --tp 4 --label "NVLink all-reduce"
+      fi
+      thr=(--prompt-len 256 --output-len 256 --repeats 2 --max-tokens-per-step 8192)
+      step engine_pp1 150 "${E[@]}" "${thr[@]}" --batch 128 --label "one stage, saturating batch"
+      step engine_pp2 150 "${MPI[@]}" -np 2 "${E[@]}" "${thr[@]}" --batch 256 --pp 2 --label "2 stages, 128 per micro-batch"
+      if (( GPUS >= 4 )); then
+        step engine_pp4 150 "${MPI[@]}" -np 4 "${E[@]}" "${thr[@]}" --batch 512 --pp 4 --label "4 stages, 128 per micro-batch"
+      fi ;;
+  esac
+done
+grep -E "FAILED|Failure|error|Error" "$OUT/run.log" | head -30
+echo "==== summary"
+printf "$summary"
+for f in parity.md allreduce.md engine.md; do [ -f "$OUT/$f" ] && { echo "== $f"; cat "$OUT/$f"; }; done

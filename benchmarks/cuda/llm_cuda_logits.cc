@@ -22,6 +22,7 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
 #include "parallel/nccl_communicator.h"
+#include "parallel/nvlink_communicator.h"
 
 namespace {
 
@@ -101,7 +102,9 @@ int main(int argc, char** argv) {
     Check(a.status());
     auto b = CreateNcclCommunicator(*groups->pp, (*backend)->native_stream(), nccl);
     Check(b.status());
-    device_tp = std::move(*a);
+    auto c = CreateNvlinkCommunicator(*groups->tp, std::move(*a), NvlinkOptions{});
+    Check(c.status());
+    device_tp = std::move(*c);
     device_pp = std::move(*b);
     tp_comm = device_tp.get();
     pp_comm = device_pp.get();

@@ -1,11 +1,13 @@
 #include "engine/distributed/engine_group.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "parallel/nccl_communicator.h"
+#include "parallel/nvlink_communicator.h"
 
 namespace llm {
 namespace {
@@ -165,8 +167,20 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> EngineGroup::LoadShard(EngineBuildO
     NcclOptions nccl;
     nccl.device = t.device();
     nccl.timeout = parallel.comm_timeout;
-    ASSIGN_OR_RETURN(device_tp_, CreateNcclCommunicator(*groups_.tp, backend->native_stream(), nccl));
+    ASSIGN_OR_RETURN(std::unique_ptr<DeviceCommunicator> nccl_tp,
+                     CreateNcclCommunicator(*groups_.tp, backend->native_stream(), nccl));
     ASSIGN_OR_RETURN(device_pp_, CreateNcclCommunicator(*groups_.pp, backend->native_stream(), nccl));
+    // Small (decode) TP all-reduces as one kernel over NVLink peer memory where every rank of the
+    // group can map the others'; NCCL for the rest, and for everything where it cannot.
+    NvlinkSetup setup;
+    ASSIGN_OR_RETURN(device_tp_, CreateNvlinkCommunicator(*groups_.tp, std::move(nccl_tp), NvlinkOptions{}, &setup));
+    if (t.tp_size() > 1 && t.rank() == 0) {
+      if (setup.one_shot)
+        std::fprintf(stderr, "tensor parallel all-reduce: one-shot over NVLink up to %zu KiB, NCCL above\n",
+                     setup.capacity_bytes >> 10);
+      else
+        std::fprintf(stderr, "tensor parallel all-reduce: NCCL (%s)\n", setup.reason.c_str());
+    }
     tp_comm = device_tp_.get();
   }
   return BuildModelRunner(o, config, shard, std::move(backend), tp_comm);

@@ -1,8 +1,7 @@
-#include "kernels/cuda/comm/one_shot_all_reduce.h"
-
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/comm/one_shot_all_reduce.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 
@@ -57,14 +56,15 @@ __device__ __forceinline__ char* RegionOf(const OneShotPeers& peers, int r) {
   return region;
 }
 __device__ __forceinline__ uint64_t* SignalOf(char* region, const OneShotLayout& layout, int block, int src) {
-  return reinterpret_cast<uint64_t*>(region + layout.signal_offset()) + static_cast<size_t>(block) * kOneShotMaxRanks +
-         src;
+  return reinterpret_cast<uint64_t*>(region + layout.signal_offset()) +
+         static_cast<size_t>(block) * kOneShotMaxRanks + src;
 }
 
 __device__ __forceinline__ void ReportTimeoutAndTrap(int rank, int peer, uint64_t epoch, uint64_t seen,
-                                                  uint64_t timeout_ns) {
+                                                     uint64_t timeout_ns) {
   printf(
-      "one-shot all-reduce: rank %d block %d waited over %llu ns for rank %d to reach epoch %llu (seen %llu); "
+      "one-shot all-reduce: rank %d block %d waited over %llu ns for rank %d to reach epoch %llu (seen "
+      "%llu); "
       "trapping\n",
       rank, static_cast<int>(blockIdx.x), static_cast<unsigned long long>(timeout_ns), peer,
       static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(seen));
@@ -73,8 +73,8 @@ __device__ __forceinline__ void ReportTimeoutAndTrap(int rank, int peer, uint64_
 
 // Spins until *flag >= epoch; past timeout_ns reports and traps (the error surfaces on the
 // stream instead of a hang).
-__device__ __forceinline__ void WaitForPeer(const uint64_t* flag, uint64_t epoch, uint64_t timeout_ns, int rank,
-                                            int peer) {
+__device__ __forceinline__ void WaitForPeer(const uint64_t* flag, uint64_t epoch, uint64_t timeout_ns,
+                                            int rank, int peer) {
   uint64_t seen = LoadAcquireSys(flag);
   if (seen >= epoch) return;
   const uint64_t start = GlobalTimerNs();
@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(kOneShotThreads)
   // stream) sees the new value.
   __shared__ uint64_t epoch_shared;
   if (tid == 0) {
-    uint64_t* epoch_slot = reinterpret_cast<uint64_t*>(RegionOf<kRanks>(peers, rank) + layout.epoch_offset()) + block;
+    uint64_t* epoch_slot =
+        reinterpret_cast<uint64_t*>(RegionOf<kRanks>(peers, rank) + layout.epoch_offset()) + block;
     const uint64_t e = *epoch_slot + 1;
     *epoch_slot = e;
     epoch_shared = e;
@@ -135,7 +136,8 @@ __global__ void __launch_bounds__(kOneShotThreads)
   // 4. Sum the chunk over ranks in rank order; float32 accumulation, rounded once.
   const T* slots[kRanks];
 #pragma unroll
-  for (int r = 0; r < kRanks; ++r) slots[r] = reinterpret_cast<const T*>(static_cast<char*>(peers.regions[r]) + slot_offset);
+  for (int r = 0; r < kRanks; ++r)
+    slots[r] = reinterpret_cast<const T*>(static_cast<char*>(peers.regions[r]) + slot_offset);
   if constexpr (kVec16) {
     for (size_t v = tid; v < n_vec; v += kOneShotThreads) {
       Vec16<T> parts[kRanks];  // all loads in flight before the first add
@@ -164,7 +166,8 @@ __global__ void __launch_bounds__(kOneShotThreads)
 }
 
 template <typename T, int kRanks>
-cudaError_t LaunchForRanks(const OneShotPeers& peers, const T* in, T* out, size_t count, cudaStream_t stream) {
+cudaError_t LaunchForRanks(const OneShotPeers& peers, const T* in, T* out, size_t count,
+                           cudaStream_t stream) {
   constexpr size_t kVec = Vec16<T>::kVec;
   const size_t per_block = (count + peers.layout.blocks - 1) / peers.layout.blocks;
   const size_t chunk = (per_block + kVec - 1) / kVec * kVec;
@@ -175,7 +178,8 @@ cudaError_t LaunchForRanks(const OneShotPeers& peers, const T* in, T* out, size_
 }
 
 template <typename T>
-cudaError_t LaunchTyped(const OneShotPeers& peers, const void* in, void* out, size_t count, cudaStream_t stream) {
+cudaError_t LaunchTyped(const OneShotPeers& peers, const void* in, void* out, size_t count,
+                        cudaStream_t stream) {
   const T* typed_in = static_cast<const T*>(in);
   T* typed_out = static_cast<T*>(out);
   switch (peers.world_size) {
@@ -199,8 +203,8 @@ cudaError_t LaunchTyped(const OneShotPeers& peers, const void* in, void* out, si
 
 absl::Status CheckPeers(const OneShotPeers& peers) {
   if (peers.world_size < 2 || peers.world_size > kOneShotMaxRanks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("OneShotAllReduce: world size ", peers.world_size, " outside [2, ", kOneShotMaxRanks, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("OneShotAllReduce: world size ", peers.world_size,
+                                                   " outside [2, ", kOneShotMaxRanks, "]"));
   }
   if (peers.rank < 0 || peers.rank >= peers.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("OneShotAllReduce: rank ", peers.rank, " out of range"));
@@ -211,7 +215,8 @@ absl::Status CheckPeers(const OneShotPeers& peers) {
   }
   for (int r = 0; r < peers.world_size; ++r) {
     if (peers.regions[r] == nullptr || !Aligned16(peers.regions[r])) {
-      return absl::InvalidArgumentError(absl::StrCat("OneShotAllReduce: region of rank ", r, " missing or unaligned"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("OneShotAllReduce: region of rank ", r, " missing or unaligned"));
     }
   }
   if (peers.timeout_ns == 0) return absl::InvalidArgumentError("OneShotAllReduce: zero timeout");

@@ -37,13 +37,13 @@
 //
 // A peer that never arrives (crashed, or made a different sequence of calls) would spin a block
 // forever: the wait is bounded by `timeout_ns` of %globaltimer, after which the kernel prints the
-// rank, block and epoch and executes __trap(). That turns the hang into an asynchronous CUDA
-// error (cudaErrorLaunchFailure) on the stream; the CUDA context is unusable afterwards and the
-// process must be restarted, as after any device fault.
+// rank, block and epoch and executes __trap(). That turns the hang into a sticky asynchronous
+// CUDA error (typically cudaErrorLaunchFailure) reported by the next synchronizing call; the CUDA
+// context is unusable afterwards and the process must be restarted, as after any device fault.
 //
-// The blocks of one call must all become resident (they wait for their counterparts on the
-// peers, not for each other, so no grid-wide co-residency is needed; `blocks` is far below the
-// SM count).
+// Block b of a rank waits only for block b of its peers, never for another block of its own grid,
+// so no grid-wide co-residency is needed; a block that cannot start yet (GPU busy with other
+// kernels) only delays its counterparts. `blocks` is kept far below the SM count.
 #pragma once
 
 #include <cstddef>
@@ -69,7 +69,9 @@ struct OneShotLayout {
   // Bytes of one parity buffer usable by one call: the largest all-reduce in bytes.
   constexpr size_t capacity_bytes() const { return static_cast<size_t>(blocks) * slot_bytes; }
   constexpr size_t signal_offset() const { return 2 * capacity_bytes(); }
-  constexpr size_t epoch_offset() const { return signal_offset() + sizeof(uint64_t) * blocks * kOneShotMaxRanks; }
+  constexpr size_t epoch_offset() const {
+    return signal_offset() + sizeof(uint64_t) * blocks * kOneShotMaxRanks;
+  }
   // Total region size; the region must be zeroed before its first use.
   constexpr size_t region_bytes() const { return epoch_offset() + sizeof(uint64_t) * blocks; }
 };
@@ -93,8 +95,9 @@ bool OneShotFits(const OneShotLayout& layout, DType dtype, size_t count);
 
 // out[i] = sum over ranks of in[i] for i < count, on `stream` (the current device must be the
 // regions' device). `out` may equal `in`; any alignment (16-byte aligned in/out take the
-// vectorized path). Every rank must call it with the same count and dtype. InvalidArgument for
-// other dtypes, sizes above the capacity or a malformed `peers`.
+// vectorized path). Every rank must call it with the same count and dtype, and calls on one set of
+// regions must be serialized (one stream per rank: the epochs belong to the blocks, not to a call).
+// InvalidArgument for other dtypes, sizes above the capacity or a malformed `peers`.
 absl::Status LaunchOneShotAllReduce(const OneShotPeers& peers, DType dtype, const void* in, void* out,
                                     size_t count, Stream stream);
 

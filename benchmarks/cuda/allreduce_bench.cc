@@ -1,0 +1,283 @@
+// allreduce_bench: bf16 all-reduce time of NCCL and of the one-shot NVLink kernel
+// (parallel/nvlink_communicator.h), 8 KB .. 64 MB, including the tensor-parallel decode shapes
+// (hidden 4096 and 8192 x 1, 16, 64 rows).
+//
+//   mpirun -np N allreduce_bench [--out FILE.md] [--iters 50] [--reps 25] [--max-bytes 67108864]
+//                                [--blocks 32]
+//
+// Each rank uses GPU local_rank. Per size and path: `iters` back-to-back in-place calls between two
+// CUDA events (after a host barrier, so that the ranks start together), `reps` times, and the
+// median per call; then the same as a CUDA graph of 32 back-to-back calls (no launch overhead),
+// replayed `reps` times. The one-shot communicator is made with a capacity of --max-bytes, so every
+// size takes the kernel (the default capacity in the engine is 1 MiB). Every size and path ends
+// with a data check (integer-valued bf16, exact). Bandwidths as nccl-tests: algbw = bytes / t,
+// busbw = algbw * 2 (n - 1) / n. Rank 0 prints the markdown table (and writes it to --out).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/core/dtype.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/mpi_runtime.h"
+#include "parallel/nccl_communicator.h"
+#include "parallel/nvlink_communicator.h"
+
+namespace llm {
+namespace {
+
+#define AR_CHECK(expr)                                                                                \
+  do {                                                                                                \
+    const ::absl::Status ar_st_ = (expr);                                                             \
+    if (!ar_st_.ok()) {                                                                               \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, std::string(ar_st_.message()).c_str()); \
+      std::exit(1);                                                                                   \
+    }                                                                                                 \
+  } while (0)
+#define AR_CUDA(expr)                                                                                  \
+  do {                                                                                                 \
+    const cudaError_t ar_err_ = (expr);                                                                \
+    if (ar_err_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(ar_err_)); \
+      std::exit(1);                                                                                    \
+    }                                                                                                  \
+  } while (0)
+
+constexpr int kGraphCalls = 32;
+
+struct Args {
+  std::string out;
+  int iters = 50;
+  int reps = 25;
+  size_t max_bytes = size_t{64} << 20;
+  int blocks = 32;
+};
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "missing value for %s\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--out") {
+      a.out = next();
+    } else if (k == "--iters") {
+      a.iters = std::max(1, std::atoi(next().c_str()));
+    } else if (k == "--reps") {
+      a.reps = std::max(1, std::atoi(next().c_str()));
+    } else if (k == "--max-bytes") {
+      a.max_bytes = std::strtoull(next().c_str(), nullptr, 10);
+    } else if (k == "--blocks") {
+      a.blocks = std::atoi(next().c_str());
+    } else {
+      std::fprintf(
+          stderr,
+          "usage: mpirun -np N allreduce_bench [--out FILE.md] [--iters N] [--reps N] [--max-bytes B] "
+          "[--blocks N]\n");
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Microseconds per call: median over `reps` of (`batch` calls between two events) / batch.
+double TimePerCall(MpiCommunicator& world, cudaStream_t stream, int reps, int batch,
+                   const std::function<void()>& enqueue_batch) {
+  cudaEvent_t start, stop;
+  AR_CUDA(cudaEventCreate(&start));
+  AR_CUDA(cudaEventCreate(&stop));
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) {
+    AR_CHECK(world.Barrier());
+    AR_CUDA(cudaEventRecord(start, stream));
+    enqueue_batch();
+    AR_CUDA(cudaEventRecord(stop, stream));
+    AR_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    AR_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    us.push_back(1e3 * ms / batch);
+  }
+  AR_CUDA(cudaEventDestroy(start));
+  AR_CUDA(cudaEventDestroy(stop));
+  return Median(us);
+}
+
+struct Timing {
+  double eager_us = 0;
+  double graph_us = 0;
+};
+
+// Times in-place all-reduces of `count` bf16 on `comm`, eagerly and as a graph, then checks one
+// result: rank r contributes (r + 1) * (1 + i % 7), integers whose sums bf16 holds exactly.
+Timing Measure(MpiCommunicator& world, DeviceCommunicator& comm, void* buf, size_t count, const Args& args) {
+  cudaStream_t stream = static_cast<cudaStream_t>(comm.stream());
+  const size_t bytes = count * 2;
+  AR_CUDA(cudaMemsetAsync(buf, 0, bytes, stream));  // zeros stay zeros, however many calls
+  auto call = [&] { AR_CHECK(comm.AllReduceSum(buf, count, DType::kBF16)); };
+  for (int i = 0; i < 5; ++i) call();
+  AR_CHECK(comm.Synchronize());
+
+  Timing t;
+  t.eager_us = TimePerCall(world, stream, args.reps, args.iters, [&] {
+    for (int i = 0; i < args.iters; ++i) call();
+  });
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  AR_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kGraphCalls; ++i) call();
+  AR_CUDA(cudaStreamEndCapture(stream, &graph));
+  AR_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) AR_CUDA(cudaGraphLaunch(exec, stream));
+  AR_CHECK(comm.Synchronize());
+  t.graph_us =
+      TimePerCall(world, stream, args.reps, kGraphCalls, [&] { AR_CUDA(cudaGraphLaunch(exec, stream)); });
+  AR_CUDA(cudaGraphExecDestroy(exec));
+  AR_CUDA(cudaGraphDestroy(graph));
+
+  std::vector<uint16_t> host(count);
+  for (size_t i = 0; i < count; ++i)
+    host[i] = FloatToBf16(static_cast<float>((comm.rank() + 1) * (1 + i % 7)));
+  AR_CUDA(cudaMemcpy(buf, host.data(), bytes, cudaMemcpyHostToDevice));
+  call();
+  AR_CHECK(comm.Synchronize());
+  AR_CUDA(cudaMemcpy(host.data(), buf, bytes, cudaMemcpyDeviceToHost));
+  const int n = comm.size();
+  for (size_t i = 0; i < count; ++i) {
+    const float want = static_cast<float>(n * (n + 1) / 2 * (1 + i % 7));
+    if (Bf16ToFloat(host[i]) != want) {
+      std::fprintf(stderr, "rank %d: data check failed at %zu bytes, index %zu: got %g, want %g\n",
+                   comm.rank(), bytes, i, Bf16ToFloat(host[i]), want);
+      std::exit(1);
+    }
+  }
+  return t;
+}
+
+std::string SizeLabel(size_t bytes) {
+  if (bytes >= (size_t{1} << 20)) return absl::StrCat(bytes >> 20, " MiB");
+  return absl::StrCat(bytes >> 10, " KiB");
+}
+
+// "4096 x 16" when the size is a decode all-reduce of hidden 4096/8192 and 1, 16 or 64 rows.
+std::string ShapeLabel(size_t bytes) {
+  std::string label;
+  for (size_t hidden : {4096, 8192}) {
+    for (size_t rows : {1, 16, 64}) {
+      if (hidden * rows * 2 == bytes) absl::StrAppend(&label, label.empty() ? "" : ", ", hidden, " x ", rows);
+    }
+  }
+  return label;
+}
+
+int Main(int argc, char** argv) {
+  const Args args = ParseArgs(argc, argv);
+  auto runtime = MpiRuntime::Create(MpiMode::kInit, &argc, &argv);
+  AR_CHECK(runtime.status());
+  auto world_or = MpiCommunicator::World(**runtime, MpiCommOptions{.timeout = absl::Seconds(600)});
+  AR_CHECK(world_or.status());
+  MpiCommunicator& world = **world_or;
+  const int device = (*runtime)->local_rank();
+  if (device >= CudaDeviceCount()) {
+    std::fprintf(stderr, "rank %d: needs GPU %d, sees %d\n", world.rank(), device, CudaDeviceCount());
+    return 1;
+  }
+  AR_CUDA(cudaSetDevice(device));
+  cudaStream_t stream = nullptr;
+  AR_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  const NcclOptions nccl_options{.device = device, .timeout = absl::Seconds(300)};
+  auto nccl = CreateNcclCommunicator(world, stream, nccl_options);
+  AR_CHECK(nccl.status());
+  auto nccl_for_nvlink = CreateNcclCommunicator(world, stream, nccl_options);
+  AR_CHECK(nccl_for_nvlink.status());
+  NvlinkSetup setup;
+  auto nvlink = CreateNvlinkCommunicator(
+      world, std::move(*nccl_for_nvlink),
+      NvlinkOptions{.capacity_bytes = args.max_bytes, .blocks = args.blocks}, &setup);
+  AR_CHECK(nvlink.status());
+
+  cudaDeviceProp prop;
+  AR_CUDA(cudaGetDeviceProperties(&prop, device));
+  const int n = world.size();
+  std::string report = absl::StrFormat(
+      "## bf16 all-reduce, %d rank(s), %s\n\nOne-shot: %s. %d back-to-back calls per timed batch (eager) and "
+      "a "
+      "CUDA graph of %d calls; median of %d batches; times per all-reduce in microseconds; bandwidths in "
+      "GB/s from "
+      "the graph times (busbw = algbw * 2(n-1)/n).\n\n",
+      n, prop.name,
+      setup.one_shot ? absl::StrCat("on, ", args.blocks, " blocks, capacity ", setup.capacity_bytes, " bytes")
+                     : absl::StrCat("off (", setup.reason, ")"),
+      args.iters, kGraphCalls, args.reps);
+  absl::StrAppend(&report,
+                  "| bytes | hidden x rows | NCCL us | NCCL graph us | one-shot us | one-shot graph us | "
+                  "graph speed-up | NCCL busbw | one-shot busbw | one-shot algbw |\n"
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+
+  void* buf = nullptr;
+  AR_CUDA(cudaMalloc(&buf, args.max_bytes));
+  const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 1.0;
+  for (size_t bytes = size_t{8} << 10; bytes <= args.max_bytes; bytes *= 2) {
+    const size_t count = bytes / 2;
+    const Timing nccl_t = Measure(world, **nccl, buf, count, args);
+    const bool one_shot = setup.one_shot && bytes <= setup.capacity_bytes;
+    Timing one_t;
+    if (one_shot) one_t = Measure(world, **nvlink, buf, count, args);
+    auto gbps = [&](double us) { return static_cast<double>(bytes) / (us * 1e-6) / 1e9; };
+    auto cell = [&](double v, const char* fmt) {
+      return one_shot ? absl::StrFormat(fmt, v) : std::string("-");
+    };
+    absl::StrAppend(
+        &report, "| ", SizeLabel(bytes), " | ", ShapeLabel(bytes), " | ",
+        absl::StrFormat("%.2f | %.2f | ", nccl_t.eager_us, nccl_t.graph_us), cell(one_t.eager_us, "%.2f"),
+        " | ", cell(one_t.graph_us, "%.2f"), " | ", cell(nccl_t.graph_us / one_t.graph_us, "%.2fx"), " | ",
+        absl::StrFormat("%.1f", gbps(nccl_t.graph_us) * bus_factor), " | ",
+        cell(gbps(one_t.graph_us) * bus_factor, "%.1f"), " | ", cell(gbps(one_t.graph_us), "%.1f"), " |\n");
+    if (world.rank() == 0) std::fprintf(stderr, "%s done\n", SizeLabel(bytes).c_str());
+  }
+  AR_CUDA(cudaFree(buf));
+
+  if (world.rank() == 0) {
+    std::printf("%s", report.c_str());
+    if (!args.out.empty()) {
+      FILE* f = std::fopen(args.out.c_str(), "w");
+      if (f == nullptr) {
+        std::fprintf(stderr, "cannot write %s\n", args.out.c_str());
+        return 1;
+      }
+      std::fputs(report.c_str(), f);
+      std::fclose(f);
+    }
+  }
+  nvlink->reset();  // waits on a world barrier: before the world goes
+  nccl->reset();
+  AR_CUDA(cudaStreamDestroy(stream));
+  return 0;
+}
+
+}  // namespace
+}  // namespace llm
+
+int main(int argc, char** argv) { return llm::Main(argc, argv); }

@@ -1,0 +1,331 @@
+// NvlinkCommunicator: the one-shot all-reduce over CUDA IPC peer memory, in front of NCCL
+// (llm_parallel_nccl in builds with CUDA and NCCL).
+#include "parallel/nvlink_communicator.h"
+
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/core/status.h"
+#include "kernels/cuda/comm/one_shot_all_reduce.h"
+#include "parallel/internal/cuda_check.h"
+
+namespace llm {
+namespace {
+
+// This rank's region and the peers' regions mapped into this process. Unmaps and frees on
+// destruction unless Leak() was called.
+class IpcRegions {
+ public:
+  IpcRegions(int device, int world_size) : device_(device), mapped_(world_size, nullptr) {}
+  ~IpcRegions() {
+    if (cudaSetDevice(device_) != cudaSuccess) return;
+    for (void* p : mapped_) {
+      if (p != nullptr) cudaIpcCloseMemHandle(p);
+    }
+    if (own_ != nullptr) cudaFree(own_);
+  }
+  IpcRegions(const IpcRegions&) = delete;
+  IpcRegions& operator=(const IpcRegions&) = delete;
+
+  // Allocates `bytes` of zeroed device memory and its IPC handle. The zeroing is complete on
+  // return: peers may write flags into the region as soon as they have mapped it.
+  absl::Status Allocate(size_t bytes, cudaIpcMemHandle_t* handle) {
+    LLM_CUDA_CHECK(cudaSetDevice(device_));
+    LLM_CUDA_CHECK(cudaMalloc(&own_, bytes));
+    LLM_CUDA_CHECK(cudaMemset(own_, 0, bytes));
+    LLM_CUDA_CHECK(cudaDeviceSynchronize());
+    LLM_CUDA_CHECK(cudaIpcGetMemHandle(handle, own_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Map(int rank, const cudaIpcMemHandle_t& handle) {
+    LLM_CUDA_CHECK(cudaSetDevice(device_));
+    // Lazy peer access: the driver enables access to the peer's device for this mapping.
+    LLM_CUDA_CHECK(cudaIpcOpenMemHandle(&mapped_[rank], handle, cudaIpcMemLazyEnablePeerAccess));
+    return absl::OkStatus();
+  }
+
+  // Forgets every pointer without unmapping or freeing (a peer may still use them).
+  void Leak() {
+    own_ = nullptr;
+    for (void*& p : mapped_) p = nullptr;
+  }
+
+  void* own() const { return own_; }
+  void* mapped(int rank) const { return mapped_[rank]; }
+
+ private:
+  int device_;
+  void* own_ = nullptr;
+  std::vector<void*> mapped_;  // by rank; null for this rank
+};
+
+class NvlinkCommunicator final : public DeviceCommunicator {
+ public:
+  NvlinkCommunicator(MpiCommunicator& group, std::unique_ptr<DeviceCommunicator> nccl,
+                     std::unique_ptr<IpcRegions> regions, const cuda::OneShotPeers& peers)
+      : group_(group), nccl_(std::move(nccl)), regions_(std::move(regions)), peers_(peers) {}
+  ~NvlinkCommunicator() override;
+
+  int rank() const override { return nccl_->rank(); }
+  int size() const override { return nccl_->size(); }
+  absl::Status AllReduceSum(void* data, size_t count, DType dtype) override {
+    return AllReduceSumInto(data, data, count, dtype);
+  }
+  absl::Status AllGather(const void* send, void* recv, size_t count, DType dtype) override {
+    return nccl_->AllGather(send, recv, count, dtype);
+  }
+  absl::Status Broadcast(void* data, size_t count, DType dtype, int root) override {
+    return nccl_->Broadcast(data, count, dtype, root);
+  }
+  absl::Status Send(const void* data, size_t count, DType dtype, int peer) override {
+    return nccl_->Send(data, count, dtype, peer);
+  }
+  absl::Status Recv(void* data, size_t count, DType dtype, int peer) override {
+    return nccl_->Recv(data, count, dtype, peer);
+  }
+  absl::Status Synchronize() override {
+    absl::Status s = nccl_->Synchronize();
+    // The one-shot kernel shares the stream: a trapped kernel shows up here too, and after a
+    // failed Synchronize (NCCL aborted, a peer gone) no new one-shot call may be enqueued.
+    if (!s.ok()) broken_ = true;
+    return s;
+  }
+  void* stream() const override { return nccl_->stream(); }
+  int device() const override { return nccl_->device(); }
+  // The one-shot kernel has no host-side state per call (epochs live in device memory).
+  bool CapturableInGraph() const override { return nccl_->CapturableInGraph(); }
+
+  absl::Status AllReduceSumInto(const void* in, void* out, size_t count, DType dtype);
+
+ private:
+  MpiCommunicator& group_;
+  std::unique_ptr<DeviceCommunicator> nccl_;
+  std::unique_ptr<IpcRegions> regions_;
+  cuda::OneShotPeers peers_;
+  bool broken_ = false;
+};
+
+NvlinkCommunicator::~NvlinkCommunicator() {
+  // Our kernels must be done before the barrier, and every peer's kernels (which read our staging
+  // buffer) before we free it: both hold after the barrier. The barrier runs even when draining
+  // failed, so that the peers are not left waiting for it. Errors only decide between freeing and
+  // leaking; there is no one to report them to.
+  const bool drained = cudaSetDevice(device()) == cudaSuccess &&
+                       cudaStreamSynchronize(static_cast<cudaStream_t>(stream())) == cudaSuccess;
+  const bool peers_done = group_.Barrier().ok();
+  if (!drained || !peers_done) regions_->Leak();
+  regions_.reset();
+}
+
+absl::Status NvlinkCommunicator::AllReduceSumInto(const void* in, void* out, size_t count, DType dtype) {
+  if (broken_) {
+    return absl::FailedPreconditionError(absl::StrCat("NVLink all-reduce on ", group_.name(), " group (rank ",
+                                                      rank(), "): an earlier Synchronize failed"));
+  }
+  if (!cuda::OneShotFits(peers_.layout, dtype, count)) {
+    if (in != out && count > 0) {
+      LLM_CUDA_CHECK(cudaMemcpyAsync(out, in, count * DTypeSize(dtype), cudaMemcpyDeviceToDevice,
+                                     static_cast<cudaStream_t>(stream())));
+    }
+    return nccl_->AllReduceSum(out, count, dtype);
+  }
+  return cuda::LaunchOneShotAllReduce(peers_, dtype, in, out, count, static_cast<cuda::Stream>(stream()));
+}
+
+// --- creation ---
+
+constexpr size_t kReasonBytes = 160;
+
+// What each rank contributes to the first all-gather. Plain bytes: the same layout on every rank
+// (one binary).
+struct RankRecord {
+  enum State : int32_t { kReady = 0, kFallback = 1, kInvalid = 2 };
+  int32_t state = kReady;
+  int32_t blocks = 0;
+  uint64_t capacity_bytes = 0;
+  int64_t timeout_ns = 0;
+  char host[64] = {};
+  char bus_id[32] = {};
+  cudaIpcMemHandle_t handle = {};
+  char reason[kReasonBytes] = {};  // for kFallback and kInvalid
+};
+
+// The second all-gather: whether the rank mapped every peer.
+struct MapRecord {
+  int32_t ok = 0;
+  char reason[kReasonBytes] = {};
+};
+
+template <size_t N>
+void CopyString(char (&dst)[N], const std::string& src) {
+  std::memset(dst, 0, N);
+  std::memcpy(dst, src.data(), std::min(src.size(), N - 1));
+}
+
+template <typename Record>
+absl::StatusOr<std::vector<Record>> AllGatherRecords(MpiCommunicator& group, const Record& mine) {
+  std::vector<Record> all(group.size());
+  RETURN_IF_ERROR(group.AllGather(&mine, all.data(), sizeof(Record), DType::kU8));
+  return all;
+}
+
+// This rank's record: options checked, the region allocated and exported when everything local
+// allows it. Failures of CUDA calls make a fallback, not an error: NCCL still works.
+RankRecord MakeRankRecord(const MpiCommunicator& group, const DeviceCommunicator& nccl,
+                          const NvlinkOptions& options, IpcRegions& regions, cuda::OneShotLayout* layout) {
+  RankRecord rec;
+  rec.blocks = options.blocks;
+  rec.capacity_bytes = options.capacity_bytes;
+  rec.timeout_ns = absl::ToInt64Nanoseconds(options.spin_timeout);
+  auto fail = [&rec](RankRecord::State state, const std::string& why) {
+    rec.state = state;
+    CopyString(rec.reason, why);
+    return rec;
+  };
+  if (nccl.rank() != group.rank() || nccl.size() != group.size()) {
+    return fail(RankRecord::kInvalid,
+                absl::StrCat("NCCL communicator rank ", nccl.rank(), "/", nccl.size(), " is not ",
+                             group.name(), " group rank ", group.rank(), "/", group.size()));
+  }
+  absl::StatusOr<cuda::OneShotLayout> made = cuda::MakeOneShotLayout(options.capacity_bytes, options.blocks);
+  if (!made.ok()) return fail(RankRecord::kInvalid, std::string(made.status().message()));
+  *layout = *made;
+  if (rec.timeout_ns <= 0) return fail(RankRecord::kInvalid, "spin_timeout must be positive");
+  if (!options.enable) return fail(RankRecord::kFallback, "disabled by NvlinkOptions::enable");
+  const char* env = std::getenv("LLM_CUSTOM_ALLREDUCE");
+  if (env != nullptr && std::string(env) == "0") {
+    return fail(RankRecord::kFallback, "disabled by LLM_CUSTOM_ALLREDUCE=0");
+  }
+  if (gethostname(rec.host, sizeof(rec.host) - 1) != 0)
+    return fail(RankRecord::kFallback, "gethostname failed");
+  if (absl::Status s =
+          internal::CudaStatus(cudaDeviceGetPCIBusId(rec.bus_id, sizeof(rec.bus_id), nccl.device()),
+                               "cudaDeviceGetPCIBusId", __FILE__, __LINE__);
+      !s.ok()) {
+    return fail(RankRecord::kFallback, std::string(s.message()));
+  }
+  if (absl::Status s = regions.Allocate(layout->region_bytes(), &rec.handle); !s.ok()) {
+    return fail(RankRecord::kFallback, std::string(s.message()));
+  }
+  return rec;
+}
+
+// Maps every peer's region after checking that this rank's GPU can reach the peer's GPU.
+absl::Status MapPeers(const std::vector<RankRecord>& all, int rank, int device, IpcRegions& regions) {
+  for (int q = 0; q < static_cast<int>(all.size()); ++q) {
+    if (q == rank) continue;
+    int peer_device = -1;
+    if (cudaDeviceGetByPCIBusId(&peer_device, all[q].bus_id) != cudaSuccess) {
+      return absl::UnavailableError(
+          absl::StrCat("GPU ", all[q].bus_id, " of rank ", q, " is not visible to rank ", rank));
+    }
+    if (peer_device == device) {
+      return absl::UnavailableError(absl::StrCat("ranks ", rank, " and ", q, " share GPU ", all[q].bus_id));
+    }
+    int can_access = 0;
+    LLM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, device, peer_device));
+    if (!can_access) {
+      return absl::UnavailableError(absl::StrCat("no peer access from GPU ", all[rank].bus_id, " (rank ",
+                                                 rank, ") to GPU ", all[q].bus_id, " (rank ", q, ")"));
+    }
+    RETURN_IF_ERROR(regions.Map(q, all[q].handle));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> KeepNccl(std::unique_ptr<DeviceCommunicator> nccl,
+                                                             NvlinkSetup* setup, std::string why) {
+  if (setup != nullptr)
+    *setup = NvlinkSetup{.one_shot = false, .capacity_bytes = 0, .reason = std::move(why)};
+  return nccl;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNvlinkCommunicator(
+    MpiCommunicator& group, std::unique_ptr<DeviceCommunicator> nccl, const NvlinkOptions& options,
+    NvlinkSetup* setup) {
+  const int rank = group.rank(), world = group.size();
+  if (nccl == nullptr) return absl::InvalidArgumentError("CreateNvlinkCommunicator: null NCCL communicator");
+  // The same on every rank: no agreement needed.
+  if (world < 2 || world > cuda::kOneShotMaxRanks) {
+    return KeepNccl(std::move(nccl), setup,
+                    absl::StrCat("world size ", world, " outside [2, ", cuda::kOneShotMaxRanks, "]"));
+  }
+
+  auto regions = std::make_unique<IpcRegions>(nccl->device(), world);
+  cuda::OneShotLayout layout;
+  const RankRecord mine = MakeRankRecord(group, *nccl, options, *regions, &layout);
+  // A failed runtime call stays CUDA's "last error", which the next kernel launch check would
+  // report as its own: clear it, the failure is in the record.
+  if (mine.state != RankRecord::kReady) cudaGetLastError();
+  ASSIGN_OR_RETURN(const std::vector<RankRecord> all, AllGatherRecords(group, mine));
+  // Every rank sees the same records, so every branch below is taken by all ranks alike.
+  for (int q = 0; q < world; ++q) {
+    if (all[q].state == RankRecord::kInvalid) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CreateNvlinkCommunicator: rank ", q, ": ", all[q].reason));
+    }
+    if (all[q].blocks != all[0].blocks || all[q].capacity_bytes != all[0].capacity_bytes ||
+        all[q].timeout_ns != all[0].timeout_ns) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CreateNvlinkCommunicator: NvlinkOptions differ between ranks 0 and ", q));
+    }
+  }
+  for (int q = 0; q < world; ++q) {
+    if (all[q].state == RankRecord::kFallback) {
+      return KeepNccl(std::move(nccl), setup, absl::StrCat("rank ", q, ": ", all[q].reason));
+    }
+    if (std::strncmp(all[q].host, all[0].host, sizeof(all[q].host)) != 0) {
+      return KeepNccl(
+          std::move(nccl), setup,
+          absl::StrCat("ranks 0 and ", q, " are on different hosts (", all[0].host, ", ", all[q].host, ")"));
+    }
+  }
+
+  MapRecord mapped;
+  const absl::Status map_status = MapPeers(all, rank, nccl->device(), *regions);
+  mapped.ok = map_status.ok() ? 1 : 0;
+  if (!map_status.ok()) cudaGetLastError();  // as above
+  CopyString(mapped.reason, std::string(map_status.message()));
+  ASSIGN_OR_RETURN(const std::vector<MapRecord> all_mapped, AllGatherRecords(group, mapped));
+  for (int q = 0; q < world; ++q) {
+    if (!all_mapped[q].ok)
+      return KeepNccl(std::move(nccl), setup, absl::StrCat("rank ", q, ": ", all_mapped[q].reason));
+  }
+
+  cuda::OneShotPeers peers;
+  for (int q = 0; q < world; ++q) peers.regions[q] = q == rank ? regions->own() : regions->mapped(q);
+  peers.rank = rank;
+  peers.world_size = world;
+  peers.layout = layout;
+  peers.timeout_ns = static_cast<uint64_t>(mine.timeout_ns);
+  if (setup != nullptr)
+    *setup = NvlinkSetup{.one_shot = true, .capacity_bytes = layout.capacity_bytes(), .reason = ""};
+  return std::unique_ptr<DeviceCommunicator>(
+      new NvlinkCommunicator(group, std::move(nccl), std::move(regions), peers));
+}
+
+absl::Status AllReduceSumInto(DeviceCommunicator& comm, const void* in, void* out, size_t count,
+                              DType dtype) {
+  if (auto* nvlink = dynamic_cast<NvlinkCommunicator*>(&comm)) {
+    return nvlink->AllReduceSumInto(in, out, count, dtype);
+  }
+  if (in != out && count > 0) {
+    LLM_CUDA_CHECK(cudaMemcpyAsync(out, in, count * DTypeSize(dtype), cudaMemcpyDeviceToDevice,
+                                   static_cast<cudaStream_t>(comm.stream())));
+  }
+  return comm.AllReduceSum(out, count, dtype);
+}
+
+}  // namespace llm

@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<Backend>> BuildBackend(const EngineBuildOptions& 
   }
   b.device_index = o.device_index;
   b.num_threads = o.num_threads;
+  b.gpu_memory_fraction = o.gpu_memory_fraction;
   return CreateBackend(b);
 }
 

@@ -21,7 +21,12 @@ struct EngineBuildOptions {
   int32_t max_seqs = 64;
   int32_t block_size = 16;
   int64_t num_kv_blocks = 0;    // 0: from kv_cache_fraction
+  // Of the memory the backend can still give once weights, activations and workspaces are in place
+  // (Backend::FreeMemory): on CUDA, of what is left of the device arena (gpu_memory_fraction).
   double kv_cache_fraction = 0.9;
+  // CUDA: the device arena reserved at start-up for weights, activations, workspaces and the KV
+  // cache, as a fraction of the device's total memory, in (0, 1]. Ignored on the CPU.
+  double gpu_memory_fraction = 0.9;
   int64_t max_context = 0;      // 0: the model's max_position_embeddings
   int32_t max_queue = 1024;
   bool dummy_weights = false;   // random weights in the config's shapes; no checkpoint files

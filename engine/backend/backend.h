@@ -193,7 +193,7 @@ class Backend {
   virtual absl::Status Attention(const AttentionArgs& args) = 0;
   // out[t, i] = silu(gate_up[t, i]) * gate_up[t, F + i], gate_up [T, 2F], out [T, F].
   virtual absl::Status SiluMul(Tensor gate_up, Tensor out) = 0;
-  // out[i] = x[rows[i]].
+  // out[i] = x[rows[i]]. x and out both in the activation dtype, or both float32 (logits).
   virtual absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) = 0;
   // Samples one token per row of float32 logits [rows.size(), vocab]; results on the host.
   virtual absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows,

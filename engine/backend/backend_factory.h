@@ -1,5 +1,5 @@
 // CreateBackend: the one place that picks a Backend implementation from flags
-// (--device cpu|cuda, --dtype bf16|fp16|fp32, device index, CPU threads).
+// (--device cpu|cuda, --dtype bf16|fp16|fp32, device index, CPU threads, --gpu-memory-fraction).
 #pragma once
 
 #include <memory>
@@ -18,6 +18,9 @@ struct BackendOptions {
   std::optional<DType> dtype;
   int device_index = 0;  // CUDA device
   int num_threads = 0;   // CPU threads; 0: all
+  // CUDA: the share of the device's total memory reserved at start-up for everything the backend
+  // allocates, in (0, 1] (see CudaBackendOptions::memory_fraction). Ignored on the CPU.
+  double gpu_memory_fraction = 0.9;
 };
 
 // "cpu" or "cuda" (also "gpu").

@@ -35,6 +35,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::CreateFromWeights(cons
   if (r->max_context_ <= 0) return absl::InvalidArgumentError("the model's context length is unknown");
   r->block_table_width_ = static_cast<int32_t>((r->max_context_ + options.block_size - 1) / options.block_size);
 
+  // Every fixed buffer before the KV cache, which takes its fraction of what is left.
+  RETURN_IF_ERROR(r->AllocateMetadata());
   KvCacheShape kv;
   kv.num_layers = dims.end_layer - dims.first_layer;
   kv.block_size = options.block_size;
@@ -55,7 +57,6 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::CreateFromWeights(cons
         "KV cache of ", kv.num_blocks, " blocks cannot hold one sequence of ", r->max_context_,
         " tokens (", r->block_table_width_, " blocks of ", kv.block_size, "); lower --max-context or give more memory"));
   ASSIGN_OR_RETURN(r->kv_cache_, KvCache::Create(*r->backend_, kv));
-  RETURN_IF_ERROR(r->AllocateMetadata());
   // Decode graph buckets: powers of two to 32, then steps of 32, up to the sequence limit.
   const int32_t graph_max = std::min({options.max_graph_batch, options.limits.max_seqs, options.limits.max_tokens});
   // Every rank of a TP group and every pipeline stage captures its own graph of the same step;

@@ -83,6 +83,7 @@ int RunGenerate(int argc, char** argv) {
   flags.Bool("ignore-eos", &ignore_eos, "keep generating past the end-of-sequence token");
   flags.Bool("json", &json, "print one JSON object as the last line of stdout");
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
+  if (absl::Status s = model.Validate(); !s.ok()) return Fail(s, 2);
 
   if (flags.IsSet("prompt") == flags.IsSet("prompt-ids"))
     return Fail(absl::InvalidArgumentError("give exactly one of --prompt and --prompt-ids"), 2);

@@ -18,12 +18,22 @@ void ModelFlags::Register(FlagSet& f) {
   f.Int("max-seqs", &max_seqs, "sequences batched per step");
   f.Int("max-tokens-per-step", &max_tokens_per_step, "token budget per step (prefill chunk size)");
   f.Int("kv-cache-blocks", &kv_cache_blocks, "KV cache blocks (0: from --kv-cache-fraction)");
-  f.Float("kv-cache-fraction", &kv_cache_fraction, "fraction of free memory for the KV cache");
+  f.Float("kv-cache-fraction", &kv_cache_fraction,
+          "KV cache's share of the memory left after weights and activations (CUDA: of the arena)");
+  f.Float("gpu-memory-fraction", &gpu_memory_fraction,
+          "CUDA: share of the GPU's memory reserved at start-up for the model and KV cache, in (0, 1]");
   f.Int("block-size", &block_size, "tokens per KV cache block");
   f.Int("tp", &tp, "tensor-parallel ranks (launch TP*PP ranks with mpirun)");
   f.Int("pp", &pp, "pipeline stages");
   f.String("layers-per-stage", &layers_per_stage, "comma-separated layer counts per stage (default: even split)");
   f.Bool("dummy-weights", &dummy_weights, "random weights in the shapes of --model's config.json (benchmarks)");
+}
+
+absl::Status ModelFlags::Validate() const {
+  if (!(gpu_memory_fraction > 0.0 && gpu_memory_fraction <= 1.0))
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu-memory-fraction must be in (0, 1], got ", gpu_memory_fraction));
+  return absl::OkStatus();
 }
 
 bool ModelFlags::Distributed() const { return tp * pp > 1 || MpiRuntime::LaunchedByMpiLauncher(); }
@@ -92,6 +102,7 @@ EngineBuildOptions ModelFlags::ToBuildOptions() const {
   o.max_tokens_per_step = static_cast<int32_t>(max_tokens_per_step);
   o.num_kv_blocks = kv_cache_blocks;
   o.kv_cache_fraction = kv_cache_fraction;
+  o.gpu_memory_fraction = gpu_memory_fraction;
   o.block_size = static_cast<int32_t>(block_size);
   o.dummy_weights = dummy_weights;
   o.max_queue = static_cast<int32_t>(std::clamp<int64_t>(max_queue, 0, INT32_MAX));

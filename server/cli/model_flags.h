@@ -20,6 +20,7 @@ struct ModelFlags {
   int64_t max_tokens_per_step = 2048;
   int64_t kv_cache_blocks = 0;
   double kv_cache_fraction = 0.9;
+  double gpu_memory_fraction = 0.9;
   int64_t block_size = 16;
   int64_t tp = 1;
   int64_t pp = 1;
@@ -28,6 +29,8 @@ struct ModelFlags {
   int64_t max_queue = 1024;      // waiting requests; registered by the commands that queue (serve)
 
   void Register(FlagSet& flags);
+  // Checks values the flag parser cannot (ranges); an error here is a usage error (exit 2).
+  absl::Status Validate() const;
   // The model folder to use: --model, else the small model kept in the repository.
   std::string ModelDir() const;
   EngineBuildOptions ToBuildOptions() const;

@@ -146,6 +146,7 @@ int RunServe(int argc, char** argv) {
   flags.Int("drain-timeout-s", &serve.drain_timeout_s,
             "on SIGTERM, seconds running requests may take to finish");
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
+  if (absl::Status s = model.Validate(); !s.ok()) return Fail(s, 2);
   if (model.ModelDir().empty())
     return Fail(
         absl::InvalidArgumentError(

@@ -94,6 +94,11 @@ TEST(CliErrorsTest, BadUsageExitsTwoWithMessage) {
       {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --top-p 1.5", "top_p"},
       {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --max-tokens 100000", "exceeds the context"},
       {"generate --model " + Model("llama-tiny") + " --prompt hello", "no tokenizer"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --gpu-memory-fraction 0",
+       "--gpu-memory-fraction must be in (0, 1]"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --gpu-memory-fraction 1.5",
+       "--gpu-memory-fraction must be in (0, 1]"},
+      {"serve --gpu-memory-fraction -0.1", "--gpu-memory-fraction must be in (0, 1]"},
       {"tokenize --text hi", "--tokenizer is required"},
       {"tokenize --tokenizer x", "exactly one of --text"},
   };
@@ -131,6 +136,10 @@ TEST(CliTest, HelpOnEverySubcommand) {
     RunResult r = RunLlm(absl::StrCat(cmd, " --help"));
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_NE(r.out.find(absl::StrCat("usage: llm ", cmd)), std::string::npos);
+  }
+  for (const char* cmd : {"generate", "serve"}) {
+    const std::string usage = RunLlm(absl::StrCat(cmd, " --help")).out;
+    EXPECT_NE(usage.find("--gpu-memory-fraction"), std::string::npos) << cmd;
   }
   EXPECT_EQ(RunLlm("--help").exit_code, 0);
 }

@@ -136,6 +136,13 @@ TEST_P(CudaOpsTest, GatherRows) {
     ASSERT_TRUE(gpu_->GatherRows(dx.t, di.t, dout.t).ok());
     ASSERT_TRUE(cpu_.GatherRows(hx.t, hi.t, hout.t).ok());
     EXPECT_EQ(Download(*gpu_, dout.t), Download(cpu_, hout.t)) << "width " << width;
+    // float32 rows whatever the activation dtype: tensor parallelism puts all-gathered logits
+    // shards in order with GatherRows.
+    OwnedTensor fx = Upload(*gpu_, DType::kF32, {rows, width}, x), fout = DevOut({n, width}, DType::kF32);
+    ASSERT_TRUE(gpu_->GatherRows(fx.t, di.t, fout.t).ok());
+    EXPECT_EQ(Download(*gpu_, fout.t), Download(cpu_, hout.t)) << "float32, width " << width;
+    // Mixed dtypes are refused.
+    if (dtype_ != DType::kF32) EXPECT_FALSE(gpu_->GatherRows(fx.t, di.t, dout.t).ok());
   }
 }
 

@@ -25,27 +25,21 @@ absl::Status Expect(bool ok, const char* op, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(op, ": ", what));
 }
 
-// RAII device and pinned-host allocations.
+// The backend's own device scratch (workspaces, sampler buffers), carved from the arena like
+// every other buffer, so that it is sized before the KV cache takes what is left. It only grows:
+// the old range goes back first, so that the new one may reuse it.
 struct DeviceMem {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  DeviceMem() = default;
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-  ~DeviceMem() { Reset(); }
-  void Reset() {
-    if (ptr) cudaFree(ptr);
-    ptr = nullptr;
-    bytes = 0;
-  }
-  absl::Status Ensure(size_t want) {
-    if (want <= bytes) return absl::OkStatus();
-    Reset();
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, want));
-    bytes = want;
+  Buffer buffer;
+  void* ptr() const { return buffer.data(); }
+  size_t bytes() const { return buffer.bytes(); }
+  absl::Status Ensure(DeviceArena& arena, size_t want, std::string_view what) {
+    if (want <= bytes()) return absl::OkStatus();
+    buffer = Buffer();
+    ASSIGN_OR_RETURN(buffer, arena.Allocate(want, what));
     return absl::OkStatus();
   }
 };
+// RAII pinned-host allocation.
 struct HostMem {
   void* ptr = nullptr;
   size_t bytes = 0;
@@ -94,6 +88,8 @@ struct CudaBackend::Impl {
   CudaBackendOptions options;
   cudaStream_t stream = nullptr;
   cudaDeviceProp prop{};
+  // Shared with every Buffer carved from it (their deleters hold it), so it outlives them all.
+  std::shared_ptr<DeviceArena> arena;
   DeviceMem gemm_workspace, attention_workspace;
   std::unique_ptr<cuda::CublasLtGemm> gemm;
   bool capturing = false;
@@ -147,6 +143,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (options.dtype != DType::kBF16 && options.dtype != DType::kF16 && options.dtype != DType::kF32)
     return absl::InvalidArgumentError(absl::StrCat("CUDA backend: unsupported dtype ",
                                                    std::string(DTypeName(options.dtype)), " (bf16, fp16 or fp32)"));
+  // Checked before looking for a GPU, so that a bad flag is reported as such on any machine.
+  if (!(options.memory_fraction > 0.0 && options.memory_fraction <= 1.0))  // also rejects NaN
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA backend: the GPU memory fraction (--gpu-memory-fraction) must be in (0, 1], got ",
+                     options.memory_fraction));
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0)
@@ -160,9 +161,17 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device_index));
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&impl->prop, options.device_index));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
-  RETURN_IF_ERROR(impl->gemm_workspace.Ensure(options.gemm_workspace_bytes));
-  RETURN_IF_ERROR(impl->attention_workspace.Ensure(options.attention_workspace_bytes));
-  ASSIGN_OR_RETURN(impl->gemm, cuda::CublasLtGemm::Create(impl->gemm_workspace.ptr, impl->gemm_workspace.bytes));
+  DeviceArenaOptions arena;
+  arena.device_index = options.device_index;
+  arena.device_name = impl->prop.name;
+  arena.memory_fraction = options.memory_fraction;
+  ASSIGN_OR_RETURN(impl->arena, DeviceArena::Create(arena));
+  RETURN_IF_ERROR(
+      impl->gemm_workspace.Ensure(*impl->arena, options.gemm_workspace_bytes, "the cuBLASLt workspace"));
+  RETURN_IF_ERROR(impl->attention_workspace.Ensure(*impl->arena, options.attention_workspace_bytes,
+                                                   "the attention workspace"));
+  ASSIGN_OR_RETURN(impl->gemm,
+                   cuda::CublasLtGemm::Create(impl->gemm_workspace.ptr(), impl->gemm_workspace.bytes()));
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
 }
 
@@ -174,29 +183,11 @@ CudaBackendOptions& CudaBackend::mutable_options() { return impl_->options; }
 std::string CudaBackend::device_name() const { return impl_->prop.name; }
 int CudaBackend::num_sms() const { return impl_->prop.multiProcessorCount; }
 
-absl::StatusOr<Buffer> CudaBackend::Allocate(size_t bytes) {
-  void* p = nullptr;
-  if (bytes > 0) {
-    const cudaError_t err = cudaMalloc(&p, bytes);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      return absl::ResourceExhaustedError(
-          absl::StrCat("CUDA backend: cannot allocate ", bytes >> 20, " MiB on cuda:", impl_->options.device_index,
-                       " (", impl_->prop.name, ": ", free_b >> 20, " MiB free of ", total_b >> 20,
-                       " MiB): the model does not fit; use a smaller model, more tensor-parallel ranks, a "
-                       "lower --kv-cache-fraction or fewer --max-tokens"));
-    }
-  }
-  return Buffer(p, bytes, device(), [](void* q) { cudaFree(q); });
-}
+DeviceArenaStats CudaBackend::memory_stats() const { return impl_->arena->stats(); }
 
-absl::StatusOr<size_t> CudaBackend::FreeMemory() const {
-  size_t free_b = 0, total_b = 0;
-  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
-  return free_b;
-}
+absl::StatusOr<Buffer> CudaBackend::Allocate(size_t bytes) { return impl_->arena->Allocate(bytes); }
+
+absl::StatusOr<size_t> CudaBackend::FreeMemory() const { return impl_->arena->largest_free(); }
 
 absl::Status CudaBackend::CopyToDevice(Tensor dst, const void* src) {
   if (dst.bytes() == 0) return absl::OkStatus();
@@ -216,10 +207,22 @@ absl::Status CudaBackend::UploadConverted(const void* src, DType src_dtype, Tens
                                                    std::string(DTypeName(src_dtype))));
   if (dst.numel() == 0) return absl::OkStatus();
   if (src_dtype == dst.dtype()) return CopyToDevice(dst, src);
-  // Stage the source bytes on the device and convert there (start-up only).
+  // Stage the source bytes on the device and convert there (start-up only). The staging stays
+  // outside the arena, in CUDA's stream-ordered pool: it lives only while one tensor converts (it is
+  // freed, stream-ordered, right after), so it borrows the headroom the arena leaves for a moment
+  // rather than raising the arena's high-water mark, and the pool hands it back to the device at the
+  // next synchronization. A tensor larger than that headroom fails here, with a message saying so.
   const size_t bytes = static_cast<size_t>(dst.numel()) * DTypeSize(src_dtype);
   void* staging = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaMallocAsync(&staging, bytes, impl_->stream));
+  const cudaError_t err = cudaMallocAsync(&staging, bytes, impl_->stream);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: clear it, so that later calls do not report it again
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "UploadConverted: cannot stage ", FormatBytes(bytes), " of ", std::string(DTypeName(src_dtype)),
+        " weights for conversion on cuda:", impl_->options.device_index, " outside the memory arena (",
+        impl_->arena->stats().ToString(), "): lower --gpu-memory-fraction to leave more room"));
+  }
+  CUDA_RETURN_IF_ERROR(err);
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging, src, bytes, cudaMemcpyHostToDevice, impl_->stream));
   const absl::Status st = cuda::LaunchConvert(src_dtype, staging, dst.dtype(), dst.data(), dst.numel(), impl_->stream);
   CUDA_RETURN_IF_ERROR(cudaFreeAsync(staging, impl_->stream));
@@ -408,8 +411,8 @@ absl::Status CudaBackend::Attention(const AttentionArgs& a) {
       m.max_query_len > 1 ? 0.5 * m.max_context_len : static_cast<double>(m.max_context_len);
   OpScope scope(*impl_, "Attention", kv_bytes + 2.0 * a.q.bytes(),
                 4.0 * m.num_tokens * a.num_heads * static_cast<double>(a.head_dim) * keys_per_query);
-  return cuda::LaunchPagedAttention(dt, p, impl_->attention_workspace.ptr, impl_->attention_workspace.bytes, opts,
-                                    impl_->stream);
+  return cuda::LaunchPagedAttention(dt, p, impl_->attention_workspace.ptr(),
+                                    impl_->attention_workspace.bytes(), opts, impl_->stream);
 }
 
 absl::Status CudaBackend::SiluMul(Tensor gate_up, Tensor out) {
@@ -423,7 +426,8 @@ absl::Status CudaBackend::SiluMul(Tensor gate_up, Tensor out) {
 }
 
 absl::Status CudaBackend::GatherRows(Tensor x, Tensor rows, Tensor out) {
-  const DType dt = activation_dtype();
+  // Activation rows, or float32 ones (TP puts all-gathered logits shards in order with it).
+  const DType dt = x.dtype() == DType::kF32 ? DType::kF32 : activation_dtype();
   RETURN_IF_ERROR(ExpectOnDevice("GatherRows", device(), dt, {&x, &out}));
   RETURN_IF_ERROR(ExpectI32("GatherRows", device(), {&rows}));
   const int64_t n = rows.numel();
@@ -437,13 +441,17 @@ absl::Status CudaBackend::GatherRows(Tensor x, Tensor rows, Tensor out) {
 absl::Status CudaBackend::PrepareSampler(int32_t max_rows, int64_t vocab) {
   if (max_rows <= 0 || vocab <= 0) return absl::OkStatus();
   Impl& s = *impl_;
-  RETURN_IF_ERROR(s.sample_work.Ensure(static_cast<size_t>(max_rows) * vocab * sizeof(float)));
-  RETURN_IF_ERROR(s.sample_params.Ensure(max_rows * sizeof(cuda::SamplerRowParams)));
+  DeviceArena& arena = *s.arena;
+  RETURN_IF_ERROR(s.sample_work.Ensure(arena, static_cast<size_t>(max_rows) * vocab * sizeof(float),
+                                       "the sampler's working memory"));
+  RETURN_IF_ERROR(
+      s.sample_params.Ensure(arena, max_rows * sizeof(cuda::SamplerRowParams), "the sampler's parameters"));
   RETURN_IF_ERROR(s.host_params.Ensure(max_rows * sizeof(cuda::SamplerRowParams)));
-  RETURN_IF_ERROR(s.sample_results.Ensure(max_rows * sizeof(cuda::SamplerRowResult)));
+  RETURN_IF_ERROR(
+      s.sample_results.Ensure(arena, max_rows * sizeof(cuda::SamplerRowResult), "the sampler's results"));
   RETURN_IF_ERROR(s.host_results.Ensure(max_rows * sizeof(cuda::SamplerRowResult)));
   const size_t entries = static_cast<size_t>(max_rows) * 1024 * sizeof(cuda::SamplerPenaltyEntry);
-  RETURN_IF_ERROR(s.sample_entries.Ensure(entries));
+  RETURN_IF_ERROR(s.sample_entries.Ensure(arena, entries, "the sampler's penalty entries"));
   RETURN_IF_ERROR(s.host_entries.Ensure(entries));
   if (static_cast<int64_t>(s.marks.size()) < vocab) s.marks.assign(vocab, 0);
   return absl::OkStatus();
@@ -498,24 +506,26 @@ absl::Status CudaBackend::Sample(Tensor logits, absl::Span<const SampleRow> rows
     q.penalty_end = static_cast<int32_t>(entries.size());
   }
   const size_t entry_bytes = entries.size() * sizeof(cuda::SamplerPenaltyEntry);
-  RETURN_IF_ERROR(s.sample_entries.Ensure(std::max<size_t>(entry_bytes, 1)));
+  RETURN_IF_ERROR(
+      s.sample_entries.Ensure(*s.arena, std::max<size_t>(entry_bytes, 1), "the sampler's penalty entries"));
   RETURN_IF_ERROR(s.host_entries.Ensure(std::max<size_t>(entry_bytes, 1)));
   if (entry_bytes) std::memcpy(s.host_entries.ptr, entries.data(), entry_bytes);
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.sample_params.ptr, s.host_params.ptr, n * sizeof(cuda::SamplerRowParams),
-                                       cudaMemcpyHostToDevice, s.stream));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.sample_params.ptr(), s.host_params.ptr,
+                                       n * sizeof(cuda::SamplerRowParams), cudaMemcpyHostToDevice, s.stream));
   if (entry_bytes)
-    CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(s.sample_entries.ptr, s.host_entries.ptr, entry_bytes, cudaMemcpyHostToDevice, s.stream));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.sample_entries.ptr(), s.host_entries.ptr, entry_bytes,
+                                         cudaMemcpyHostToDevice, s.stream));
   {
     OpScope scope(*impl_, "Sample", static_cast<double>(n) * vocab * 4.0, 0);
     RETURN_IF_ERROR(cuda::LaunchSampler(logits.data_as<const float>(), n, vocab,
-                                        static_cast<const cuda::SamplerRowParams*>(s.sample_params.ptr),
-                                        static_cast<const cuda::SamplerPenaltyEntry*>(s.sample_entries.ptr),
-                                        static_cast<float*>(s.sample_work.ptr),
-                                        static_cast<cuda::SamplerRowResult*>(s.sample_results.ptr), s.stream));
+                                        static_cast<const cuda::SamplerRowParams*>(s.sample_params.ptr()),
+                                        static_cast<const cuda::SamplerPenaltyEntry*>(s.sample_entries.ptr()),
+                                        static_cast<float*>(s.sample_work.ptr()),
+                                        static_cast<cuda::SamplerRowResult*>(s.sample_results.ptr()),
+                                        s.stream));
   }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_results.ptr, s.sample_results.ptr, n * sizeof(cuda::SamplerRowResult),
-                                       cudaMemcpyDeviceToHost, s.stream));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_results.ptr, s.sample_results.ptr(),
+                                       n * sizeof(cuda::SamplerRowResult), cudaMemcpyDeviceToHost, s.stream));
   RETURN_IF_ERROR(Synchronize());
   const auto* hr = static_cast<const cuda::SamplerRowResult*>(s.host_results.ptr);
   for (int32_t r = 0; r < n; ++r) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cuda/device_arena.h"
 
 struct CUstream_st;
 
@@ -17,6 +18,13 @@ namespace llm {
 struct CudaBackendOptions {
   int device_index = 0;
   DType dtype = DType::kBF16;  // weights, activations and KV cache
+  // The device memory arena reserved at creation, as a fraction of the device's total memory in
+  // (0, 1] (vLLM's gpu_memory_utilization; --gpu-memory-fraction), capped at what is free then less
+  // DeviceArenaOptions::headroom_bytes. Every Allocate, and the workspaces below, are carved from it,
+  // and FreeMemory() is what it has left: ModelRunner's KV cache, sized last, takes
+  // kv_cache_fraction of the arena that weights, activations and workspaces leave. The rest of the
+  // device is left to the CUDA context, cuBLASLt, NCCL, CUDA graphs and start-up staging.
+  double memory_fraction = 0.9;
   size_t gemm_workspace_bytes = size_t{32} << 20;
   size_t attention_workspace_bytes = size_t{32} << 20;  // bounds the decode split-K partials
   // Linear with M <= this uses the GEMV kernel, else cuBLASLt (0: never). The GEMV re-reads x from
@@ -40,14 +48,18 @@ struct OpTiming {
 
 class CudaBackend final : public Backend {
  public:
-  // Unavailable when there is no usable GPU; InvalidArgument for a non-floating dtype.
+  // Unavailable when there is no usable GPU; InvalidArgument for a non-floating dtype or a
+  // memory_fraction outside (0, 1]; ResourceExhausted when the arena cannot be reserved.
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const CudaBackendOptions& options);
   ~CudaBackend() override;
 
   Device device() const override;
   DType activation_dtype() const override;
 
+  // Carves from the device arena; ResourceExhausted (naming the arena's sizes, the device and the
+  // flags that make room) when no free block is large enough.
   absl::StatusOr<Buffer> Allocate(size_t bytes) override;
+  // The arena's largest free block: the largest Allocate that can succeed now.
   absl::StatusOr<size_t> FreeMemory() const override;
   absl::Status CopyToDevice(Tensor dst, const void* src) override;
   absl::Status CopyToHost(void* dst, Tensor src) override;
@@ -79,6 +91,8 @@ class CudaBackend final : public Backend {
   CudaBackendOptions& mutable_options();  // e.g. to compare GEMV and cuBLASLt in a benchmark
   std::string device_name() const;
   int num_sms() const;
+  // The arena's size, bytes in use, largest free block and high-water mark.
+  DeviceArenaStats memory_stats() const;
   // Fills the tensor's bytes with a repeated 32-bit pattern (tests poison outputs with NaNs).
   absl::Status FillPattern(Tensor dst, uint32_t pattern);
   // Per-op timing with CUDA events. Ops issued while capturing a graph are timed by event nodes

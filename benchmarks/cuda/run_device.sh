@@ -17,7 +17,7 @@ summary=""
 for m in $modes; do
   case $m in
     tests)
-      for spec in cuda_sampler_test:45 cuda_model_test:100 cuda_ops_test:200; do
+      for spec in cuda_memory_test:60 cuda_sampler_test:45 cuda_model_test:100 cuda_ops_test:200; do
         t=${spec%%:*}; limit=${spec##*:}
         start=$(date +%s)
         timeout $limit $BIN/$t --gtest_brief=1 > "$OUT/$t.log" 2>&1

@@ -5,6 +5,10 @@
 #   SCENARIOS  "fixed sharegpt" (default) or one of them
 #   RATES_FIXED, RATES_SHAREGPT  the sweeps' Poisson rates (req/s)
 #   SWEEP_REQUESTS, PROBE_REQUESTS, WARMUP  requests per sweep level / per search probe / warm-up
+#   SWEEP_DURATION, PROBE_DURATION  instead of request counts: how long each level / probe sends
+#              (e.g. 40s; a level must run long against a request's own latency to reach steady state)
+#   FIXED_STEPS  which of "sweep sla interactive" the fixed scenario runs (default: all three)
+#   SHAREGPT_STEPS  which of "sweep sla" the ShareGPT-like scenario runs (default: both)
 #   MAX_PROBES  load levels an SLA search may run
 #   SHAREGPT   a ShareGPT JSON/JSONL file; without it the mix is synthetic (see below)
 SCENARIOS=${SCENARIOS:-fixed sharegpt}
@@ -12,18 +16,28 @@ SWEEP_REQUESTS=${SWEEP_REQUESTS:-200}
 PROBE_REQUESTS=${PROBE_REQUESTS:-300}
 WARMUP=${WARMUP:-32}
 MAX_PROBES=${MAX_PROBES:-12}
+FIXED_STEPS=${FIXED_STEPS:-sweep sla interactive}
+SHAREGPT_STEPS=${SHAREGPT_STEPS:-sweep sla}
 common=(--connections 8 --request-timeout 30m --seed 1 --sla-max-probes "$MAX_PROBES")
+if [[ -n ${SWEEP_DURATION:-} ]]; then sweep_count=(--duration "$SWEEP_DURATION"); else sweep_count=(--num-requests "$SWEEP_REQUESTS"); fi
+if [[ -n ${PROBE_DURATION:-} ]]; then probe_count=(--duration "$PROBE_DURATION"); else probe_count=(--num-requests "$PROBE_REQUESTS"); fi
+has() { [[ " $1 " == *" $2 "* ]]; }
 
 # Fixed shape: every request 1000 prompt tokens (random ids) and exactly 1000 output tokens.
 fixed_scenario() {
   local shape=(--input-len 1000 --output-len 1000)
-  loadtest "${PREFIX}_1000x1000_sweep" "${common[@]}" "${shape[@]}" --rate "$RATES_FIXED" \
-    --num-requests "$SWEEP_REQUESTS" --warmup-requests "$WARMUP" --sla mlperf-llama2-70b || true
-  loadtest "${PREFIX}_1000x1000_sla" "${common[@]}" "${shape[@]}" --sla mlperf-llama2-70b --sla-search \
-    --sla-start-rate "${RATES_FIXED%%,*}" --num-requests "$PROBE_REQUESTS" --warmup-requests "$WARMUP" || true
-  loadtest "${PREFIX}_1000x1000_interactive" "${common[@]}" "${shape[@]}" --sla mlperf-llama2-70b-interactive \
-    --sla-search --sla-start-rate "${RATES_FIXED%%,*}" --num-requests "$PROBE_REQUESTS" \
-    --warmup-requests "$WARMUP" || true
+  if has "$FIXED_STEPS" sweep; then
+    loadtest "${PREFIX}_1000x1000_sweep" "${common[@]}" "${shape[@]}" --rate "$RATES_FIXED" \
+      "${sweep_count[@]}" --warmup-requests "$WARMUP" --sla mlperf-llama2-70b || true
+  fi
+  if has "$FIXED_STEPS" sla; then
+    loadtest "${PREFIX}_1000x1000_sla" "${common[@]}" "${shape[@]}" --sla mlperf-llama2-70b --sla-search \
+      --sla-start-rate "${RATES_FIXED%%,*}" "${probe_count[@]}" --warmup-requests "$WARMUP" || true
+  fi
+  if has "$FIXED_STEPS" interactive; then
+    loadtest "${PREFIX}_1000x1000_interactive" "${common[@]}" "${shape[@]}" --sla mlperf-llama2-70b-interactive \
+      --sla-search --sla-start-rate "${RATES_FIXED%%,*}" "${probe_count[@]}" --warmup-requests "$WARMUP" || true
+  fi
 }
 
 # ShareGPT-like mix: the real conversations when $SHAREGPT is given (prompts as random ids of
@@ -37,10 +51,14 @@ sharegpt_scenario() {
   else
     mix=(--input-len lognormal:256:1.0:2048 --output-len lognormal:192:0.9:1024)
   fi
-  loadtest "${PREFIX}_sharegpt_sweep" "${common[@]}" "${mix[@]}" --rate "$RATES_SHAREGPT" \
-    --num-requests "$SWEEP_REQUESTS" --warmup-requests "$WARMUP" --sla mlperf-llama2-70b || true
-  loadtest "${PREFIX}_sharegpt_sla" "${common[@]}" "${mix[@]}" --sla mlperf-llama2-70b --sla-search \
-    --sla-start-rate "${RATES_SHAREGPT%%,*}" --num-requests "$PROBE_REQUESTS" --warmup-requests "$WARMUP" || true
+  if has "$SHAREGPT_STEPS" sweep; then
+    loadtest "${PREFIX}_sharegpt_sweep" "${common[@]}" "${mix[@]}" --rate "$RATES_SHAREGPT" \
+      "${sweep_count[@]}" --warmup-requests "$WARMUP" --sla mlperf-llama2-70b || true
+  fi
+  if has "$SHAREGPT_STEPS" sla; then
+    loadtest "${PREFIX}_sharegpt_sla" "${common[@]}" "${mix[@]}" --sla mlperf-llama2-70b --sla-search \
+      --sla-start-rate "${RATES_SHAREGPT%%,*}" "${probe_count[@]}" --warmup-requests "$WARMUP" || true
+  fi
 }
 
 run_gpu_scenarios() {

@@ -243,8 +243,11 @@ absl::Status WritePlots(const PlotOptions& options, const std::vector<PlotRun>& 
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](const PlotRun* a, const PlotRun* b) { return a->x < b->x; });
   if (sorted.empty()) return absl::OkStatus();
-  if (absl::Status s = LatencyVsLoad(options, sorted, sla, written); !s.ok()) return s;
-  return Distributions(options, PickRuns(sorted), written);
+  // Both plots' data and scripts are written even when gnuplot fails (e.g. not installed: the
+  // scripts can be drawn later elsewhere); the first failure is returned.
+  absl::Status first = LatencyVsLoad(options, sorted, sla, written);
+  absl::Status second = Distributions(options, PickRuns(sorted), written);
+  return first.ok() ? second : first;
 }
 
 }  // namespace llm::loadtest

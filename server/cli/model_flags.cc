@@ -1,6 +1,7 @@
 #include "server/cli/model_flags.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
@@ -69,6 +70,11 @@ absl::StatusOr<std::unique_ptr<EngineHandle>> EngineHandle::Create(const ModelFl
                                                    " x --pp ", parallel.pp, " needs ", parallel.tp * parallel.pp,
                                                    " (mpirun -np ", parallel.tp * parallel.pp, ")"));
   ASSIGN_OR_RETURN(h->group_, EngineGroup::Create(flags.ToBuildOptions(), parallel, *h->mpi_));
+  // What each rank holds (collective): operators check that every rank has ~1/(TP*PP) of it.
+  ASSIGN_OR_RETURN(std::vector<ShardMemory> memory, h->group_->MemoryReport());
+  if (h->rank_ == 0)
+    std::fprintf(stderr, "memory per rank (TP %d x PP %d):\n%s", parallel.tp, parallel.pp,
+                 FormatMemoryReport(memory).c_str());
   h->engine_ = h->group_->engine();
   h->tokenizer_ = h->group_->tokenizer();
   return h;

@@ -173,11 +173,13 @@ TEST_P(CudaOpsTest, Linear) {
         for (int64_t j = 0; j < c.n; ++j) ref_bias[i * c.n + j] += b[j];
       for (bool bias : {false, true}) {
         for (DType out_t : {dtype_, DType::kF32}) {
-          // GEMV (auto and one warp per row) and cuBLASLt for small M; cuBLASLt beyond.
-          for (int variant = 0; variant < 3; ++variant) {
+          // GEMV (auto and one warp per row) and cuBLASLt for small M, then the timed choice
+          // between them (autotune_linear, the default); cuBLASLt beyond.
+          for (int variant = 0; variant < 4; ++variant) {
             if (variant > 0 && m > kGemvRows) continue;
             gpu_->mutable_options().gemv_max_rows = variant == 2 ? 0 : kGemvRows;
             gpu_->mutable_options().gemv_warps_per_row = variant == 1 ? 1 : 0;
+            gpu_->mutable_options().autotune_linear = variant == 3;
             LinearWeight dw;
             dw.weight = dwt.t;
             if (bias) dw.bias = dbt.t;
@@ -196,6 +198,7 @@ TEST_P(CudaOpsTest, Linear) {
   }
   gpu_->mutable_options().gemv_max_rows = kGemvRows;
   gpu_->mutable_options().gemv_warps_per_row = 0;
+  gpu_->mutable_options().autotune_linear = true;
 }
 
 std::vector<float> InvFreq(int rotary_dim, double theta) {

@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention/paged_attention.h"
@@ -93,6 +97,8 @@ struct CudaBackend::Impl {
   DeviceMem gemm_workspace, attention_workspace;
   std::unique_ptr<cuda::CublasLtGemm> gemm;
   bool capturing = false;
+  // Linear shapes timed so far (see CudaBackendOptions::autotune_linear): true = GEMV wins.
+  std::map<std::tuple<int64_t, int64_t, int64_t, DType, bool>, bool> gemv_wins;
 
   // Sampler buffers.
   DeviceMem sample_work, sample_params, sample_entries, sample_results;
@@ -314,21 +320,72 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
                 impl_->timing ? absl::StrCat(n, "x", k, m <= impl_->options.gemv_max_rows ? " gemv" : " cublasLt")
                               : std::string());
   const void* bias = w.bias.empty() ? nullptr : w.bias.data();
-  if (m <= impl_->options.gemv_max_rows && m <= cuda::kGemvMaxRows)
-  {
+  auto gemv = [&]() -> absl::Status {
     cuda::GemvOptions go;
     go.pdl = impl_->options.programmatic_launch;
     go.num_sms = impl_->prop.multiProcessorCount;
     go.warps_per_row = impl_->options.gemv_warps_per_row;
     return cuda::LaunchGemv(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k, go,
                             impl_->stream);
+  };
+  auto cublas = [&]() -> absl::Status {
+    if (bias && out.dtype() != dt) {  // cuBLASLt's bias epilogue wants the output's type: add it after
+      RETURN_IF_ERROR(impl_->gemm->Run(dt, out.dtype(), x.data(), w.weight.data(), nullptr, out.data(), m, n, k,
+                                       impl_->stream));
+      return cuda::LaunchAddBias(dt, out.dtype(), out.data(), bias, m, n, impl_->stream);
+    }
+    return impl_->gemm->Run(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k, impl_->stream);
+  };
+  if (m > impl_->options.gemv_max_rows || m > cuda::kGemvMaxRows) return cublas();
+  if (!impl_->options.autotune_linear) return gemv();
+  const auto key = std::make_tuple(m, n, k, out.dtype(), bias != nullptr);
+  auto it = impl_->gemv_wins.find(key);
+  if (it == impl_->gemv_wins.end()) {
+    // Not timed yet. While capturing a graph nothing can be timed (the eager run before every
+    // capture normally decided already): keep the GEMV.
+    if (impl_->capturing || impl_->timing) return gemv();
+    ASSIGN_OR_RETURN(bool gemv_faster, TimeGemvAgainstCublas(gemv, cublas));
+    it = impl_->gemv_wins.emplace(key, gemv_faster).first;
   }
-  if (bias && out.dtype() != dt) {  // cuBLASLt's bias epilogue wants the output's type: add it after
-    RETURN_IF_ERROR(impl_->gemm->Run(dt, out.dtype(), x.data(), w.weight.data(), nullptr, out.data(), m, n, k,
-                                     impl_->stream));
-    return cuda::LaunchAddBias(dt, out.dtype(), out.data(), bias, m, n, impl_->stream);
+  return it->second ? gemv() : cublas();
+}
+
+// Runs both candidates on the call's own operands (a few warm-up runs, then the median of
+// interleaved timed runs, each after writing a buffer larger than L2 so that the weights come
+// from DRAM as they do in a real step, where every layer has its own). Synchronizes the stream:
+// first call of a shape only.
+absl::StatusOr<bool> CudaBackend::TimeGemvAgainstCublas(const std::function<absl::Status()>& gemv,
+                                                        const std::function<absl::Status()>& cublas) {
+  cudaStream_t st = impl_->stream;
+  const size_t flush_bytes = std::max<size_t>(size_t{2} * impl_->prop.l2CacheSize, size_t{64} << 20);
+  void* flush = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMallocAsync(&flush, flush_bytes, st));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
+  auto CudaStatusOf = [](cudaError_t err, const char* what) {
+    return err == cudaSuccess ? absl::OkStatus() : cuda::CudaError(err, what, __FILE__, __LINE__);
+  };
+  std::vector<float> times[2];
+  absl::Status status;
+  for (int i = 0; i < 13 && status.ok(); ++i) {
+    for (int v = 0; v < 2 && status.ok(); ++v) {
+      status = CudaStatusOf(cudaMemsetAsync(flush, i & 0xff, flush_bytes, st), "cudaMemsetAsync");
+      if (status.ok()) status = CudaStatusOf(cudaEventRecord(start, st), "cudaEventRecord");
+      if (status.ok()) status = v == 0 ? gemv() : cublas();
+      if (status.ok()) status = CudaStatusOf(cudaEventRecord(stop, st), "cudaEventRecord");
+      if (status.ok()) status = CudaStatusOf(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      float ms = 0;
+      if (status.ok()) status = CudaStatusOf(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      if (i >= 3) times[v].push_back(ms);  // the first runs warm up (module load, cuBLASLt heuristics)
+    }
   }
-  return impl_->gemm->Run(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k, impl_->stream);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFreeAsync(flush, st);
+  RETURN_IF_ERROR(status);
+  for (auto& t : times) std::sort(t.begin(), t.end());
+  return times[0][times[0].size() / 2] <= times[1][times[1].size() / 2];
 }
 
 absl::Status CudaBackend::QkvRope(const QkvRopeArgs& a) {

@@ -15,14 +15,13 @@
 #include <vector>
 
 #include "engine/backend/backend_factory.h"
+#include "engine/distributed/engine_group.h"
 #include "engine/distributed/pipeline_executor.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/config.h"
 #include "engine/runtime/model_runner.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
-#include "parallel/nccl_communicator.h"
-#include "parallel/nvlink_communicator.h"
 
 namespace {
 
@@ -91,24 +90,9 @@ int main(int argc, char** argv) {
   bo.device_index = t.device();
   auto backend = CreateBackend(bo);
   Check(backend.status());
-  // Device backends reduce over NCCL on the backend's stream, host backends over MPI.
-  std::unique_ptr<DeviceCommunicator> device_tp, device_pp;
-  Communicator* tp_comm = groups->tp.get();
-  Communicator* pp_comm = groups->pp.get();
-  if (*device == DeviceKind::kCuda) {
-    NcclOptions nccl;
-    nccl.device = t.device();
-    auto a = CreateNcclCommunicator(*groups->tp, (*backend)->native_stream(), nccl);
-    Check(a.status());
-    auto b = CreateNcclCommunicator(*groups->pp, (*backend)->native_stream(), nccl);
-    Check(b.status());
-    auto c = CreateNvlinkCommunicator(*groups->tp, std::move(*a), NvlinkOptions{});
-    Check(c.status());
-    device_tp = std::move(*c);
-    device_pp = std::move(*b);
-    tp_comm = device_tp.get();
-    pp_comm = device_pp.get();
-  }
+  auto data = DataPlane::Create(*groups, **backend, t.device(), absl::Seconds(300));
+  Check(data.status());
+  Communicator* pp_comm = data->pp();
   ModelRunnerOptions ro;
   ro.limits.max_tokens = chunk;
   ro.limits.max_seqs = 1;
@@ -120,7 +104,7 @@ int main(int argc, char** argv) {
   ro.shard.tp_size = t.tp_size();
   ro.shard.first_layer = layers->begin;
   ro.shard.end_layer = layers->end;
-  auto runner = ModelRunner::Create(*config, **ckpt, std::move(*backend), tp_comm, ro);
+  auto runner = ModelRunner::Create(*config, **ckpt, std::move(*backend), data->tp(), ro);
   Check(runner.status());
   ModelRunner& r = **runner;
   const int64_t vocab = config->vocab_size;

@@ -3,14 +3,7 @@
 # a short table last. Usage (from the repo root, binaries in .device/bin, libraries in
 # .device/bundle.tgz): benchmarks/cuda/run_device.sh [tests] [bench] [parity]
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-tar -C / --skip-old-files -xzf .device/bundle.tgz && ldconfig
-# Binaries travel compressed (the working tree is limited to 64 MiB).
-[ -f .device/bins.tgz ] && tar -C .device -xzf .device/bins.tgz
-# The test binaries look for tests/data at the path they were built from.
-if [ ! -e /work/main/tests/data ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
-BIN=.device/bin
+source "$(dirname "$0")/../device_prelude.sh"
 modes="${*:-tests bench parity}"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 summary=""

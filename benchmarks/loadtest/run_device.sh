@@ -6,11 +6,7 @@
 # machines have no gnuplot, so the plots are drawn afterwards with `gnuplot */*.gp`).
 #   benchmarks/loadtest/run_device.sh llama3_8b_h100.sh          (env: SCENARIOS, SWEEP_REQUESTS, ...)
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-tar -C / --skip-old-files -xzf .device/bundle.tgz && ldconfig
-[ -f .device/bins.tgz ] && tar -C .device -xzf .device/bins.tgz
-export NCCL_NVLS_ENABLE=0
+source "$(dirname "$0")/../device_prelude.sh"
 script=$1
 shift
 work=/tmp/loadtest-out

@@ -5,15 +5,8 @@
 # From the repo root on the GPU machine (binaries in .device/bins.tgz, libraries in
 # .device/bundle.tgz):   benchmarks/parallel/run_device.sh [tests] [parity] [allreduce] [engine]
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-tar -C / --skip-old-files -xzf .device/bundle.tgz && ldconfig
-[ -f .device/bins.tgz ] && tar -C .device -xzf .device/bins.tgz
-# The test binaries look for tests/data at the path they were built from.
-if [ ! -e /work/main/tests/data ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$(dirname "$0")/../device_prelude.sh"
 export LLM_CUSTOM_ALLREDUCE=${LLM_CUSTOM_ALLREDUCE:-1}  # exported to every rank (-x) below
-BIN=$PWD/.device/bin
 GPUS=$(nvidia-smi -L | grep -c "GPU ")
 MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x LLM_CUSTOM_ALLREDUCE)
 MODEL8B=benchmarks/cuda/configs/llama3-8b

@@ -30,8 +30,27 @@ EngineGroup::~EngineGroup() {
   // The engine's executor sends the stop message when destroyed; engines before communicators.
   engine_.reset();
   worker_.reset();
-  device_tp_.reset();
-  device_pp_.reset();
+  data_ = DataPlane();
+}
+
+absl::StatusOr<DataPlane> DataPlane::Create(ParallelGroups& groups, Backend& backend, int device,
+                                             absl::Duration timeout) {
+  DataPlane d;
+  d.host_tp_ = groups.tp.get();
+  d.host_pp_ = groups.pp.get();
+  if (backend.device().kind != DeviceKind::kCuda) return d;
+  NcclOptions nccl;
+  nccl.device = device;
+  nccl.timeout = timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceCommunicator> nccl_tp,
+                   CreateNcclCommunicator(*groups.tp, backend.native_stream(), nccl));
+  ASSIGN_OR_RETURN(d.device_pp_, CreateNcclCommunicator(*groups.pp, backend.native_stream(), nccl));
+  NvlinkSetup setup;
+  ASSIGN_OR_RETURN(d.device_tp_, CreateNvlinkCommunicator(*groups.tp, std::move(nccl_tp), NvlinkOptions{}, &setup));
+  d.tp_all_reduce_ = setup.one_shot ? absl::StrCat("one-shot over NVLink up to ", setup.capacity_bytes >> 10,
+                                                   " KiB, NCCL above")
+                                    : absl::StrCat("NCCL (", setup.reason, ")");
+  return d;
 }
 
 absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBuildOptions& options,
@@ -85,8 +104,7 @@ absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBui
   ASSIGN_OR_RETURN(g->results_comm_, world.Split(0, t.rank(), "results"));
   g->steps_comm_->set_timeout(absl::InfiniteDuration());
   g->results_comm_->set_timeout(absl::InfiniteDuration());
-  Communicator* pp_data = g->device_pp_ ? g->device_pp_.get() : static_cast<Communicator*>(g->groups_.pp.get());
-  PipelineGroup pg{t, g->steps_comm_.get(), g->results_comm_.get(), pp_data};
+  PipelineGroup pg{t, g->steps_comm_.get(), g->results_comm_.get(), g->data_.pp()};
   if (t.rank() == 0) {
     const ModelRunner& r = **runner;
     auto executor = std::make_unique<PipelineStepExecutor>(std::move(*runner), pg);
@@ -161,29 +179,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> EngineGroup::LoadShard(EngineBuildO
   shard.end_layer = layers.end;
   o.device_index = t.device();
   ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, BuildBackend(o));
-  // Host backends reduce over MPI; device backends over NCCL, enqueued on the backend's stream.
-  Communicator* tp_comm = groups_.tp.get();
-  if (backend->device().kind == DeviceKind::kCuda) {
-    NcclOptions nccl;
-    nccl.device = t.device();
-    nccl.timeout = parallel.comm_timeout;
-    ASSIGN_OR_RETURN(std::unique_ptr<DeviceCommunicator> nccl_tp,
-                     CreateNcclCommunicator(*groups_.tp, backend->native_stream(), nccl));
-    ASSIGN_OR_RETURN(device_pp_, CreateNcclCommunicator(*groups_.pp, backend->native_stream(), nccl));
-    // Small (decode) TP all-reduces as one kernel over NVLink peer memory where every rank of the
-    // group can map the others'; NCCL for the rest, and for everything where it cannot.
-    NvlinkSetup setup;
-    ASSIGN_OR_RETURN(device_tp_, CreateNvlinkCommunicator(*groups_.tp, std::move(nccl_tp), NvlinkOptions{}, &setup));
-    if (t.tp_size() > 1 && t.rank() == 0) {
-      if (setup.one_shot)
-        std::fprintf(stderr, "tensor parallel all-reduce: one-shot over NVLink up to %zu KiB, NCCL above\n",
-                     setup.capacity_bytes >> 10);
-      else
-        std::fprintf(stderr, "tensor parallel all-reduce: NCCL (%s)\n", setup.reason.c_str());
-    }
-    tp_comm = device_tp_.get();
-  }
-  return BuildModelRunner(o, config, shard, std::move(backend), tp_comm);
+  ASSIGN_OR_RETURN(data_, DataPlane::Create(groups_, *backend, t.device(), parallel.comm_timeout));
+  if (t.tp_size() > 1 && t.rank() == 0)
+    std::fprintf(stderr, "tensor parallel all-reduce: %s\n", data_.tp_all_reduce().c_str());
+  return BuildModelRunner(o, config, shard, std::move(backend), data_.tp());
 }
 
 absl::Status EngineGroup::RunWorker() {

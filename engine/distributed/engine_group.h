@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "engine/engine_builder.h"
@@ -18,6 +19,28 @@ struct ParallelOptions {
   int pp = 1;
   std::vector<int> layers_per_stage;  // empty: even split
   absl::Duration comm_timeout = absl::Seconds(300);
+};
+
+// The data-plane communicators of one rank: its TP group and its PP group (group rank = stage).
+// On a device backend they are NCCL communicators enqueueing on the backend's stream, the TP one
+// with small (decode) all-reduces as one kernel over NVLink peer memory wherever every rank of the
+// group can map the others' (parallel/nvlink_communicator.h); on a host backend they are the MPI
+// groups themselves. `groups` must outlive them.
+class DataPlane {
+ public:
+  // Collective over groups.tp and groups.pp. `device` is this rank's CUDA device.
+  static absl::StatusOr<DataPlane> Create(ParallelGroups& groups, Backend& backend, int device,
+                                          absl::Duration timeout);
+  Communicator* tp() const { return device_tp_ ? device_tp_.get() : host_tp_; }
+  Communicator* pp() const { return device_pp_ ? device_pp_.get() : host_pp_; }
+  // Which all-reduce the TP group uses, for the log ("one-shot over NVLink up to 1024 KiB, ...").
+  const std::string& tp_all_reduce() const { return tp_all_reduce_; }
+
+ private:
+  Communicator* host_tp_ = nullptr;
+  Communicator* host_pp_ = nullptr;
+  std::unique_ptr<Communicator> device_tp_, device_pp_;
+  std::string tp_all_reduce_ = "MPI";
 };
 
 // One rank's device (or host) memory after loading: what its shard takes.
@@ -59,8 +82,7 @@ class EngineGroup {
   Topology topology_ = Topology::Single();
   ParallelGroups groups_;
   std::unique_ptr<MpiCommunicator> steps_comm_, results_comm_;
-  // Device data plane (CUDA): NCCL communicators on the backend's stream.
-  std::unique_ptr<Communicator> device_tp_, device_pp_;
+  DataPlane data_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<PipelineWorker> worker_;
   PipelineStepExecutor* executor_ = nullptr;  // owned by engine_

@@ -12,30 +12,14 @@
 #include "engine/distributed/engine_group.h"
 #include "gtest/gtest.h"
 #include "parallel/mpi_runtime.h"
+#include "tests/parallel/mpi_test_env.h"
 #include "tests/runtime/fixture_reference.h"
 #include "tests/runtime/synthetic_checkpoint.h"
 
 namespace llm {
 namespace {
 
-MpiRuntime* g_mpi = nullptr;
-
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    auto mpi = MpiRuntime::Create(MpiMode::kInit);
-    ASSERT_TRUE(mpi.ok()) << mpi.status();
-    mpi_ = std::move(*mpi);
-    g_mpi = mpi_.get();
-  }
-  void TearDown() override {
-    g_mpi = nullptr;
-    mpi_.reset();
-  }
-
- private:
-  std::unique_ptr<MpiRuntime> mpi_;
-};
+MpiRuntime& Mpi() { return ::llm::testing::MpiTestEnvironment::runtime(); }
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -55,7 +39,7 @@ TEST_P(DistributedEngineTest, GreedyTokensMatchReference) {
   o.max_seqs = 8;
   o.max_tokens_per_step = 64;  // chunked prefill across ranks too
   o.num_kv_blocks = 64;
-  auto group = EngineGroup::Create(o, parallel, *g_mpi);
+  auto group = EngineGroup::Create(o, parallel, Mpi());
   ASSERT_TRUE(group.ok()) << group.status();
   if (!(*group)->is_scheduler()) {
     ASSERT_TRUE((*group)->RunWorker().ok());
@@ -129,14 +113,14 @@ TEST_P(DistributedSyntheticTest, GreedyTokensMatchFloat64Reference) {
     spec.layers = 4, spec.qkv_bias = true, spec.seed = 12;
   }
   const auto model = testing::MakeSynthetic(spec);
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/dist_synthetic_", GetParam(), "_rank", g_mpi->world_rank());
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/dist_synthetic_", GetParam(), "_rank", Mpi().world_rank());
   testing::WriteCheckpoint(dir, model);
   EngineBuildOptions o;
   o.model_dir = dir;
   o.max_context = 128;
   o.max_seqs = 4;
   o.num_kv_blocks = 16;
-  auto group = EngineGroup::Create(o, parallel, *g_mpi);
+  auto group = EngineGroup::Create(o, parallel, Mpi());
   ASSERT_TRUE(group.ok()) << group.status();
   if (!(*group)->is_scheduler()) {
     ASSERT_TRUE((*group)->RunWorker().ok());
@@ -189,7 +173,7 @@ TEST(PipelineOverlapTest, StagesComputeConcurrently) {
   testing::SyntheticSpec spec;  // big enough that a stage's compute dominates messaging
   spec.hidden = 256, spec.heads = 8, spec.kv_heads = 4, spec.head_dim = 32, spec.ffn = 768, spec.vocab = 300;
   spec.layers = 8, spec.seed = 5;
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/pipeline_overlap_rank", g_mpi->world_rank());
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/pipeline_overlap_rank", Mpi().world_rank());
   testing::WriteCheckpoint(dir, testing::MakeSynthetic(spec));
   EngineBuildOptions o;
   o.model_dir = dir;
@@ -197,7 +181,7 @@ TEST(PipelineOverlapTest, StagesComputeConcurrently) {
   o.max_seqs = 8;
   o.num_kv_blocks = 64;
   o.num_threads = 1;
-  auto group = EngineGroup::Create(o, parallel, *g_mpi);
+  auto group = EngineGroup::Create(o, parallel, Mpi());
   ASSERT_TRUE(group.ok()) << group.status();
   EngineGroup& g = **group;
   if (g.is_scheduler()) {
@@ -269,6 +253,6 @@ TEST(PipelineOverlapTest, StagesComputeConcurrently) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new llm::MpiEnvironment());
+  ::testing::AddGlobalTestEnvironment(new llm::testing::MpiTestEnvironment());
   return RUN_ALL_TESTS();
 }

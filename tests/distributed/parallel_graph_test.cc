@@ -14,6 +14,7 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
 #include "parallel/topology.h"
+#include "tests/parallel/mpi_test_env.h"
 #include "tests/runtime/fixture_reference.h"
 #include "tests/runtime/recording_backend.h"
 
@@ -22,25 +23,6 @@ namespace {
 
 using ::llm::testing::RecordingBackend;
 using ::llm::testing::RecordingCommunicator;
-
-MpiRuntime* g_mpi = nullptr;
-
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    auto mpi = MpiRuntime::Create(MpiMode::kInit);
-    ASSERT_TRUE(mpi.ok()) << mpi.status();
-    mpi_ = std::move(*mpi);
-    g_mpi = mpi_.get();
-  }
-  void TearDown() override {
-    g_mpi = nullptr;
-    mpi_.reset();
-  }
-
- private:
-  std::unique_ptr<MpiRuntime> mpi_;
-};
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -51,12 +33,13 @@ class ParallelGraphTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ParallelGraphTest, DecodeGraphsMatchReference) {
   const int tp = EnvInt("LLM_TEST_TP", 1), pp = EnvInt("LLM_TEST_PP", 1);
-  auto topology = g_mpi->MakeTopology(tp, pp);
+  MpiRuntime& mpi = ::llm::testing::MpiTestEnvironment::runtime();
+  auto topology = mpi.MakeTopology(tp, pp);
   ASSERT_TRUE(topology.ok()) << topology.status();
   const Topology& t = *topology;
   MpiCommOptions comm_options;
   comm_options.timeout = absl::Seconds(120);
-  auto groups = MakeParallelGroups(*g_mpi, t, comm_options);
+  auto groups = MakeParallelGroups(mpi, t, comm_options);
   ASSERT_TRUE(groups.ok()) << groups.status();
 
   const std::string name = GetParam();
@@ -149,6 +132,6 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelGraphTest, ::testing::Values("llama-t
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new llm::MpiEnvironment());
+  ::testing::AddGlobalTestEnvironment(new llm::testing::MpiTestEnvironment());
   return RUN_ALL_TESTS();
 }

@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/core/dtype.h"
+#include "tests/parallel/gpu_per_rank.h"
 #include "tests/parallel/mpi_test_env.h"
 #include "tests/parallel/test_values.h"
 
@@ -47,17 +48,7 @@ class NcclTestEnvironment : public MpiTestEnvironment {
   void SetUp() override {
     MpiTestEnvironment::SetUp();
     const MpiRuntime& rt = runtime();
-    const int devices = CudaDeviceCount();
-    // Every rank must take the same decision: agree over the world.
-    int32_t have_gpu = NcclAvailable() && devices >= rt.local_size() ? 1 : 0;
-    if (!world().AllReduceSum(&have_gpu, 1, DType::kI32).ok()) Die("GPU vote failed");
-    if (have_gpu != world().size()) {
-      std::printf(
-          "[  SKIPPED ] nccl_communicator_test: rank %d sees %d CUDA device(s) for %d "
-          "local rank(s)%s; NCCL tests need one GPU per rank\n",
-          rt.world_rank(), devices, rt.local_size(), NcclAvailable() ? "" : " and this build has no NCCL");
-      FinalizeAndExit(77);
-    }
+    ::llm::testing::SkipUnlessOneGpuPerRank("nccl_communicator_test");
     if (cudaSetDevice(rt.local_rank()) != cudaSuccess) Die("cudaSetDevice failed");
     if (cudaStreamCreate(&stream_) != cudaSuccess) Die("cudaStreamCreate failed");
     auto comm = CreateNcclCommunicator(world(), stream_,

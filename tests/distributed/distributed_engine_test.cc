@@ -26,6 +26,10 @@ int EnvInt(const char* name, int fallback) {
   return v ? std::atoi(v) : fallback;
 }
 
+// ctest runs the layouts in parallel (-j): each layout's ranks write their checkpoints into
+// folders of their own, or one layout's ranks would read another's half-written files.
+std::string LayoutTag(const ParallelOptions& p) { return absl::StrCat("_tp", p.tp, "_pp", p.pp); }
+
 class DistributedEngineTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(DistributedEngineTest, GreedyTokensMatchReference) {
@@ -113,7 +117,8 @@ TEST_P(DistributedSyntheticTest, GreedyTokensMatchFloat64Reference) {
     spec.layers = 4, spec.qkv_bias = true, spec.seed = 12;
   }
   const auto model = testing::MakeSynthetic(spec);
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/dist_synthetic_", GetParam(), "_rank", Mpi().world_rank());
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/dist_synthetic_", GetParam(), LayoutTag(parallel), "_rank",
+                                       Mpi().world_rank());
   testing::WriteCheckpoint(dir, model);
   EngineBuildOptions o;
   o.model_dir = dir;
@@ -173,7 +178,8 @@ TEST(PipelineOverlapTest, StagesComputeConcurrently) {
   testing::SyntheticSpec spec;  // big enough that a stage's compute dominates messaging
   spec.hidden = 256, spec.heads = 8, spec.kv_heads = 4, spec.head_dim = 32, spec.ffn = 768, spec.vocab = 300;
   spec.layers = 8, spec.seed = 5;
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/pipeline_overlap_rank", Mpi().world_rank());
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/pipeline_overlap", LayoutTag(parallel), "_rank", Mpi().world_rank());
   testing::WriteCheckpoint(dir, testing::MakeSynthetic(spec));
   EngineBuildOptions o;
   o.model_dir = dir;

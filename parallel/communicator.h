@@ -29,6 +29,19 @@ class Communicator {
   // on that stream records them (NCCL and the NVLink all-reduce); host (MPI) transfers run at
   // once and cannot be part of a graph.
   virtual bool CapturableInGraph() const { return false; }
+
+  // The tensor-parallel epilogue of a row-parallel projection, fused into the collective, on
+  // row-major rows x dim tensors of `dtype`: residual += (sum over ranks of delta); then
+  // out = RMSNorm(residual) * weight (`delta` is only read). Offered only by a communicator
+  // that does it in one kernel (the NVLink one, for decode-sized tensors); elsewhere the caller
+  // runs AllReduceSum and its backend's AddRmsNorm. The answer of CanAllReduceAddRmsNorm depends
+  // only on its arguments and on state that is the same on every rank, so all ranks take the
+  // same path.
+  virtual bool CanAllReduceAddRmsNorm(size_t rows, size_t dim, DType dtype) const { return false; }
+  virtual absl::Status AllReduceAddRmsNorm(const void* delta, void* residual, const void* weight, float eps,
+                                           void* out, size_t rows, size_t dim, DType dtype) {
+    return absl::UnimplementedError("this communicator has no fused all-reduce + RMSNorm");
+  }
 };
 
 }  // namespace llm

@@ -72,8 +72,12 @@ class IpcRegions {
 class NvlinkCommunicator final : public DeviceCommunicator {
  public:
   NvlinkCommunicator(MpiCommunicator& group, std::unique_ptr<DeviceCommunicator> nccl,
-                     std::unique_ptr<IpcRegions> regions, const cuda::OneShotPeers& peers)
-      : group_(group), nccl_(std::move(nccl)), regions_(std::move(regions)), peers_(peers) {}
+                     std::unique_ptr<IpcRegions> regions, const cuda::OneShotPeers& peers, bool fuse_add_rms_norm)
+      : group_(group),
+        nccl_(std::move(nccl)),
+        regions_(std::move(regions)),
+        peers_(peers),
+        fuse_add_rms_norm_(fuse_add_rms_norm) {}
   ~NvlinkCommunicator() override;
 
   int rank() const override { return nccl_->rank(); }
@@ -105,13 +109,22 @@ class NvlinkCommunicator final : public DeviceCommunicator {
   // The one-shot kernel has no host-side state per call (epochs live in device memory).
   bool CapturableInGraph() const override { return nccl_->CapturableInGraph(); }
 
+  bool CanAllReduceAddRmsNorm(size_t rows, size_t dim, DType dtype) const override {
+    return fuse_add_rms_norm_ && cuda::OneShotFitsRows(peers_.layout, dtype, rows, dim);
+  }
+  absl::Status AllReduceAddRmsNorm(const void* delta, void* residual, const void* weight, float eps, void* out,
+                                   size_t rows, size_t dim, DType dtype) override;
+
   absl::Status AllReduceSumInto(const void* in, void* out, size_t count, DType dtype);
 
  private:
+  absl::Status CheckNotBroken() const;
+
   MpiCommunicator& group_;
   std::unique_ptr<DeviceCommunicator> nccl_;
   std::unique_ptr<IpcRegions> regions_;
   cuda::OneShotPeers peers_;
+  const bool fuse_add_rms_norm_;  // the same on every rank
   bool broken_ = false;
 };
 
@@ -127,11 +140,21 @@ NvlinkCommunicator::~NvlinkCommunicator() {
   regions_.reset();
 }
 
+absl::Status NvlinkCommunicator::CheckNotBroken() const {
+  if (!broken_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("NVLink all-reduce on ", group_.name(), " group (rank ",
+                                                    rank(), "): an earlier Synchronize failed"));
+}
+
+absl::Status NvlinkCommunicator::AllReduceAddRmsNorm(const void* delta, void* residual, const void* weight,
+                                                     float eps, void* out, size_t rows, size_t dim, DType dtype) {
+  RETURN_IF_ERROR(CheckNotBroken());
+  return cuda::LaunchOneShotAllReduceAddRmsNorm(peers_, dtype, delta, residual, weight, eps, out, rows, dim,
+                                                static_cast<cuda::Stream>(stream()));
+}
+
 absl::Status NvlinkCommunicator::AllReduceSumInto(const void* in, void* out, size_t count, DType dtype) {
-  if (broken_) {
-    return absl::FailedPreconditionError(absl::StrCat("NVLink all-reduce on ", group_.name(), " group (rank ",
-                                                      rank(), "): an earlier Synchronize failed"));
-  }
+  RETURN_IF_ERROR(CheckNotBroken());
   if (!cuda::OneShotFits(peers_.layout, dtype, count)) {
     if (in != out && count > 0) {
       LLM_CUDA_CHECK(cudaMemcpyAsync(out, in, count * DTypeSize(dtype), cudaMemcpyDeviceToDevice,
@@ -154,6 +177,7 @@ struct RankRecord {
   int32_t blocks = 0;
   uint64_t capacity_bytes = 0;
   int64_t timeout_ns = 0;
+  int32_t fuse_add_rms_norm = 0;
   char host[64] = {};
   char bus_id[32] = {};
   cudaIpcMemHandle_t handle = {};
@@ -187,6 +211,8 @@ RankRecord MakeRankRecord(const MpiCommunicator& group, const DeviceCommunicator
   rec.blocks = options.blocks;
   rec.capacity_bytes = options.capacity_bytes;
   rec.timeout_ns = absl::ToInt64Nanoseconds(options.spin_timeout);
+  const char* fuse_env = std::getenv("LLM_FUSED_ALLREDUCE_NORM");
+  rec.fuse_add_rms_norm = options.fuse_add_rms_norm && !(fuse_env != nullptr && std::string(fuse_env) == "0");
   auto fail = [&rec](RankRecord::State state, const std::string& why) {
     rec.state = state;
     CopyString(rec.reason, why);
@@ -310,10 +336,14 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNvlinkCommunicator(
   peers.world_size = world;
   peers.layout = layout;
   peers.timeout_ns = static_cast<uint64_t>(mine.timeout_ns);
-  if (setup != nullptr)
-    *setup = NvlinkSetup{.one_shot = true, .capacity_bytes = layout.capacity_bytes(), .reason = ""};
+  bool fuse = true;  // offered only where every rank agrees, so all ranks take the same path
+  for (int q = 0; q < world; ++q) fuse = fuse && all[q].fuse_add_rms_norm != 0;
+  if (setup != nullptr) {
+    *setup = NvlinkSetup{
+        .one_shot = true, .capacity_bytes = layout.capacity_bytes(), .fused_add_rms_norm = fuse, .reason = ""};
+  }
   return std::unique_ptr<DeviceCommunicator>(
-      new NvlinkCommunicator(group, std::move(nccl), std::move(regions), peers));
+      new NvlinkCommunicator(group, std::move(nccl), std::move(regions), peers, fuse));
 }
 
 absl::Status AllReduceSumInto(DeviceCommunicator& comm, const void* in, void* out, size_t count,

@@ -40,12 +40,17 @@ struct NvlinkOptions {
   absl::Duration spin_timeout = absl::Seconds(30);
   // false: keep NCCL for everything (as does LLM_CUSTOM_ALLREDUCE=0 in any rank's environment).
   bool enable = true;
+  // Offer the fused all-reduce + residual add + RMSNorm (Communicator::AllReduceAddRmsNorm).
+  // false on any rank (or LLM_FUSED_ALLREDUCE_NORM=0 in any rank's environment): callers run the
+  // one-shot all-reduce and their own norm kernel, for comparisons.
+  bool fuse_add_rms_norm = true;
 };
 
 // What CreateNvlinkCommunicator decided (the same on every rank), for logs and tests.
 struct NvlinkSetup {
   bool one_shot = false;      // true: the returned communicator has the one-shot path
   size_t capacity_bytes = 0;  // largest one-shot all-reduce in bytes (after rounding)
+  bool fused_add_rms_norm = false;  // AllReduceAddRmsNorm offered (one_shot and enabled everywhere)
   std::string reason;         // why not, when !one_shot
 };
 

@@ -48,7 +48,9 @@ absl::StatusOr<DataPlane> DataPlane::Create(ParallelGroups& groups, Backend& bac
   NvlinkSetup setup;
   ASSIGN_OR_RETURN(d.device_tp_, CreateNvlinkCommunicator(*groups.tp, std::move(nccl_tp), NvlinkOptions{}, &setup));
   d.tp_all_reduce_ = setup.one_shot ? absl::StrCat("one-shot over NVLink up to ", setup.capacity_bytes >> 10,
-                                                   " KiB, NCCL above")
+                                                   " KiB, NCCL above",
+                                                   setup.fused_add_rms_norm ? "; fused with the residual add and RMSNorm"
+                                                                            : "")
                                     : absl::StrCat("NCCL (", setup.reason, ")");
   return d;
 }

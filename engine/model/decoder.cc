@@ -82,13 +82,28 @@ absl::Status Decoder::AllReduce(Tensor t) {
   return tp_comm_->AllReduceSum(t.data(), t.numel(), t.dtype());
 }
 
+absl::Status Decoder::ReduceAddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor normed) {
+  if (tp_comm_ == nullptr || tp_comm_->size() == 1) return backend_.AddRmsNorm(residual, delta, weight, eps, normed);
+  const size_t rows = static_cast<size_t>(residual.shape()[0]), dim = static_cast<size_t>(residual.shape()[1]);
+  if (tp_comm_->CanAllReduceAddRmsNorm(rows, dim, delta.dtype()))
+    return tp_comm_->AllReduceAddRmsNorm(delta.data(), residual.data(), weight.data(), eps, normed.data(), rows, dim,
+                                         delta.dtype());
+  RETURN_IF_ERROR(AllReduce(delta));
+  return backend_.AddRmsNorm(residual, delta, weight, eps, normed);
+}
+
 absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCacheLayer& cache, int32_t n) {
   const LayerWeights& w = weights_->layers[index];
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor residual = residual_.Rows(0, n), delta = delta_.Rows(0, n), normed = normed_.Rows(0, n);
-  // Attention block. `delta` holds the previous block's output, not yet added to the residual
-  // (empty before the first layer of a stage).
-  RETURN_IF_ERROR(backend_.AddRmsNorm(residual, index == 0 ? Tensor() : delta, w.input_norm, eps, normed));
+  // Attention block. `delta` holds the previous layer's MLP output, not yet summed over the TP
+  // ranks nor added to the residual (nothing before the first layer of a stage): its all-reduce
+  // runs here, fused with the add and the norm where the communicator can.
+  if (index == 0) {
+    RETURN_IF_ERROR(backend_.AddRmsNorm(residual, Tensor(), w.input_norm, eps, normed));
+  } else {
+    RETURN_IF_ERROR(ReduceAddRmsNorm(residual, delta, w.input_norm, eps, normed));
+  }
   Tensor qkv = qkv_.Rows(0, n), q = q_.Rows(0, n), attn = attn_.Rows(0, n);
   RETURN_IF_ERROR(backend_.Linear(normed, w.qkv, qkv));
   QkvRopeArgs rope_args;
@@ -117,14 +132,13 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
   attn_args.out = attn;
   RETURN_IF_ERROR(backend_.Attention(attn_args));
   RETURN_IF_ERROR(backend_.Linear(attn, w.o_proj, delta));
-  RETURN_IF_ERROR(AllReduce(delta));
   // MLP block.
-  RETURN_IF_ERROR(backend_.AddRmsNorm(residual, delta, w.post_attention_norm, eps, normed));
+  RETURN_IF_ERROR(ReduceAddRmsNorm(residual, delta, w.post_attention_norm, eps, normed));
   Tensor gate_up = gate_up_.Rows(0, n), act = act_.Rows(0, n);
   RETURN_IF_ERROR(backend_.Linear(normed, w.gate_up, gate_up));
   RETURN_IF_ERROR(backend_.SiluMul(gate_up, act));
-  RETURN_IF_ERROR(backend_.Linear(act, w.down, delta));
-  return AllReduce(delta);
+  // Left unreduced: the next layer's ReduceAddRmsNorm (or Forward, after the last layer) sums it.
+  return backend_.Linear(act, w.down, delta);
 }
 
 absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<const KvCacheLayer> cache) {
@@ -143,6 +157,7 @@ absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<con
   }
   for (int64_t l = 0; l < static_cast<int64_t>(weights_->layers.size()); ++l)
     RETURN_IF_ERROR(Layer(l, meta, cache[l], n));
+  RETURN_IF_ERROR(AllReduce(delta_.Rows(0, n)));  // the last layer's MLP output
 
   if (!dims_.is_last_stage) {
     RETURN_IF_ERROR(backend_.Add(residual, delta_.Rows(0, n)));

@@ -57,6 +57,9 @@ class Decoder {
         limits_(limits) {}
   absl::Status AllocateActivations();
   absl::Status AllReduce(Tensor t);
+  // residual += (delta summed over the TP ranks); normed = RMSNorm(residual) * weight: one fused
+  // communicator kernel where the TP communicator offers it, else AllReduce + AddRmsNorm.
+  absl::Status ReduceAddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor normed);
   absl::Status Layer(int64_t index, const StepMetadata& meta, const KvCacheLayer& cache, int32_t tokens);
 
   const ModelConfig config_;

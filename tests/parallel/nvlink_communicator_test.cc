@@ -470,6 +470,173 @@ TEST(NvlinkCommunicatorTest, OddLayoutAroundItsCapacity) {
   }
 }
 
+// --- the fused all-reduce + residual add + RMSNorm ---
+
+// `count` values uniform in [low, high] rounded into `dtype`, the same on every rank (the residual
+// stream and the norm weight are replicated across tensor-parallel ranks).
+std::vector<uint8_t> SharedRandom(DType dtype, size_t count, uint64_t seed, double low, double high) {
+  std::mt19937_64 rng(seed * 2654435761u + 99u);
+  std::uniform_real_distribution<double> dist(low, high);
+  std::vector<double> values(count);
+  for (double& v : values) v = dist(rng);
+  return Encode(dtype, values);
+}
+
+// Rounds a float into `dtype` on the host, as the kernels' FromFloat does (round to nearest even).
+double RoundTo(DType dtype, float f) { return Decode(dtype, Encode(dtype, {static_cast<double>(f)}))[0]; }
+
+struct FusedCase {
+  size_t rows, dim;
+  size_t offset;  // elements: 1 makes every buffer misaligned (the kernel's scalar path)
+};
+
+// One fused call checked against a host reference built from every rank's delta: the delta sum in
+// float32 in rank order rounded into `dtype` (what the one-shot all-reduce produces), added to the
+// residual in float32 and rounded (bit-exact expectations), then the norm in float64 (the kernel's
+// sum of squares runs in another order: within a few units of the dtype's rounding).
+void CheckFused(DType dtype, const FusedCase& c, const std::vector<uint8_t>& delta_in,
+                const std::vector<uint8_t>& residual_in, const std::vector<uint8_t>& weight_in,
+                const DeviceBuffer& residual, const DeviceBuffer& out, float eps, const std::string& what) {
+  MpiCommunicator& world = World();
+  const size_t bytes = delta_in.size();
+  std::vector<uint8_t> deltas(bytes * world.size());
+  ASSERT_TRUE(world.AllGather(delta_in.data(), deltas.data(), bytes, DType::kU8).ok());
+  std::vector<std::vector<double>> per_rank(world.size());
+  for (int r = 0; r < world.size(); ++r)
+    per_rank[r] = Decode(dtype, std::vector<uint8_t>(deltas.begin() + r * bytes, deltas.begin() + (r + 1) * bytes));
+  const std::vector<double> res0 = Decode(dtype, residual_in), w = Decode(dtype, weight_in);
+  const std::vector<uint8_t> got_res_bytes = residual.Download(), got_out_bytes = out.Download();
+  const std::vector<double> got_res = Decode(dtype, got_res_bytes), got_out = Decode(dtype, got_out_bytes);
+  const double unit = dtype == DType::kF32 ? std::ldexp(1.0, -24)
+                      : dtype == DType::kF16 ? std::ldexp(1.0, -11)
+                                             : std::ldexp(1.0, -8);
+  int bad = 0;
+  for (size_t row = 0; row < c.rows && bad < 5; ++row) {
+    std::vector<double> x(c.dim);
+    double sum_sq = 0;
+    for (size_t j = 0; j < c.dim; ++j) {
+      const size_t i = row * c.dim + j;
+      float acc = static_cast<float>(per_rank[0][i]);
+      for (int r = 1; r < world.size(); ++r) acc += static_cast<float>(per_rank[r][i]);
+      x[j] = RoundTo(dtype, static_cast<float>(res0[i]) + static_cast<float>(RoundTo(dtype, acc)));
+      sum_sq += x[j] * x[j];
+      if (!(got_res[i] == x[j]) && bad < 5) {
+        ++bad;
+        ADD_FAILURE() << what << ": residual row " << row << " col " << j << ": got " << got_res[i] << ", want "
+                      << x[j];
+      }
+    }
+    const double inv = 1.0 / std::sqrt(sum_sq / static_cast<double>(c.dim) + eps);
+    for (size_t j = 0; j < c.dim && bad < 5; ++j) {
+      const double ref = w[j] * x[j] * inv;
+      const double got = got_out[row * c.dim + j];
+      if (!(std::abs(got - ref) <= 2 * unit * std::abs(ref) + 1e-5 * std::abs(w[j] * x[j] * inv) + 1e-6)) {
+        ++bad;
+        ADD_FAILURE() << what << ": normed row " << row << " col " << j << ": got " << got << ", want " << ref;
+      }
+    }
+  }
+  // Every rank must hold the same residual and normed bits (they feed replicated computations).
+  for (const std::vector<uint8_t>* mine : {&got_res_bytes, &got_out_bytes}) {
+    std::vector<uint8_t> all(mine->size() * world.size());
+    ASSERT_TRUE(world.AllGather(mine->data(), all.data(), mine->size(), DType::kU8).ok());
+    for (int r = 0; r < world.size(); ++r)
+      EXPECT_EQ(std::memcmp(all.data() + r * mine->size(), mine->data(), mine->size()), 0)
+          << what << ": rank " << r << " differs";
+  }
+}
+
+// Decode-sized row counts and hidden sizes, aligned and misaligned, every dtype; each fused call
+// is followed by a plain one-shot all-reduce (the two share the epochs and staging slots), all
+// enqueued before one Synchronize.
+TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormMatchesReference) {
+  DeviceCommunicator& comm = Comm();
+  if (!OneShot()) {
+    EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(1, 4096, DType::kBF16));
+    GTEST_SKIP() << "one-shot path off: " << NvlinkTestEnvironment::setup().reason;
+  }
+  const float eps = 1e-5f;
+  const FusedCase cases[] = {{1, 4096, 0}, {3, 4096, 0}, {16, 4096, 0}, {64, 4096, 0}, {1, 8192, 0},
+                             {7, 5120, 0}, {2, 100, 0},  {5, 4096, 1},  {33, 896, 0}, {1, 8, 1}};
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    struct Call {
+      FusedCase c;
+      std::vector<uint8_t> delta, residual, weight, plain;
+      std::unique_ptr<DeviceBuffer> d_delta, d_residual, d_weight, d_out, d_plain;
+    };
+    std::vector<Call> calls;
+    uint64_t seed = 700000 + static_cast<uint64_t>(dtype) * 100;
+    for (const FusedCase& c : cases) {
+      const size_t count = c.rows * c.dim;
+      ASSERT_TRUE(comm.CanAllReduceAddRmsNorm(c.rows, c.dim, dtype)) << c.rows << " x " << c.dim;
+      Call call;
+      call.c = c;
+      call.delta = RandomInput(dtype, count, ++seed);
+      call.residual = SharedRandom(dtype, count, ++seed, -4.0, 4.0);
+      call.weight = SharedRandom(dtype, c.dim, ++seed, 0.5, 1.5);
+      call.plain = RandomInput(dtype, 4096, ++seed);
+      call.d_delta = std::make_unique<DeviceBuffer>(dtype, count, c.offset);
+      call.d_residual = std::make_unique<DeviceBuffer>(dtype, count, c.offset);
+      call.d_weight = std::make_unique<DeviceBuffer>(dtype, c.dim, c.offset);
+      call.d_out = std::make_unique<DeviceBuffer>(dtype, count, c.offset);
+      call.d_plain = std::make_unique<DeviceBuffer>(dtype, 4096);
+      call.d_delta->Upload(call.delta);
+      call.d_residual->Upload(call.residual);
+      call.d_weight->Upload(call.weight);
+      call.d_plain->Upload(call.plain);
+      calls.push_back(std::move(call));
+    }
+    for (Call& call : calls) {
+      ASSERT_TRUE(comm.AllReduceAddRmsNorm(call.d_delta->get(), call.d_residual->get(), call.d_weight->get(), eps,
+                                           call.d_out->get(), call.c.rows, call.c.dim, dtype)
+                      .ok());
+      ASSERT_TRUE(comm.AllReduceSum(call.d_plain->get(), 4096, dtype).ok());
+    }
+    ASSERT_TRUE(comm.Synchronize().ok());
+    for (const Call& call : calls) {
+      const std::string what = absl::StrCat(std::string(DTypeName(dtype)), " ", call.c.rows, " x ", call.c.dim,
+                                            " offset ", call.c.offset);
+      SCOPED_TRACE(what);
+      CheckFused(dtype, call.c, call.delta, call.residual, call.weight, *call.d_residual, *call.d_out, eps,
+                 what);
+      EXPECT_EQ(call.d_delta->Download(), call.delta) << "delta changed";
+      EXPECT_TRUE(call.d_residual->GuardsIntact() && call.d_out->GuardsIntact()) << "written outside";
+      ExpectReduced(dtype, 4096, call.plain, call.d_plain->Download(), what + " then a plain all-reduce");
+    }
+  }
+}
+
+// What does not fit one block's staging slot is refused (the caller then runs the unfused path),
+// and the refusal is the same on every rank.
+TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormRefusesWhatDoesNotFit) {
+  DeviceCommunicator& comm = Comm();
+  if (!OneShot()) GTEST_SKIP() << "one-shot path off: " << NvlinkTestEnvironment::setup().reason;
+  // Default layout: 32 blocks of 32 KiB. bf16 rows of 8192 are 16 KiB: 2 rows per block, 64 rows.
+  EXPECT_TRUE(comm.CanAllReduceAddRmsNorm(64, 8192, DType::kBF16));
+  EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(65, 8192, DType::kBF16));
+  EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(2048, 4096, DType::kBF16));  // prefill: NCCL + AddRmsNorm
+  EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(1, 4096, DType::kI32));
+  EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(0, 4096, DType::kBF16));
+  DeviceBuffer buf(DType::kBF16, 65 * 8192);
+  const absl::Status refused =
+      comm.AllReduceAddRmsNorm(buf.get(), buf.get(), buf.get(), 1e-5f, buf.get(), 65, 8192, DType::kBF16);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+}
+
+// Fusion turned off on one rank (its option) is off on every rank; the plain one-shot path stays.
+TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormOffOnOneRankIsOffEverywhere) {
+  EXPECT_EQ(NvlinkTestEnvironment::setup().fused_add_rms_norm, OneShot());
+  MpiCommunicator& world = World();
+  NvlinkOptions options;
+  options.fuse_add_rms_norm = world.rank() != 0;
+  NvlinkSetup setup;
+  auto made = MakeNvlink(world, NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(), options, &setup);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_FALSE(setup.fused_add_rms_norm);
+  EXPECT_FALSE((*made)->CanAllReduceAddRmsNorm(1, 4096, DType::kBF16));
+  EXPECT_EQ(setup.one_shot, OneShot());
+}
+
 TEST(NvlinkCommunicatorTest, NvlinkMulticastStaysOff) {
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
   ASSERT_NE(nvls, nullptr);

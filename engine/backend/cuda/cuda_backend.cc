@@ -279,7 +279,7 @@ absl::Status CudaBackend::RmsNorm(Tensor x, Tensor weight, float eps, Tensor out
   RETURN_IF_ERROR(Expect(dim > 0 && x.numel() % dim == 0 && out.numel() == x.numel(), "RmsNorm", "shape mismatch"));
   OpScope scope(*impl_, "RmsNorm", 2.0 * x.bytes() + weight.bytes(), 0);
   return cuda::LaunchRmsNorm(dt, x.data(), nullptr, nullptr, weight.data(), out.data(), x.numel() / dim, dim, eps,
-                             impl_->stream);
+                             impl_->stream, impl_->options.programmatic_launch);
 }
 
 absl::Status CudaBackend::AddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out) {
@@ -291,7 +291,8 @@ absl::Status CudaBackend::AddRmsNorm(Tensor residual, Tensor delta, Tensor weigh
                          "AddRmsNorm", "shape mismatch"));
   OpScope scope(*impl_, "AddRmsNorm", (delta.empty() ? 2.0 : 4.0) * residual.bytes() + weight.bytes(), 0);
   return cuda::LaunchRmsNorm(dt, nullptr, residual.data(), delta.empty() ? nullptr : delta.data(), weight.data(),
-                             out.data(), residual.numel() / dim, dim, eps, impl_->stream);
+                             out.data(), residual.numel() / dim, dim, eps, impl_->stream,
+                             impl_->options.programmatic_launch);
 }
 
 absl::Status CudaBackend::Add(Tensor x, Tensor y) {
@@ -423,7 +424,7 @@ absl::Status CudaBackend::QkvRope(const QkvRopeArgs& a) {
   p.norm_eps = a.norm_eps;
   p.attention_scaling = a.rope.attention_scaling;
   OpScope scope(*impl_, "QkvRope", 2.0 * a.qkv.bytes(), 0);
-  return cuda::LaunchQkvRope(dt, p, impl_->stream);
+  return cuda::LaunchQkvRope(dt, p, impl_->stream, impl_->options.programmatic_launch);
 }
 
 absl::Status CudaBackend::Attention(const AttentionArgs& a) {
@@ -462,6 +463,7 @@ absl::Status CudaBackend::Attention(const AttentionArgs& a) {
   opts.num_sms = impl_->prop.multiProcessorCount;
   opts.force_splits = impl_->options.attention_splits;
   opts.force_simt = impl_->options.force_simt_attention;
+  opts.pdl = impl_->options.programmatic_launch;
   const double es = static_cast<double>(DTypeSize(dt));
   const double kv_bytes = 2.0 * m.num_seqs * static_cast<double>(m.max_context_len) * a.num_kv_heads * a.head_dim * es;
   const double keys_per_query =
@@ -479,7 +481,8 @@ absl::Status CudaBackend::SiluMul(Tensor gate_up, Tensor out) {
   RETURN_IF_ERROR(Expect(gate_up.numel() == 2 * out.numel() && (rows == 0 || out.numel() % rows == 0), "SiluMul",
                          "shape mismatch"));
   OpScope scope(*impl_, "SiluMul", 1.5 * gate_up.bytes(), 0);
-  return cuda::LaunchSiluMul(dt, gate_up.data(), out.data(), rows, rows ? out.numel() / rows : 0, impl_->stream);
+  return cuda::LaunchSiluMul(dt, gate_up.data(), out.data(), rows, rows ? out.numel() / rows : 0, impl_->stream,
+                             impl_->options.programmatic_launch);
 }
 
 absl::Status CudaBackend::GatherRows(Tensor x, Tensor rows, Tensor out) {

@@ -38,7 +38,10 @@ struct CudaBackendOptions {
   // cuBLASLt (4.76 against 5.19 ms per 8B decode step), and tensor-parallel shards are smaller
   // still. false: always the GEMV up to gemv_max_rows.
   bool autotune_linear = true;
-  bool programmatic_launch = true;  // PDL for the GEMV: its weight prefetch overlaps the previous op
+  // Programmatic dependent launch for the GEMV (its weight prefetch overlaps the previous op) and
+  // the small per-layer kernels (norm, RoPE/KV write, decode attention, SiLU: their launch
+  // overlaps the previous kernel's tail). The NVLink all-reduce kernels always use it.
+  bool programmatic_launch = true;
   // Test knobs.
   bool force_simt_attention = false;
   int attention_splits = 0;  // > 0: fixed decode split count

@@ -33,6 +33,8 @@ __global__ void __launch_bounds__(kSimtThreads) AttentionSimtKernel(PagedAttenti
                                                                     int splits, float* __restrict__ part_acc,
                                                                     float2* __restrict__ part_ml) {
   static_assert(kSimtThreads == 2 * kSimtTileN, "score phase maps 2 threads per key");
+  AllowDependentLaunch();
+  GridDependencyWait();
   static_assert(kSimtMaxHeadDim <= 2 * kSimtThreads, "P·V maps at most 2 columns per thread");
   AllowDependentLaunch();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -213,6 +215,7 @@ template <typename T>
 __global__ void AttentionCombineKernel(const float* __restrict__ part_acc, const float2* __restrict__ part_ml,
                                        T* __restrict__ out, int num_heads, int d, int splits) {
   AllowDependentLaunch();
+  GridDependencyWait();
   const int64_t qh = static_cast<int64_t>(blockIdx.x) * num_heads + blockIdx.y;
   const float2* ml = part_ml + qh * splits;
   float m = -INFINITY;

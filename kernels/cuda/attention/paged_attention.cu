@@ -26,7 +26,8 @@ cudaError_t AllowSmem(Kernel kernel, size_t bytes) {
 }
 
 template <typename T, int G, int kVec>
-absl::Status LaunchSimt(const PagedAttentionParams& p, int head_tiles, int splits, void* workspace, Stream stream) {
+absl::Status LaunchSimt(const PagedAttentionParams& p, int head_tiles, int splits, void* workspace, bool pdl,
+                        Stream stream) {
   const size_t smem = SimtSmem<T, G, kVec>::Bytes(p.head_dim);
   auto kernel = AttentionSimtKernel<T, G, kVec>;
   CUDA_RETURN_IF_ERROR(AllowSmem(kernel, smem));
@@ -37,23 +38,23 @@ absl::Status LaunchSimt(const PagedAttentionParams& p, int head_tiles, int split
     part_ml = reinterpret_cast<float2*>(part_acc + p.num_tokens * p.num_heads * splits * p.head_dim);
   }
   const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * head_tiles, splits);
-  kernel<<<grid, attention::kSimtThreads, smem, stream>>>(p, head_tiles, splits, part_acc, part_ml);
-  CUDA_RETURN_IF_LAUNCH_ERROR();
+  CUDA_RETURN_IF_ERROR(
+      LaunchKernel(kernel, grid, dim3(attention::kSimtThreads), smem, stream, pdl, p, head_tiles, splits, part_acc, part_ml));
   if (splits > 1) {
     const dim3 cgrid(static_cast<unsigned>(p.num_tokens), p.num_heads);
     const int threads = std::min(128, (p.head_dim + 31) / 32 * 32);
-    AttentionCombineKernel<T><<<cgrid, threads, 0, stream>>>(part_acc, part_ml, static_cast<T*>(p.out),
-                                                             p.num_heads, p.head_dim, splits);
-    CUDA_RETURN_IF_LAUNCH_ERROR();
+    CUDA_RETURN_IF_ERROR(LaunchKernel(AttentionCombineKernel<T>, cgrid, dim3(threads), 0, stream, pdl,
+                                      static_cast<const float*>(part_acc), static_cast<const float2*>(part_ml),
+                                      static_cast<T*>(p.out), p.num_heads, p.head_dim, splits));
   }
   return absl::OkStatus();
 }
 
 template <typename T, int G>
 absl::Status LaunchSimtVec(const PagedAttentionParams& p, bool vec, int head_tiles, int splits, void* workspace,
-                           Stream stream) {
-  if (vec) return LaunchSimt<T, G, Vec16<T>::kVec>(p, head_tiles, splits, workspace, stream);
-  return LaunchSimt<T, G, 1>(p, head_tiles, splits, workspace, stream);
+                           bool pdl, Stream stream) {
+  if (vec) return LaunchSimt<T, G, Vec16<T>::kVec>(p, head_tiles, splits, workspace, pdl, stream);
+  return LaunchSimt<T, G, 1>(p, head_tiles, splits, workspace, pdl, stream);
 }
 
 template <typename T>
@@ -94,10 +95,10 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
   constexpr int kVec = Vec16<T>::kVec;
   const bool vec = p.head_dim % kVec == 0 && Aligned16(p.k_cache) && Aligned16(p.v_cache);
   switch (g) {
-    case 1: return LaunchSimtVec<T, 1>(p, vec, head_tiles, splits, workspace, stream);
-    case 2: return LaunchSimtVec<T, 2>(p, vec, head_tiles, splits, workspace, stream);
-    case 4: return LaunchSimtVec<T, 4>(p, vec, head_tiles, splits, workspace, stream);
-    default: return LaunchSimtVec<T, 8>(p, vec, head_tiles, splits, workspace, stream);
+    case 1: return LaunchSimtVec<T, 1>(p, vec, head_tiles, splits, workspace, options.pdl, stream);
+    case 2: return LaunchSimtVec<T, 2>(p, vec, head_tiles, splits, workspace, options.pdl, stream);
+    case 4: return LaunchSimtVec<T, 4>(p, vec, head_tiles, splits, workspace, options.pdl, stream);
+    default: return LaunchSimtVec<T, 8>(p, vec, head_tiles, splits, workspace, options.pdl, stream);
   }
 }
 

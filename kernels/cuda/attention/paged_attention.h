@@ -52,6 +52,7 @@ struct AttentionOptions {
   int num_sms = 132;       // multiprocessors of the device (sizes the decode split)
   int force_splits = 0;    // > 0: use exactly this many context slices in decode (tests)
   bool force_simt = false; // never use the tensor-core prefill kernel (tests)
+  bool pdl = false;        // decode kernels with programmatic dependent launch (launch overlaps the predecessor)
 };
 
 // Bytes of split-K workspace that lets decode use up to `max_splits` slices for this shape.

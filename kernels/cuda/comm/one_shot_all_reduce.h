@@ -101,4 +101,20 @@ bool OneShotFits(const OneShotLayout& layout, DType dtype, size_t count);
 absl::Status LaunchOneShotAllReduce(const OneShotPeers& peers, DType dtype, const void* in, void* out,
                                     size_t count, Stream stream);
 
+// True when a rows x dim tensor of `dtype` fits the fused kernel below: rows are split over the
+// blocks (ceil(rows / blocks) per block), and one block's rows must fit its staging slot.
+bool OneShotFitsRows(const OneShotLayout& layout, DType dtype, size_t rows, size_t dim);
+
+// The tensor-parallel epilogue of a row-parallel projection in one kernel, for row-major
+// rows x dim tensors of `dtype`:
+//   d = sum over ranks of delta (as LaunchOneShotAllReduce, rounded to dtype);
+//   residual = residual + d;  out = weight * residual * rsqrt(mean(residual^2) + eps)
+// with the arithmetic of LaunchRmsNorm (kernels/cuda/norm/rms_norm.h). `delta` is only read.
+// It takes part in the same call sequence as LaunchOneShotAllReduce (same epochs and slots): every
+// rank must make this call where the others make it, with the same rows, dim and dtype.
+// InvalidArgument when OneShotFitsRows is false, for a malformed `peers` or null buffers.
+absl::Status LaunchOneShotAllReduceAddRmsNorm(const OneShotPeers& peers, DType dtype, const void* delta,
+                                              void* residual, const void* weight, float eps, void* out,
+                                              size_t rows, size_t dim, Stream stream);
+
 }  // namespace llm::cuda

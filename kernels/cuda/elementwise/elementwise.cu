@@ -40,6 +40,7 @@ template <typename T>
 __global__ void SiluMulKernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows, int64_t f,
                               bool vec) {
   AllowDependentLaunch();
+  GridDependencyWait();
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (vec) {  // f % kVec == 0, aligned
@@ -105,15 +106,16 @@ absl::Status LaunchAdd(DType dtype, void* x, const void* y, int64_t n, Stream st
   });
 }
 
-absl::Status LaunchSiluMul(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f, Stream stream) {
+absl::Status LaunchSiluMul(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f, Stream stream,
+                           bool pdl) {
   if (rows < 0 || f < 0) return absl::InvalidArgumentError("SiluMul: negative size");
   if (rows == 0 || f == 0) return absl::OkStatus();
   return LLM_DISPATCH_FLOAT(dtype, "SiluMul", [&] {
     constexpr int kVec = Vec16<scalar_t>::kVec;
     const bool vec = f % kVec == 0 && Aligned16(gate_up) && Aligned16(out);
-    SiluMulKernel<scalar_t><<<GridFor(vec ? rows * f / kVec : rows * f), kThreads, 0, stream>>>(
-        static_cast<const scalar_t*>(gate_up), static_cast<scalar_t*>(out), rows, f, vec);
-    CUDA_RETURN_IF_LAUNCH_ERROR();
+    CUDA_RETURN_IF_ERROR(LaunchKernel(SiluMulKernel<scalar_t>, dim3(GridFor(vec ? rows * f / kVec : rows * f)),
+                                      dim3(kThreads), 0, stream, pdl, static_cast<const scalar_t*>(gate_up),
+                                      static_cast<scalar_t*>(out), rows, f, vec));
     return absl::OkStatus();
   });
 }

@@ -15,7 +15,10 @@ namespace llm::cuda {
 absl::Status LaunchAdd(DType dtype, void* x, const void* y, int64_t n, Stream stream);
 
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, f + i]; gate_up [rows, 2f], out [rows, f].
-absl::Status LaunchSiluMul(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f, Stream stream);
+// `pdl`: launched with programmatic dependent launch (the kernel waits for its predecessor before
+// touching memory; only its launch overlaps the predecessor's tail).
+absl::Status LaunchSiluMul(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f, Stream stream,
+                           bool pdl = false);
 
 // out[r, c] += bias[c] for out [rows, cols] of `out_dtype` (== dtype or f32), bias of `dtype`.
 absl::Status LaunchAddBias(DType dtype, DType out_dtype, void* out, const void* bias, int64_t rows, int64_t cols,

@@ -12,6 +12,7 @@ template <typename T, bool kVec16>
 __global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ delta,
                               const T* __restrict__ weight, T* __restrict__ out, int64_t dim, float eps) {
   AllowDependentLaunch();
+  GridDependencyWait();
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const T* src = residual ? residual + row * dim : x + row * dim;
@@ -67,7 +68,7 @@ __global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual,
 }  // namespace
 
 absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* delta, const void* weight,
-                           void* out, int64_t rows, int64_t dim, float eps, Stream stream) {
+                           void* out, int64_t rows, int64_t dim, float eps, Stream stream, bool pdl) {
   if (rows < 0 || dim <= 0) return absl::InvalidArgumentError("RmsNorm: bad sizes");
   if (rows == 0) return absl::OkStatus();
   if (rows > 0x7fffffff) return absl::InvalidArgumentError("RmsNorm: too many rows");
@@ -80,10 +81,10 @@ absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const voi
     const int64_t work = vec ? dim / kVec : dim;
     const int threads = static_cast<int>(std::min<int64_t>(512, std::max<int64_t>(32, (work + 31) / 32 * 32)));
     auto kernel = vec ? RmsNormKernel<T, true> : RmsNormKernel<T, false>;
-    kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(residual), static_cast<const T*>(delta),
-        static_cast<const T*>(weight), static_cast<T*>(out), dim, eps);
-    CUDA_RETURN_IF_LAUNCH_ERROR();
+    CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream, pdl,
+                                      static_cast<const T*>(x), static_cast<T*>(residual),
+                                      static_cast<const T*>(delta), static_cast<const T*>(weight),
+                                      static_cast<T*>(out), dim, eps));
     return absl::OkStatus();
   });
 }

@@ -14,7 +14,9 @@ namespace llm::cuda {
 //   residual == null: src = x
 //   out = weight * (src / sqrt(mean(src^2) + eps)), in float32, rounded once.
 // All tensors of `dtype` (weight too).
+// `pdl`: launched with programmatic dependent launch (the kernel waits for its predecessor before
+// touching memory; only its launch overlaps the predecessor's tail).
 absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* delta, const void* weight,
-                           void* out, int64_t rows, int64_t dim, float eps, Stream stream);
+                           void* out, int64_t rows, int64_t dim, float eps, Stream stream, bool pdl = false);
 
 }  // namespace llm::cuda

@@ -15,6 +15,7 @@ constexpr int kMaxHeadDim = 512;
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32) QkvRopeKernel(QkvRopeParams p) {
   AllowDependentLaunch();
+  GridDependencyWait();
   extern __shared__ float smem[];
   const int d = p.head_dim, half = p.rotary_dim / 2;
   float* cos_s = smem;         // [half]
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeKernel(QkvRopeParams p) {
 
 }  // namespace
 
-absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream) {
+absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream, bool pdl) {
   if (p.num_tokens < 0 || p.num_heads <= 0 || p.num_kv_heads <= 0 || p.head_dim <= 0 ||
       p.head_dim > kMaxHeadDim || p.rotary_dim < 0 || p.rotary_dim > p.head_dim || p.rotary_dim % 2 != 0 ||
       p.block_size <= 0)
@@ -94,8 +95,7 @@ absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream) {
   const dim3 grid(static_cast<unsigned>(p.num_tokens), (p.num_heads + 2 * p.num_kv_heads + kWarps - 1) / kWarps);
   if (grid.y > 65535) return absl::InvalidArgumentError("QkvRope: too many heads");
   return LLM_DISPATCH_FLOAT(dtype, "QkvRope", [&] {
-    QkvRopeKernel<scalar_t><<<grid, kWarps * 32, smem, stream>>>(p);
-    CUDA_RETURN_IF_LAUNCH_ERROR();
+    CUDA_RETURN_IF_ERROR(LaunchKernel(QkvRopeKernel<scalar_t>, grid, dim3(kWarps * 32), smem, stream, pdl, p));
     return absl::OkStatus();
   });
 }

@@ -28,6 +28,8 @@ struct QkvRopeParams {
 
 // Rotation is rotate_half: element i < rotary_dim/2 pairs with i + rotary_dim/2; elements at or
 // beyond rotary_dim pass through. cos/sin of float(position) * inv_freq[i] in float32.
-absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream);
+// `pdl`: launched with programmatic dependent launch (the kernel waits for its predecessor before
+// touching memory; only its launch overlaps the predecessor's tail).
+absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream, bool pdl = false);
 
 }  // namespace llm::cuda

@@ -5,8 +5,8 @@
 # off, and sets OUT (the folder whose files come back).
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-tar -C / --skip-old-files -xzf .device/bundle.tgz && ldconfig
-[ -f .device/bins.tgz ] && tar -C .device -xzf .device/bins.tgz
+tar -C / --skip-old-files -xf .device/bundle.tgz && ldconfig
+[ -f .device/bins.tgz ] && tar -C .device -xf .device/bins.tgz
 if [ ! -e /work/main/tests/data ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 BIN=$PWD/.device/bin

@@ -1,5 +1,9 @@
 #include "parallel/topology.h"
 
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -117,17 +121,54 @@ absl::StatusOr<ShardedDims> ShardModel(const ModelDims& d, int tp, int pp) {
   return s;
 }
 
-absl::StatusOr<std::vector<LayerRange>> SplitLayers(int num_layers, int pp,
-                                                    absl::Span<const int> layers_per_stage) {
+namespace {
+
+// The default counts: the split that minimizes the most expensive stage, a layer costing 1 and
+// the last stage paying `last_stage_extra` more; among equal maxima the one with the least
+// spread of stage costs (sum of squared deviations), then the smaller last stage. Every stage but
+// the last takes an even share of the other layers, remainder to the earlier ones. With no extra
+// cost this is the even split with the remainder on the earlier stages.
+std::vector<int> DefaultCounts(int num_layers, int pp, double last_stage_extra) {
+  if (pp == 1) return {num_layers};
+  std::vector<int> best;
+  double best_max = 0, best_spread = 0;
+  for (int last = 1; last <= num_layers - (pp - 1); ++last) {
+    std::vector<int> c(pp, 0);
+    c[pp - 1] = last;
+    const int rest = num_layers - last;
+    for (int s = 0; s < pp - 1; ++s) c[s] = rest / (pp - 1) + (s < rest % (pp - 1) ? 1 : 0);
+    const double mean = (num_layers + last_stage_extra) / pp;
+    double max_cost = 0, spread = 0;
+    for (int s = 0; s < pp; ++s) {
+      const double cost = c[s] + (s == pp - 1 ? last_stage_extra : 0.0);
+      max_cost = std::max(max_cost, cost);
+      spread += (cost - mean) * (cost - mean);
+    }
+    constexpr double kEps = 1e-9;
+    if (best.empty() || max_cost < best_max - kEps || (max_cost < best_max + kEps && spread < best_spread - kEps)) {
+      best = std::move(c);
+      best_max = max_cost;
+      best_spread = spread;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<LayerRange>> SplitLayers(int num_layers, int pp, absl::Span<const int> layers_per_stage,
+                                                    double last_stage_extra) {
   if (pp < 1) return absl::InvalidArgumentError(absl::StrCat("pp must be >= 1, got ", pp));
   if (num_layers < pp) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_layers ", num_layers, " is smaller than pipeline-parallel size ", pp));
   }
   std::vector<int> counts;
+  if (!(last_stage_extra >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("last stage extra cost ", last_stage_extra, " must be >= 0"));
+  }
   if (layers_per_stage.empty()) {
-    counts.assign(pp, num_layers / pp);
-    for (int s = 0; s < num_layers % pp; ++s) ++counts[s];
+    counts = DefaultCounts(num_layers, pp, last_stage_extra);
   } else {
     if (static_cast<int>(layers_per_stage.size()) != pp) {
       return absl::InvalidArgumentError(
@@ -160,12 +201,12 @@ absl::StatusOr<std::vector<LayerRange>> SplitLayers(int num_layers, int pp,
   return ranges;
 }
 
-absl::StatusOr<LayerRange> StageLayers(int num_layers, int pp, int stage,
-                                       absl::Span<const int> layers_per_stage) {
+absl::StatusOr<LayerRange> StageLayers(int num_layers, int pp, int stage, absl::Span<const int> layers_per_stage,
+                                       double last_stage_extra) {
   if (stage < 0 || stage >= pp) {
     return absl::InvalidArgumentError(absl::StrCat("stage ", stage, " out of range [0, ", pp, ")"));
   }
-  auto ranges = SplitLayers(num_layers, pp, layers_per_stage);
+  auto ranges = SplitLayers(num_layers, pp, layers_per_stage, last_stage_extra);
   if (!ranges.ok()) return ranges.status();
   return (*ranges)[stage];
 }

@@ -126,16 +126,21 @@ struct LayerRange {
   friend bool operator==(const LayerRange&, const LayerRange&) = default;
 };
 
-// The layer range of every stage. With `layers_per_stage` empty the split is even, and the
-// remainder goes to the EARLIER stages (the first num_layers % pp stages get one layer more),
-// because the last stage also runs the final norm and the LM head (a vocab x hidden matmul) and
-// so is already the heaviest. Otherwise `layers_per_stage` gives each stage's count explicitly:
-// it must have pp entries, each >= 1, summing to num_layers.
+// The layer range of every stage. With `layers_per_stage` empty the split balances the stages'
+// costs, a layer costing 1 and the last stage `last_stage_extra` more: it also runs the final norm,
+// the LM head (a vocab x hidden matmul) and the sampler (engine/model/config.h's
+// LmHeadLayerEquivalents estimates it from the weight bytes). The most expensive stage is made
+// as cheap as possible, then the costs as even as possible; with no extra cost that is the even
+// split with the remainder on the EARLIER stages (the first num_layers % pp get one layer more).
+// Otherwise `layers_per_stage` gives each stage's count explicitly: it must have pp entries,
+// each >= 1, summing to num_layers. InvalidArgument for a negative extra cost.
 absl::StatusOr<std::vector<LayerRange>> SplitLayers(int num_layers, int pp,
-                                                    absl::Span<const int> layers_per_stage = {});
+                                                    absl::Span<const int> layers_per_stage = {},
+                                                    double last_stage_extra = 0.0);
 
 // The range of one stage; same rules as SplitLayers.
 absl::StatusOr<LayerRange> StageLayers(int num_layers, int pp, int stage,
-                                       absl::Span<const int> layers_per_stage = {});
+                                       absl::Span<const int> layers_per_stage = {},
+                                       double last_stage_extra = 0.0);
 
 }  // namespace llm

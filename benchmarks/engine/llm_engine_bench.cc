@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <string>
@@ -47,7 +48,7 @@ struct Args {
   std::fprintf(stderr,
                "llm_engine_bench: %s\n"
                "usage: [mpirun -np TP*PP] llm_engine_bench --model DIR [--dummy-weights] [--device cuda|cpu]\n"
-               "  [--dtype bf16|fp16|fp32] [--tp T] [--pp P] [--batch 1,16] [--prompt-len N] [--output-len N]\n"
+               "  [--dtype bf16|fp16|fp32] [--tp T] [--pp P] [--layers-per-stage 17,15] [--batch 1,16] [--prompt-len N] [--output-len N]\n"
                "  [--repeats N] [--max-seqs N] [--max-tokens-per-step N] [--kv-cache-fraction F]\n"
                "  [--max-context N] [--label TEXT] [--out FILE.md]\n",
                why.c_str());
@@ -78,6 +79,9 @@ Args Parse(int argc, char** argv) {
     else if (k == "--dtype") a.build.dtype = v;
     else if (k == "--tp") a.parallel.tp = ParseInt(k, v);
     else if (k == "--pp") a.parallel.pp = ParseInt(k, v);
+    else if (k == "--layers-per-stage") {
+      for (absl::string_view n : absl::StrSplit(v, ',')) a.parallel.layers_per_stage.push_back(ParseInt(k, std::string(n)));
+    }
     else if (k == "--batch") {
       a.batches.clear();
       for (absl::string_view b : absl::StrSplit(v, ',')) a.batches.push_back(ParseInt(k, std::string(b)));
@@ -181,6 +185,31 @@ RunResult RunBatch(Engine& engine, const ModelConfig& config, int batch, int pro
   return result;
 }
 
+// One line per rank about its stage's timeline (PP > 1): over the micro-batches of the most common
+// token count (the steady decode steps), the median time a micro-batch spent in this stage's Run
+// and the median gap between consecutive ones. On stage 0 a span is host enqueue time only (the
+// forward is not waited for); on the last stage it runs to the sampled tokens.
+void PrintStageTimeline(const EngineGroup& group, const Topology& t) {
+  const std::vector<StageSpan>& spans = group.timeline();
+  if (t.pp_size() == 1 || spans.size() < 3) return;
+  std::map<int32_t, int> counts;
+  for (const StageSpan& s : spans) ++counts[s.tokens];
+  int32_t common = 0;
+  int best = 0;
+  for (const auto& [tokens, n] : counts)
+    if (n > best) best = n, common = tokens;
+  std::vector<double> busy, gaps;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].tokens != common) continue;
+    busy.push_back(absl::ToDoubleMilliseconds(spans[i].end - spans[i].begin));
+    if (i + 1 < spans.size() && spans[i + 1].tokens == common)
+      gaps.push_back(absl::ToDoubleMilliseconds(spans[i + 1].begin - spans[i].end));
+  }
+  std::fprintf(stderr, "stage timeline: rank %d stage %d tp %d: %zu micro-batches of %d tokens, median span %.3f ms, "
+               "median gap %.3f ms\n", t.rank(), t.pp_stage(), t.tp_rank(), busy.size(), common,
+               Percentile(busy, 50), Percentile(gaps, 50));
+}
+
 int Main(int argc, char** argv) {
   auto mpi = MpiRuntime::Create(MpiRuntime::LaunchedByMpiLauncher() ? MpiMode::kInit : MpiMode::kSingleProcess,
                                  &argc, &argv);
@@ -204,6 +233,7 @@ int Main(int argc, char** argv) {
   if (!(*group)->is_scheduler()) {
     const absl::Status s = (*group)->RunWorker();
     if (!s.ok()) std::fprintf(stderr, "llm_engine_bench worker: %s\n", s.ToString().c_str());
+    PrintStageTimeline(**group, (*group)->topology());
     return s.ok() ? 0 : 1;
   }
   Engine& engine = *(*group)->engine();
@@ -242,6 +272,7 @@ int Main(int argc, char** argv) {
     f << report << "\n";
   }
   (*group)->ShutdownEngine();
+  PrintStageTimeline(**group, (*group)->topology());
   return errors == 0 ? 0 : 1;
 }
 

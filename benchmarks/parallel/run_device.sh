@@ -3,14 +3,17 @@
 # TP/PP parity against one GPU, the all-reduce microbenchmark and the engine at TP1/TP2(/TP4) and
 # PP1/PP2(/PP4). Logs and tables in $OUT; a summary last.
 # From the repo root on the GPU machine (binaries in .device/bins.tgz, libraries in
-# .device/bundle.tgz):   benchmarks/parallel/run_device.sh [tests] [parity] [allreduce] [engine]
+# .device/bundle.tgz):   benchmarks/parallel/run_device.sh [tests] [parity] [allreduce] [engine|tp|pp]
+# (engine = tp + pp: the TP decode latencies, the PP throughput)
 set -uo pipefail
 source "$(dirname "$0")/../device_prelude.sh"
 export LLM_CUSTOM_ALLREDUCE=${LLM_CUSTOM_ALLREDUCE:-1}  # exported to every rank (-x) below
+export LLM_FUSED_ALLREDUCE_NORM=${LLM_FUSED_ALLREDUCE_NORM:-1}
 GPUS=$(nvidia-smi -L | grep -c "GPU ")
-MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x LLM_CUSTOM_ALLREDUCE)
+MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x LLM_CUSTOM_ALLREDUCE -x LLM_FUSED_ALLREDUCE_NORM)
 MODEL8B=benchmarks/cuda/configs/llama3-8b
 modes="${*:-tests parity allreduce engine}"
+modes=${modes//engine/tp pp}
 { nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv; nvidia-smi topo -m; } > "$OUT/gpus.txt" 2>&1
 head -3 "$OUT/gpus.txt"
 summary=""
@@ -38,26 +41,34 @@ for m in $modes; do
         (( GPUS >= n )) || continue
         step "allreduce_bench_np$n" 120 "${MPI[@]}" -np $n "$BIN/allreduce_bench" --out "$OUT/allreduce.md"
       done ;;
-    engine)
-      # Per-token decode latency at batch 1 and 16 (TP1 / TP2 / TP4), then PP throughput at a
-      # saturating batch: PP1 at 128 sequences vs PPn with 128 per micro-batch.
+    tp)
+      # Per-token decode latency at batch 1 and 16 (TP1 / TP2 / TP4).
       E=("$BIN/llm_engine_bench" --model "$MODEL8B" --dummy-weights --device cuda --dtype bf16 --out "$OUT/engine.md")
       lat=(--batch 1,16 --prompt-len 128 --output-len 128 --repeats 3)
       step engine_tp1 150 "${E[@]}" "${lat[@]}" --label "one GPU"
-      step engine_tp2 150 "${MPI[@]}" -np 2 "${E[@]}" "${lat[@]}" --tp 2 --label "NVLink all-reduce"
+      step engine_tp2 150 "${MPI[@]}" -np 2 "${E[@]}" "${lat[@]}" --tp 2 --label "NVLink all-reduce fused with add + RMSNorm"
+      LLM_FUSED_ALLREDUCE_NORM=0 step engine_tp2_unfused 150 "${MPI[@]}" -np 2 "${E[@]}" "${lat[@]}" --tp 2 \
+        --label "NVLink all-reduce, separate add + RMSNorm"
       LLM_CUSTOM_ALLREDUCE=0 step engine_tp2_nccl 150 "${MPI[@]}" -np 2 "${E[@]}" "${lat[@]}" --tp 2 --label "NCCL all-reduce"
       if (( GPUS >= 4 )); then
-        step engine_tp4 150 "${MPI[@]}" -np 4 "${E[@]}" "${lat[@]}" --tp 4 --label "NVLink all-reduce"
-      fi
+        step engine_tp4 150 "${MPI[@]}" -np 4 "${E[@]}" "${lat[@]}" --tp 4 --label "NVLink all-reduce fused with add + RMSNorm"
+      fi ;;
+    pp)
+      # PP throughput at a saturating batch: PP1 at 128 sequences vs PPn with 128 per micro-batch.
+      E=("$BIN/llm_engine_bench" --model "$MODEL8B" --dummy-weights --device cuda --dtype bf16 --out "$OUT/engine.md")
       thr=(--prompt-len 256 --output-len 256 --repeats 2 --max-tokens-per-step 8192)
       step engine_pp1 150 "${E[@]}" "${thr[@]}" --batch 128 --label "one stage, saturating batch"
       step engine_pp2 150 "${MPI[@]}" -np 2 "${E[@]}" "${thr[@]}" --batch 256 --pp 2 --label "2 stages, 128 per micro-batch"
+      # The last stage also runs the LM head and the sampler: one layer fewer there.
+      step engine_pp2_17_15 150 "${MPI[@]}" -np 2 "${E[@]}" "${thr[@]}" --batch 256 --pp 2 --layers-per-stage 17,15 \
+        --label "2 stages of 17 and 15 layers, 128 per micro-batch"
       if (( GPUS >= 4 )); then
         step engine_pp4 150 "${MPI[@]}" -np 4 "${E[@]}" "${thr[@]}" --batch 512 --pp 4 --label "4 stages, 128 per micro-batch"
       fi ;;
   esac
 done
 grep -E "FAILED|Failure|error|Error" "$OUT/run.log" | head -30
+grep -E "^==== |stage timeline" "$OUT/run.log"
 echo "==== summary"
 printf "$summary"
 for f in parity.md allreduce.md engine.md; do [ -f "$OUT/$f" ] && { echo "== $f"; cat "$OUT/$f"; }; done

@@ -173,7 +173,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> EngineGroup::LoadShard(EngineBuildO
                                                                      const ModelConfig& config) {
   const Topology& t = topology_;
   ASSIGN_OR_RETURN(LayerRange layers,
-                   StageLayers(static_cast<int>(config.num_layers), t.pp_size(), t.pp_stage(), parallel.layers_per_stage));
+                   StageLayers(static_cast<int>(config.num_layers), t.pp_size(), t.pp_stage(), parallel.layers_per_stage,
+                               LmHeadLayerEquivalents(config)));
   ShardSpec shard;
   shard.tp_rank = t.tp_rank();
   shard.tp_size = t.tp_size();

@@ -17,7 +17,7 @@ namespace llm {
 struct ParallelOptions {
   int tp = 1;
   int pp = 1;
-  std::vector<int> layers_per_stage;  // empty: even split
+  std::vector<int> layers_per_stage;  // empty: balanced split (parallel/topology.h, LmHeadLayerEquivalents)
   absl::Duration comm_timeout = absl::Seconds(300);
 };
 

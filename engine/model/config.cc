@@ -357,6 +357,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   }
 }
 
+double LmHeadLayerEquivalents(const ModelConfig& c) {
+  const double layer = static_cast<double>(c.hidden_size) * (2.0 * c.q_size() + 2.0 * c.kv_size()) +
+                       3.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.intermediate_size);
+  if (layer <= 0) return 0.0;
+  return static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size) / layer;
+}
+
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& dir) {
   const std::filesystem::path config_path = dir / "config.json";
   ASSIGN_OR_RETURN(std::string text, ReadTextFile(config_path));

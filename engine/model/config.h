@@ -67,6 +67,12 @@ struct ModelConfig {
   int64_t kv_size() const { return num_kv_heads * head_dim; }
 };
 
+// The LM head (vocab x hidden) in units of one decoder layer's weights (attention and MLP
+// projections): what the last pipeline stage streams beyond its layers each step (about 2.4 for
+// Llama-3-8B, 1.2 for Llama-3-70B). The default pipeline split (parallel/topology.h) balances
+// stages with it.
+double LmHeadLayerEquivalents(const ModelConfig& config);
+
 // Parses config.json text. `source` names the file in error messages. Validates every field the
 // decoder needs (positive sizes, heads dividing, supported activation and rope type).
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source);

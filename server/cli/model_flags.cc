@@ -26,7 +26,7 @@ void ModelFlags::Register(FlagSet& f) {
   f.Int("block-size", &block_size, "tokens per KV cache block");
   f.Int("tp", &tp, "tensor-parallel ranks (launch TP*PP ranks with mpirun)");
   f.Int("pp", &pp, "pipeline stages");
-  f.String("layers-per-stage", &layers_per_stage, "comma-separated layer counts per stage (default: even split)");
+  f.String("layers-per-stage", &layers_per_stage, "comma-separated layer counts per stage (default: balanced, the last stage's LM head counted as layers)");
   f.Bool("dummy-weights", &dummy_weights, "random weights in the shapes of --model's config.json (benchmarks)");
 }
 

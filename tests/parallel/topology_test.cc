@@ -203,6 +203,35 @@ TEST(SplitLayersTest, RemainderGoesToEarlierStages) {
   for (const LayerRange& l : *tight) EXPECT_EQ(l.size(), 1);
 }
 
+// The last stage also runs the LM head: with its cost in layers the default split moves layers
+// to the earlier stages so that the most expensive stage is as cheap as possible.
+TEST(SplitLayersTest, LastStageExtraCostMovesLayersEarlier) {
+  auto counts = [](int layers, int pp, double extra) {
+    std::vector<int> c;
+    const absl::StatusOr<std::vector<LayerRange>> ranges = SplitLayers(layers, pp, {}, extra);
+    if (!ranges.ok()) return c;
+    for (const LayerRange& r : *ranges) c.push_back(r.size());
+    return c;
+  };
+  // Llama-3-8B: 32 layers, LM head ~2.41 layers. PP2: costs 17 | 15 + 2.41 (16 | 18.41 evenly).
+  EXPECT_EQ(counts(32, 2, 2.41), (std::vector<int>{17, 15}));
+  // PP4: 9, 9, 8, 6 + 2.41 = 8.41 (max 9); 9, 9, 9, 5 has the same maximum but a wider spread.
+  EXPECT_EQ(counts(32, 4, 2.41), (std::vector<int>{9, 9, 8, 6}));
+  // Llama-3-70B: 80 layers, LM head ~1.23 layers.
+  EXPECT_EQ(counts(80, 2, 1.23), (std::vector<int>{41, 39}));
+  // No extra cost: the even split, remainder on the earlier stages.
+  EXPECT_EQ(counts(33, 4, 0.0), (std::vector<int>{9, 8, 8, 8}));
+  EXPECT_EQ(counts(29, 3, 0.0), (std::vector<int>{10, 10, 9}));
+  // A head far heavier than the layers still leaves the last stage one layer.
+  EXPECT_EQ(counts(4, 2, 100.0), (std::vector<int>{3, 1}));
+  EXPECT_EQ(counts(2, 2, 100.0), (std::vector<int>{1, 1}));
+  // Explicit counts ignore the extra cost; a negative one is rejected.
+  const std::vector<int> explicit_counts = {16, 16};
+  EXPECT_EQ((*SplitLayers(32, 2, explicit_counts, 2.41))[1], (LayerRange{16, 32}));
+  EXPECT_FALSE(SplitLayers(32, 2, {}, -1.0).ok());
+  EXPECT_EQ(*StageLayers(32, 2, 1, {}, 2.41), (LayerRange{17, 32}));
+}
+
 TEST(SplitLayersTest, ExplicitCounts) {
   const std::vector<int> counts = {10, 12, 10};
   auto r = SplitLayers(32, 3, counts);

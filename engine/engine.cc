@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -22,6 +23,11 @@ std::string_view FinishReasonName(FinishReason reason) {
 
 namespace {
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+SchedulerOptions WithMicroBatches(SchedulerOptions options, int micro_batches) {
+  options.micro_batches = std::max(1, micro_batches);
+  return options;
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineInfo& info, const EngineOptions& options,
@@ -38,7 +44,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineInfo& info, c
 Engine::Engine(const EngineInfo& info, const EngineOptions& options, std::unique_ptr<StepExecutor> executor,
                std::shared_ptr<const Tokenizer> tokenizer)
     : info_(info), options_(options), executor_(std::move(executor)), tokenizer_(std::move(tokenizer)),
-      scheduler_(options.scheduler) {
+      scheduler_(WithMicroBatches(options.scheduler, executor_->max_in_flight())) {
   eos_ids_ = info_.config.eos_token_ids;
   if (tokenizer_)
     for (int32_t id : tokenizer_->eos_token_ids())

@@ -33,6 +33,12 @@ bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& schedul
   scheduled.clear();
   int32_t budget = options_.max_tokens_per_step;
   const int32_t bs = options_.block_size;
+  int32_t max_seqs = options_.max_seqs;
+  if (options_.micro_batches > 1) {
+    const int64_t active = static_cast<int64_t>(running_.size() + waiting_.size());
+    const int64_t share = (active + options_.micro_batches - 1) / options_.micro_batches;
+    max_seqs = static_cast<int32_t>(std::clamp<int64_t>(share, 1, max_seqs));
+  }
 
   // 1. Running sequences, highest priority first; preempt from the other end when short of blocks.
   // Sequences in an in-flight step are neither scheduled again nor preempted until it returns.
@@ -40,7 +46,7 @@ bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& schedul
   for (Sequence* seq : running_)
     if (!seq->in_flight) order.push_back(seq);
   size_t end = order.size();
-  for (size_t i = 0; i < end && budget > 0 && static_cast<int32_t>(scheduled.size()) < options_.max_seqs; ++i) {
+  for (size_t i = 0; i < end && budget > 0 && static_cast<int32_t>(scheduled.size()) < max_seqs; ++i) {
     Sequence* seq = order[i];
     const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - seq->num_computed;
     const int32_t n = std::min(remaining, budget);
@@ -60,7 +66,7 @@ bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& schedul
 
   // 2. Admit waiting sequences in order while there is room; stop at the first that does not fit
   //    (FCFS: a later, smaller request never overtakes an earlier one of the same priority).
-  while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(scheduled.size()) < options_.max_seqs) {
+  while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(scheduled.size()) < max_seqs) {
     Sequence* seq = *waiting_.begin();
     const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - seq->num_computed;
     const int32_t n = std::min(remaining, budget);

@@ -5,6 +5,8 @@
 //  2. Waiting sequences are admitted in priority/FCFS order while the token budget, the sequence
 //     limit and the KV pool allow; a long prompt is split into chunks across steps, so it never
 //     stalls the running decodes.
+// With pipeline micro-batches, the sequence limit of a step is also an even share of the active
+// sequences, and sequences of a step still in flight are left for the next one.
 // It owns the KV block pool; it never touches the device.
 #pragma once
 
@@ -23,6 +25,10 @@ struct SchedulerOptions {
   int32_t block_size = 16;
   int32_t num_blocks = 0;
   int32_t block_table_width = 0;
+  // Steps in flight at once (the pipeline's micro-batches; set by the engine from its executor).
+  // Above 1, a step takes at most ceil(active sequences / micro_batches) of them, so that the
+  // micro-batches stay about the same size: the pipeline runs at the pace of its largest one.
+  int32_t micro_batches = 1;
 };
 
 struct ScheduledSequence {

@@ -58,10 +58,10 @@ for m in $modes; do
       E=("$BIN/llm_engine_bench" --model "$MODEL8B" --dummy-weights --device cuda --dtype bf16 --out "$OUT/engine.md")
       thr=(--prompt-len 256 --output-len 256 --repeats 2 --max-tokens-per-step 8192)
       step engine_pp1 150 "${E[@]}" "${thr[@]}" --batch 128 --label "one stage, saturating batch"
+      # Default split: balanced with the LM head counted (17/15 for this shape); then the even one.
       step engine_pp2 150 "${MPI[@]}" -np 2 "${E[@]}" "${thr[@]}" --batch 256 --pp 2 --label "2 stages, 128 per micro-batch"
-      # The last stage also runs the LM head and the sampler: one layer fewer there.
-      step engine_pp2_17_15 150 "${MPI[@]}" -np 2 "${E[@]}" "${thr[@]}" --batch 256 --pp 2 --layers-per-stage 17,15 \
-        --label "2 stages of 17 and 15 layers, 128 per micro-batch"
+      step engine_pp2_even 150 "${MPI[@]}" -np 2 "${E[@]}" "${thr[@]}" --batch 256 --pp 2 --layers-per-stage 16,16 \
+        --label "2 stages of 16 layers, 128 per micro-batch"
       if (( GPUS >= 4 )); then
         step engine_pp4 150 "${MPI[@]}" -np 4 "${E[@]}" "${thr[@]}" --batch 512 --pp 4 --label "4 stages, 128 per micro-batch"
       fi ;;

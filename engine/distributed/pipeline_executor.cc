@@ -57,7 +57,8 @@ absl::Status PipelineStage::Run(const std::string& message, const StepPlan& plan
   timeline_.push_back({begin, absl::Now(), n});
   // The last stage's first TP rank reports to rank 0 (unless it is rank 0).
   if (t.tp_rank() == 0 && t.rank() != 0) {
-    std::string body(reinterpret_cast<const char*>(results.data()), results.size() * sizeof(SampleResult));
+    std::string body;
+    if (status.ok()) EncodeSampleResults(results, body);
     RETURN_IF_ERROR(group_.results->SendBytes(WithFlag(status.ok(), body), 0));
   }
   return status;
@@ -131,9 +132,8 @@ absl::Status PipelineStepExecutor::Collect(absl::Span<SampleResult> results) {
   }
   if (!bytes.ok()) return bytes.status();
   if (bytes->empty() || (*bytes)[0] == 0) return absl::InternalError("a pipeline stage failed this step (see its log)");
-  if (bytes->size() - 1 != results.size() * sizeof(SampleResult))
-    return absl::InternalError("sampled tokens do not match the launched step");
-  std::memcpy(results.data(), bytes->data() + 1, bytes->size() - 1);
+  if (absl::Status s = DecodeSampleResults(std::string_view(*bytes).substr(1), results); !s.ok())
+    return absl::InternalError(absl::StrCat("sampled tokens do not match the launched step: ", s.message()));
   return absl::OkStatus();
 }
 

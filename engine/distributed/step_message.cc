@@ -1,6 +1,9 @@
 #include "engine/distributed/step_message.h"
 
+#include <algorithm>
 #include <cstring>
+
+#include "absl/strings/str_cat.h"
 
 namespace llm {
 namespace {
@@ -24,7 +27,7 @@ class Writer {
 
 class Reader {
  public:
-  explicit Reader(const std::string& in) : in_(in) {}
+  explicit Reader(std::string_view in) : in_(in) {}
   template <typename T>
   bool Get(T& v) {
     if (pos_ + sizeof(T) > in_.size()) return false;
@@ -44,11 +47,12 @@ class Reader {
   bool done() const { return pos_ == in_.size(); }
 
  private:
-  const std::string& in_;
+  std::string_view in_;
   size_t pos_ = 0;
 };
 
-constexpr uint32_t kMagic = 0x504c5453;  // "STLP"
+constexpr uint32_t kMagic = 0x504c5453;         // "STLP"
+constexpr uint32_t kResultsMagic = 0x53455253;  // "SRES"
 
 bool NeedsTokens(const SamplingParams& p) {
   return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
@@ -102,6 +106,37 @@ absl::Status DecodeStepMessage(const std::string& bytes, StepMessage& m) {
   m.rows.resize(num_rows);
   for (uint32_t i = 0; i < num_rows; ++i)
     m.rows[i] = {&m.params[i], m.steps[i], m.prompt_tokens[i], m.output_tokens[i]};
+  return absl::OkStatus();
+}
+
+void EncodeSampleResults(absl::Span<const SampleResult> results, std::string& out) {
+  Writer w(out);
+  w.Put(kResultsMagic);
+  w.Put<uint32_t>(static_cast<uint32_t>(results.size()));
+  for (const SampleResult& r : results) {
+    w.Put(r.token);
+    w.Put(r.logprob);
+    const int32_t top = std::clamp<int32_t>(r.num_top, 0, kMaxTopLogprobs);
+    w.Put(top);
+    for (int32_t i = 0; i < top; ++i) w.Put(r.top[i]);
+  }
+}
+
+absl::Status DecodeSampleResults(std::string_view bytes, absl::Span<SampleResult> results) {
+  Reader r(bytes);
+  uint32_t magic = 0, n = 0;
+  if (!(r.Get(magic) && magic == kResultsMagic && r.Get(n))) return absl::DataLossError("malformed sample results");
+  if (n != results.size())
+    return absl::DataLossError(absl::StrCat("sample results hold ", n, " rows, the step sampled ", results.size()));
+  for (SampleResult& out : results) {
+    out = SampleResult{};
+    if (!(r.Get(out.token) && r.Get(out.logprob) && r.Get(out.num_top)) || out.num_top < 0 ||
+        out.num_top > kMaxTopLogprobs)
+      return absl::DataLossError("malformed sample result row");
+    for (int32_t i = 0; i < out.num_top; ++i)
+      if (!r.Get(out.top[i])) return absl::DataLossError("truncated sample result row");
+  }
+  if (!r.done()) return absl::DataLossError("trailing bytes in sample results");
   return absl::OkStatus();
 }
 

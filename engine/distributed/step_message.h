@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,5 +25,12 @@ struct StepMessage {
 
 void EncodeStepMessage(const StepPlan& plan, absl::Span<const SampleRow> rows, std::string& out);
 absl::Status DecodeStepMessage(const std::string& bytes, StepMessage& message);
+
+// The sampled tokens the last stage returns to the scheduling rank: per row the token, its
+// logprob and only the top logprobs that were asked for (12 bytes a row without them, so a
+// micro-batch's results fit MPI's eager limit instead of waiting for the receiver to match).
+void EncodeSampleResults(absl::Span<const SampleResult> results, std::string& out);
+// DataLoss when `bytes` is malformed or holds another number of rows than `results`.
+absl::Status DecodeSampleResults(std::string_view bytes, absl::Span<SampleResult> results);
 
 }  // namespace llm

@@ -1,6 +1,7 @@
 // Tensor x pipeline parallel engine groups under mpirun (CPU backend, MPI communicators): every
 // fixture model must produce its reference greedy tokens at the TP/PP layout given by
 // LLM_TEST_TP / LLM_TEST_PP, exactly as on one rank.
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -133,26 +134,33 @@ TEST_P(DistributedSyntheticTest, GreedyTokensMatchFloat64Reference) {
   }
   std::vector<int32_t> prompt = {5, 17, 3, 42, 8, 61, 29, 2, 77, 13, 50, 31};
   std::vector<int32_t> expected, context = prompt;
+  std::vector<double> expected_logprob;
   for (int i = 0; i < 10; ++i) {  // float64 greedy decoding
     const auto logits = testing::ReferenceLogits(model, context);
     const double* last = &logits[(context.size() - 1) * spec.vocab];
     const int32_t next = static_cast<int32_t>(std::max_element(last, last + spec.vocab) - last);
+    double sum = 0;
+    for (int64_t v = 0; v < spec.vocab; ++v) sum += std::exp(last[v] - last[next]);
     expected.push_back(next);
+    expected_logprob.push_back(-std::log(sum));
     context.push_back(next);
   }
   GenerateRequest r;
   r.prompt_tokens = prompt;
   r.sampling.temperature = 0.0f;
+  r.sampling.num_top_logprobs = 3;  // they come back from the last stage with the tokens
   r.stop.max_tokens = 10;
   r.stop.ignore_eos = true;
   r.detokenize = false;
   std::mutex mu;
   std::condition_variable cv;
   std::vector<int32_t> got;
+  std::vector<SampleResult> logprobs;
   bool done = false;
   ASSERT_TRUE((*group)->engine()->Submit(r, [&](RequestOutput out) {
     std::lock_guard<std::mutex> lock(mu);
     got.insert(got.end(), out.token_ids.begin(), out.token_ids.end());
+    logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.end());
     done = out.finished;
     cv.notify_all();
   }).ok());
@@ -161,6 +169,14 @@ TEST_P(DistributedSyntheticTest, GreedyTokensMatchFloat64Reference) {
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done; }));
   }
   EXPECT_EQ(got, expected);
+  ASSERT_EQ(logprobs.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(logprobs[i].token, expected[i]) << i;
+    EXPECT_NEAR(logprobs[i].logprob, expected_logprob[i], 1e-3) << i;
+    ASSERT_EQ(logprobs[i].num_top, 3) << i;
+    EXPECT_EQ(logprobs[i].top[0].token, expected[i]) << i;
+    EXPECT_GE(logprobs[i].top[0].logprob, logprobs[i].top[1].logprob) << i;
+  }
   (*group)->engine()->Shutdown(true);
   group->reset();
 }

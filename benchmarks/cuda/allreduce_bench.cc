@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/core/dtype.h"
+#include "kernels/cuda/norm/rms_norm.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
 #include "parallel/nccl_communicator.h"
@@ -159,7 +160,9 @@ Timing Measure(MpiCommunicator& world, DeviceCommunicator& comm, void* buf, size
   std::vector<uint16_t> host(count);
   for (size_t i = 0; i < count; ++i)
     host[i] = FloatToBf16(static_cast<float>((comm.rank() + 1) * (1 + i % 7)));
-  AR_CUDA(cudaMemcpy(buf, host.data(), bytes, cudaMemcpyHostToDevice));
+  // On `stream` (non-blocking: a plain cudaMemcpy from pageable memory may still be in flight
+  // on the legacy stream when the all-reduce reads the buffer).
+  AR_CUDA(cudaMemcpyAsync(buf, host.data(), bytes, cudaMemcpyHostToDevice, stream));
   call();
   AR_CHECK(comm.Synchronize());
   AR_CUDA(cudaMemcpy(host.data(), buf, bytes, cudaMemcpyDeviceToHost));
@@ -173,6 +176,48 @@ Timing Measure(MpiCommunicator& world, DeviceCommunicator& comm, void* buf, size
     }
   }
   return t;
+}
+
+// Microseconds per decode epilogue (rows x hidden bf16: delta all-reduced, added to the
+// residual, RMSNorm into out) inside a CUDA graph of kGraphCalls epilogues: `fused` one kernel
+// (Communicator::AllReduceAddRmsNorm), else the all-reduce and then the norm kernel (launched
+// with PDL, as the engine does).
+double MeasureEpilogue(MpiCommunicator& world, DeviceCommunicator& comm, size_t rows, size_t hidden, bool fused,
+                       const Args& args) {
+  cudaStream_t stream = static_cast<cudaStream_t>(comm.stream());
+  const size_t count = rows * hidden;
+  void *delta = nullptr, *residual = nullptr, *weight = nullptr, *out = nullptr;
+  for (void** p : {&delta, &residual, &out}) {
+    AR_CUDA(cudaMalloc(p, count * 2));
+    AR_CUDA(cudaMemsetAsync(*p, 0, count * 2, stream));  // zeros: every replay sees the same values
+  }
+  AR_CUDA(cudaMalloc(&weight, hidden * 2));
+  AR_CUDA(cudaMemsetAsync(weight, 0, hidden * 2, stream));
+  auto call = [&] {
+    if (fused) {
+      AR_CHECK(comm.AllReduceAddRmsNorm(delta, residual, weight, 1e-5f, out, rows, hidden, DType::kBF16));
+    } else {
+      AR_CHECK(AllReduceSumInto(comm, delta, delta, count, DType::kBF16));
+      AR_CHECK(cuda::LaunchRmsNorm(DType::kBF16, nullptr, residual, delta, weight, out, static_cast<int64_t>(rows),
+                                   static_cast<int64_t>(hidden), 1e-5f, stream, /*pdl=*/true));
+    }
+  };
+  for (int i = 0; i < 3; ++i) call();
+  AR_CHECK(comm.Synchronize());
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  AR_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kGraphCalls; ++i) call();
+  AR_CUDA(cudaStreamEndCapture(stream, &graph));
+  AR_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) AR_CUDA(cudaGraphLaunch(exec, stream));
+  AR_CHECK(comm.Synchronize());
+  const double us =
+      TimePerCall(world, stream, args.reps, kGraphCalls, [&] { AR_CUDA(cudaGraphLaunch(exec, stream)); });
+  AR_CUDA(cudaGraphExecDestroy(exec));
+  AR_CUDA(cudaGraphDestroy(graph));
+  for (void* p : {delta, residual, weight, out}) AR_CUDA(cudaFree(p));
+  return us;
 }
 
 std::string SizeLabel(size_t bytes) {
@@ -258,6 +303,19 @@ int Main(int argc, char** argv) {
     if (world.rank() == 0) std::fprintf(stderr, "%s done\n", SizeLabel(bytes).c_str());
   }
   AR_CUDA(cudaFree(buf));
+
+  if (setup.one_shot && setup.fused_add_rms_norm) {
+    absl::StrAppend(&report,
+                    "\n### Decode epilogue: all-reduce + residual add + RMSNorm (bf16, in a CUDA graph)\n\n"
+                    "| hidden x rows | all-reduce, then AddRmsNorm us | fused kernel us |\n| --- | --- | --- |\n");
+    for (size_t rows : {1, 4, 16, 64}) {
+      const size_t hidden = 4096;
+      if (!(*nvlink)->CanAllReduceAddRmsNorm(rows, hidden, DType::kBF16)) continue;
+      const double two = MeasureEpilogue(world, **nvlink, rows, hidden, false, args);
+      const double one = MeasureEpilogue(world, **nvlink, rows, hidden, true, args);
+      absl::StrAppend(&report, absl::StrFormat("| %zu x %zu | %.2f | %.2f |\n", hidden, rows, two, one));
+    }
+  }
 
   if (world.rank() == 0) {
     std::printf("%s", report.c_str());

@@ -37,7 +37,6 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const T* __restrict__ 
     if (active && idx < end) cur[u] = LoadVecStreaming(wr + idx * kVec);
   }
   GridDependencyWait();
-  AllowDependentLaunch();
 
   float acc[M];
 #pragma unroll
@@ -73,6 +72,10 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const T* __restrict__ 
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) cur[u] = nxt[u];
   }
+  // Only now may the next kernel's blocks launch (and wait, holding SM slots): triggered at the
+  // top they would sit resident through this kernel's whole weight stream and cut the number of
+  // its blocks (and loads) in flight.
+  AllowDependentLaunch();
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]);
   if (wpr == 1) {

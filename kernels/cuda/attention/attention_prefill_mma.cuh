@@ -53,17 +53,6 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t r[4], const void* smem)
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
 }
-// 16-byte global -> shared copy; src_bytes 0 zero-fills the destination.
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
 
 // Tiles in shared memory are [rows][D] of T, stored in 16-byte chunks XOR-swizzled by the row
 // (chunk c of row r lives at chunk c ^ (r & 7)), so that the 8 rows an ldmatrix reads at one

@@ -13,16 +13,23 @@ constexpr int kSimtMaxHeadDim = 256;
 //   q_s   [G][D]          queries pre-scaled by scale * log2(e)
 //   s_s   [G][kTileN]     scores, then probabilities
 //   stat  [3][G]          running max m, running sum l, this tile's correction
-//   k_s   T [kTileN][D + kVec]   (padded rows: conflict-free column reads)
-//   v_s   T [kTileN][D + kVec]
+//   k_s   T [kStages][kTileN][D + kVec]   (padded rows: conflict-free column reads)
+//   v_s   T [kStages][kTileN][D + kVec]
+// With 16-bit elements in 16-byte vectors the K/V tiles are double-buffered: tile n + 1 is
+// copied with cp.async while tile n is computed on, so the cache reads (and the block-table reads
+// in front of them) overlap the math instead of alternating with it. (float32, a testing dtype,
+// keeps one stage: two stages of 256-wide float rows would not fit in shared memory.)
 template <typename T, int G, int kVec>
 struct SimtSmem {
+  static constexpr bool kAsync = sizeof(T) == 2 && kVec * sizeof(T) == 16;
+  static constexpr int kStages = kAsync ? 2 : 1;
   __host__ __device__ static int QFloats(int d) { return (G * d + 3) / 4 * 4; }  // s_s stays 16-byte aligned
   __host__ __device__ static size_t HeadBytes(int d) {
     const size_t floats = static_cast<size_t>(QFloats(d)) + G * kSimtTileN + 3 * G;
     return (floats * sizeof(float) + 15) / 16 * 16;
   }
-  __host__ __device__ static size_t Bytes(int d) { return HeadBytes(d) + 2 * static_cast<size_t>(kSimtTileN) * (d + kVec) * sizeof(T); }
+  __host__ __device__ static size_t TileElems(int d) { return static_cast<size_t>(kSimtTileN) * (d + kVec); }
+  __host__ __device__ static size_t Bytes(int d) { return HeadBytes(d) + 2 * kStages * TileElems(d) * sizeof(T); }
 };
 
 // grid: (num_tokens, num_kv_heads * head_tiles, splits); block: kSimtThreads.
@@ -33,19 +40,19 @@ __global__ void __launch_bounds__(kSimtThreads) AttentionSimtKernel(PagedAttenti
                                                                     int splits, float* __restrict__ part_acc,
                                                                     float2* __restrict__ part_ml) {
   static_assert(kSimtThreads == 2 * kSimtTileN, "score phase maps 2 threads per key");
+  static_assert(kSimtMaxHeadDim <= 2 * kSimtThreads, "P·V maps at most 2 columns per thread");
+  using Smem = SimtSmem<T, G, kVec>;
   AllowDependentLaunch();
   GridDependencyWait();
-  static_assert(kSimtMaxHeadDim <= 2 * kSimtThreads, "P·V maps at most 2 columns per thread");
-  AllowDependentLaunch();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int d = p.head_dim, dp = d + kVec;
   float* q_s = reinterpret_cast<float*>(smem_raw);
-  float* s_s = q_s + SimtSmem<T, G, kVec>::QFloats(d);
+  float* s_s = q_s + Smem::QFloats(d);
   float* m_s = s_s + G * kSimtTileN;
   float* l_s = m_s + G;
   float* c_s = l_s + G;
-  T* k_s = reinterpret_cast<T*>(smem_raw + SimtSmem<T, G, kVec>::HeadBytes(d));
-  T* v_s = k_s + kSimtTileN * dp;
+  T* const k_base = reinterpret_cast<T*>(smem_raw + Smem::HeadBytes(d));
+  T* const v_base = k_base + Smem::kStages * Smem::TileElems(d);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t t = blockIdx.x;
@@ -82,25 +89,26 @@ __global__ void __launch_bounds__(kSimtThreads) AttentionSimtKernel(PagedAttenti
     for (int r = 0; r < G; ++r) acc[i][r] = 0.0f;
 
   const int chunks_per_row = d / kVec;
-  for (int n0 = start; n0 < end; n0 += kSimtTileN) {
-    __syncthreads();  // the previous tile's readers are done (and q_s/stat are initialized)
-    // Load K and V rows [n0, n0 + kTileN); rows past `end` are zeros (finite for P·V).
+  // K and V rows [n0, n0 + kTileN) into stage `stage`; rows past `end` are zeros (finite for
+  // P·V). With kAsync the copies are cp.async, one commit group per tile.
+  auto load_tile = [&](int n0, int stage) {
+    T* ks = k_base + stage * Smem::TileElems(d);
+    T* vs = v_base + stage * Smem::TileElems(d);
     for (int i = tid; i < kSimtTileN * chunks_per_row; i += kSimtThreads) {
       const int j = i / chunks_per_row, c = (i % chunks_per_row) * kVec;
       const int key = n0 + j;
-      T* kd = k_s + j * dp + c;
-      T* vd = v_s + j * dp + c;
-      if (key < end) {
-        const int64_t off = KeyRow(kc, table, key, kvh, p.num_kv_heads, p.block_size, d) - kc + c;
-        if constexpr (kVec * sizeof(T) == 16) {
-          *reinterpret_cast<uint4*>(kd) = *reinterpret_cast<const uint4*>(kc + off);
-          *reinterpret_cast<uint4*>(vd) = *reinterpret_cast<const uint4*>(vc + off);
-        } else {
+      T* kd = ks + j * dp + c;
+      T* vd = vs + j * dp + c;
+      const bool valid = key < end;
+      const int64_t off = valid ? KeyRow(kc, table, key, kvh, p.num_kv_heads, p.block_size, d) - kc + c : 0;
+      if constexpr (Smem::kAsync) {
+        CpAsync16(kd, kc + off, valid);
+        CpAsync16(vd, vc + off, valid);
+      } else if (valid) {
 #pragma unroll
-          for (int e = 0; e < kVec; ++e) {
-            kd[e] = kc[off + e];
-            vd[e] = vc[off + e];
-          }
+        for (int e = 0; e < kVec; ++e) {
+          kd[e] = kc[off + e];
+          vd[e] = vc[off + e];
         }
       } else {
 #pragma unroll
@@ -110,7 +118,26 @@ __global__ void __launch_bounds__(kSimtThreads) AttentionSimtKernel(PagedAttenti
         }
       }
     }
+    if constexpr (Smem::kAsync) CpAsyncCommit();
+  };
+  if constexpr (Smem::kAsync) {
+    if (start < end) load_tile(start, 0);
+  }
+  int stage = 0;
+  for (int n0 = start; n0 < end; n0 += kSimtTileN, stage ^= Smem::kStages - 1) {
+    // The previous tile's readers are done (and q_s/stat are initialized): its stage may be
+    // refilled.
     __syncthreads();
+    if constexpr (Smem::kAsync) {
+      if (n0 + kSimtTileN < end) load_tile(n0 + kSimtTileN, stage ^ 1);
+      else CpAsyncCommit();  // an empty group keeps the count: the wait below is for this tile
+      CpAsyncWait<1>();
+    } else {
+      load_tile(n0, 0);
+    }
+    __syncthreads();
+    const T* k_s = k_base + stage * Smem::TileElems(d);
+    const T* v_s = v_base + stage * Smem::TileElems(d);
     // Scores: thread -> key j = tid % kTileN, query rows r = tid / kTileN + 2i.
     {
       constexpr int kRows = (G + 1) / 2;

@@ -22,7 +22,10 @@ size_t PartialBytesPerSplit(int64_t num_tokens, int32_t num_heads, int32_t head_
 template <typename Kernel>
 cudaError_t AllowSmem(Kernel kernel, size_t bytes) {
   if (bytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess) cudaGetLastError();  // reported here; not left for the next launch check
+  return err;
 }
 
 template <typename T, int G, int kVec>

@@ -345,7 +345,7 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
     // Not timed yet. While capturing a graph nothing can be timed (the eager run before every
     // capture normally decided already): keep the GEMV.
     if (impl_->capturing || impl_->timing) return gemv();
-    ASSIGN_OR_RETURN(bool gemv_faster, TimeGemvAgainstCublas(gemv, cublas));
+    ASSIGN_OR_RETURN(bool gemv_faster, TimeGemvAgainstCublas(x, gemv, cublas));
     it = impl_->gemv_wins.emplace(key, gemv_faster).first;
   }
   return it->second ? gemv() : cublas();
@@ -353,14 +353,24 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
 
 // Runs both candidates on the call's own operands (a few warm-up runs, then the median of
 // interleaved timed runs, each after writing a buffer larger than L2 so that the weights come
-// from DRAM as they do in a real step, where every layer has its own). Synchronizes the stream:
-// first call of a shape only.
-absl::StatusOr<bool> CudaBackend::TimeGemvAgainstCublas(const std::function<absl::Status()>& gemv,
+// from DRAM as they do in a real step, where every layer has its own). Each timed run is an
+// RMSNorm over x (into scratch) followed by the candidate, as in a decode step where a linear
+// follows a small kernel: the GEMV, launched with PDL, streams its first weights during its
+// predecessor's tail, and an isolated timing would not see that. Synchronizes the stream: first
+// call of a shape only.
+absl::StatusOr<bool> CudaBackend::TimeGemvAgainstCublas(Tensor x, const std::function<absl::Status()>& gemv,
                                                         const std::function<absl::Status()>& cublas) {
   cudaStream_t st = impl_->stream;
   const size_t flush_bytes = std::max<size_t>(size_t{2} * impl_->prop.l2CacheSize, size_t{64} << 20);
   void* flush = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaMallocAsync(&flush, flush_bytes, st));
+  CUDA_RETURN_IF_ERROR(cudaMallocAsync(&flush, flush_bytes + x.bytes(), st));
+  void* scratch = static_cast<char*>(flush) + flush_bytes;  // the norm's output (x is only read)
+  const int64_t k = x.rank() > 0 ? x.dim(x.rank() - 1) : x.numel();
+  auto predecessor = [&]() -> absl::Status {
+    // x's first row stands in for the norm weight: only the timing matters.
+    return cuda::LaunchRmsNorm(activation_dtype(), x.data(), nullptr, nullptr, x.data(), scratch, x.numel() / k, k,
+                               1e-5f, st, impl_->options.programmatic_launch);
+  };
   cudaEvent_t start = nullptr, stop = nullptr;
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
@@ -373,6 +383,7 @@ absl::StatusOr<bool> CudaBackend::TimeGemvAgainstCublas(const std::function<absl
     for (int v = 0; v < 2 && status.ok(); ++v) {
       status = CudaStatusOf(cudaMemsetAsync(flush, i & 0xff, flush_bytes, st), "cudaMemsetAsync");
       if (status.ok()) status = CudaStatusOf(cudaEventRecord(start, st), "cudaEventRecord");
+      if (status.ok()) status = predecessor();
       if (status.ok()) status = v == 0 ? gemv() : cublas();
       if (status.ok()) status = CudaStatusOf(cudaEventRecord(stop, st), "cudaEventRecord");
       if (status.ok()) status = CudaStatusOf(cudaEventSynchronize(stop), "cudaEventSynchronize");

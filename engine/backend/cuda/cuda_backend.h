@@ -113,7 +113,7 @@ class CudaBackend final : public Backend {
 
  private:
   // CudaBackendOptions::autotune_linear: true when the GEMV is at least as fast as cuBLASLt.
-  absl::StatusOr<bool> TimeGemvAgainstCublas(const std::function<absl::Status()>& gemv,
+  absl::StatusOr<bool> TimeGemvAgainstCublas(Tensor x, const std::function<absl::Status()>& gemv,
                                              const std::function<absl::Status()>& cublas);
   struct Impl;
   class OpScope;

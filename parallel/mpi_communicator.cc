@@ -65,13 +65,14 @@ std::vector<int> WorldRanksOf(MPI_Comm comm, int size) {
 // the deadline passed first, Internal on an MPI error.
 absl::Status PollUntil(MPI_Request* reqs, int n, absl::Time deadline,
                        MPI_Status* statuses = MPI_STATUSES_IGNORE) {
+  const absl::Time start = absl::Now();
   for (int i = 0;; ++i) {
     int done = 0;
     const int rc = MPI_Testall(n, reqs, &done, statuses);
     if (rc != MPI_SUCCESS) return internal::MpiStatus(rc, "MPI_Testall", __FILE__, __LINE__);
     if (done) return absl::OkStatus();
     if (absl::Now() >= deadline) return absl::DeadlineExceededError("");
-    internal::Backoff(i);
+    internal::Backoff(i, start);
   }
 }
 

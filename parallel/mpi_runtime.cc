@@ -4,8 +4,11 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "parallel/internal/backoff.h"
 #include "parallel/internal/mpi_error.h"
 
 namespace llm {
@@ -76,8 +79,17 @@ absl::StatusOr<std::unique_ptr<MpiRuntime>> MpiRuntime::Create(MpiMode mode, int
   } else {
     rt->thread_multiple_ = true;  // nothing to serialize: no MPI calls are ever made
   }
+  internal::SetPollYieldWindow(
+      ChoosePollYieldWindow(rt->local_size_, std::thread::hardware_concurrency(), std::getenv("LLM_POLL_YIELD_US")));
   slot.Commit();
   return rt;
+}
+
+absl::Duration ChoosePollYieldWindow(int local_size, unsigned cores, const char* env_us) {
+  int64_t us = 0;
+  if (env_us != nullptr && absl::SimpleAtoi(env_us, &us) && us >= 0) return absl::Microseconds(us);
+  if (local_size >= 1 && cores >= 2u * static_cast<unsigned>(local_size)) return absl::Milliseconds(50);
+  return absl::Milliseconds(1);
 }
 
 MpiRuntime::~MpiRuntime() {

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "parallel/topology.h"
 
 namespace llm {
@@ -24,6 +25,14 @@ enum class MpiMode {
   kInit,           // MPI_Init_thread / MPI_Finalize
   kSingleProcess,  // no MPI at all; world size 1
 };
+
+// How long a rank's waits (MPI receives, NCCL stream drains) poll with sched_yield before they
+// start to sleep (parallel/internal/backoff.h): 50 ms when every local rank can own two cores
+// (its own and one for its helper threads), so that a worker sees each decode step's message
+// without a sleep's delay; 1 ms with more ranks than that (oversubscribed test runs), so that
+// waiting ranks give their cores to the ones they wait for. `env_us` (LLM_POLL_YIELD_US, in
+// microseconds) overrides both when it parses.
+absl::Duration ChoosePollYieldWindow(int local_size, unsigned cores, const char* env_us);
 
 class MpiRuntime {
  public:

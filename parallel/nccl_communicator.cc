@@ -43,6 +43,7 @@ ncclDataType_t NcclType(DType dtype) {
 // Polls a non-blocking communicator until it leaves ncclInProgress or the deadline passes
 // (then *state stays ncclInProgress and false is returned).
 bool PollComm(ncclComm_t comm, absl::Time deadline, ncclResult_t* state) {
+  const absl::Time start = absl::Now();
   for (int i = 0;; ++i) {
     const ncclResult_t r = ncclCommGetAsyncError(comm, state);
     if (r != ncclSuccess) {
@@ -51,7 +52,7 @@ bool PollComm(ncclComm_t comm, absl::Time deadline, ncclResult_t* state) {
     }
     if (*state != ncclInProgress) return true;
     if (absl::Now() >= deadline) return false;
-    internal::Backoff(i);
+    internal::Backoff(i, start);
   }
 }
 
@@ -203,7 +204,7 @@ absl::Status NcclCommunicator::Recv(void* data, size_t count, DType dtype, int p
 absl::Status NcclCommunicator::Synchronize() {
   RETURN_IF_ERROR(CheckUsable("Synchronize"));
   LLM_CUDA_CHECK(cudaSetDevice(device_));
-  const absl::Time deadline = absl::Now() + timeout_;
+  const absl::Time start = absl::Now(), deadline = start + timeout_;
   for (int i = 0;; ++i) {
     const cudaError_t err = cudaStreamQuery(stream_);
     ncclResult_t state = ncclSuccess;
@@ -221,7 +222,7 @@ absl::Status NcclCommunicator::Synchronize() {
           Describe("Synchronize"), ": stream did not drain within ", absl::FormatDuration(timeout_),
           " (a peer did not join a collective); communicator aborted")));
     }
-    internal::Backoff(i);
+    internal::Backoff(i, start);
   }
 }
 

@@ -79,3 +79,21 @@ TEST(MpiRuntimeTest, SingleProcessThenMpiSingleton) {
 
 }  // namespace
 }  // namespace llm
+
+namespace llm {
+namespace {
+
+// A rank that can own two cores yields through a decode step's wait; oversubscribed ranks sleep
+// early; the environment overrides both.
+TEST(PollYieldWindowTest, FollowsCoresPerRankAndTheEnvironment) {
+  EXPECT_EQ(ChoosePollYieldWindow(8, 128, nullptr), absl::Milliseconds(50));
+  EXPECT_EQ(ChoosePollYieldWindow(2, 4, nullptr), absl::Milliseconds(50));
+  EXPECT_EQ(ChoosePollYieldWindow(4, 2, nullptr), absl::Milliseconds(1));  // CI: 4 ranks on 2 cores
+  EXPECT_EQ(ChoosePollYieldWindow(2, 3, nullptr), absl::Milliseconds(1));
+  EXPECT_EQ(ChoosePollYieldWindow(4, 2, "20000"), absl::Milliseconds(20));
+  EXPECT_EQ(ChoosePollYieldWindow(8, 128, "0"), absl::ZeroDuration());
+  EXPECT_EQ(ChoosePollYieldWindow(8, 128, "soon"), absl::Milliseconds(50));  // unparsable: ignored
+}
+
+}  // namespace
+}  // namespace llm

@@ -72,12 +72,14 @@ class IpcRegions {
 class NvlinkCommunicator final : public DeviceCommunicator {
  public:
   NvlinkCommunicator(MpiCommunicator& group, std::unique_ptr<DeviceCommunicator> nccl,
-                     std::unique_ptr<IpcRegions> regions, const cuda::OneShotPeers& peers, bool fuse_add_rms_norm)
+                     std::unique_ptr<IpcRegions> regions, const cuda::OneShotPeers& peers, bool fuse_add_rms_norm,
+                     size_t fuse_min_rows)
       : group_(group),
         nccl_(std::move(nccl)),
         regions_(std::move(regions)),
         peers_(peers),
-        fuse_add_rms_norm_(fuse_add_rms_norm) {}
+        fuse_add_rms_norm_(fuse_add_rms_norm),
+        fuse_min_rows_(fuse_min_rows) {}
   ~NvlinkCommunicator() override;
 
   int rank() const override { return nccl_->rank(); }
@@ -110,7 +112,7 @@ class NvlinkCommunicator final : public DeviceCommunicator {
   bool CapturableInGraph() const override { return nccl_->CapturableInGraph(); }
 
   bool CanAllReduceAddRmsNorm(size_t rows, size_t dim, DType dtype) const override {
-    return fuse_add_rms_norm_ && cuda::OneShotFitsRows(peers_.layout, dtype, rows, dim);
+    return fuse_add_rms_norm_ && rows >= fuse_min_rows_ && cuda::OneShotFitsRows(peers_.layout, dtype, rows, dim);
   }
   absl::Status AllReduceAddRmsNorm(const void* delta, void* residual, const void* weight, float eps, void* out,
                                    size_t rows, size_t dim, DType dtype) override;
@@ -125,6 +127,7 @@ class NvlinkCommunicator final : public DeviceCommunicator {
   std::unique_ptr<IpcRegions> regions_;
   cuda::OneShotPeers peers_;
   const bool fuse_add_rms_norm_;  // the same on every rank
+  const size_t fuse_min_rows_;    // the same on every rank (checked at creation)
   bool broken_ = false;
 };
 
@@ -178,6 +181,7 @@ struct RankRecord {
   uint64_t capacity_bytes = 0;
   int64_t timeout_ns = 0;
   int32_t fuse_add_rms_norm = 0;
+  int32_t fuse_min_rows = 0;
   char host[64] = {};
   char bus_id[32] = {};
   cudaIpcMemHandle_t handle = {};
@@ -213,6 +217,7 @@ RankRecord MakeRankRecord(const MpiCommunicator& group, const DeviceCommunicator
   rec.timeout_ns = absl::ToInt64Nanoseconds(options.spin_timeout);
   const char* fuse_env = std::getenv("LLM_FUSED_ALLREDUCE_NORM");
   rec.fuse_add_rms_norm = options.fuse_add_rms_norm && !(fuse_env != nullptr && std::string(fuse_env) == "0");
+  rec.fuse_min_rows = options.fuse_min_rows;
   auto fail = [&rec](RankRecord::State state, const std::string& why) {
     rec.state = state;
     CopyString(rec.reason, why);
@@ -303,7 +308,7 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNvlinkCommunicator(
           absl::StrCat("CreateNvlinkCommunicator: rank ", q, ": ", all[q].reason));
     }
     if (all[q].blocks != all[0].blocks || all[q].capacity_bytes != all[0].capacity_bytes ||
-        all[q].timeout_ns != all[0].timeout_ns) {
+        all[q].timeout_ns != all[0].timeout_ns || all[q].fuse_min_rows != all[0].fuse_min_rows) {
       return absl::InvalidArgumentError(
           absl::StrCat("CreateNvlinkCommunicator: NvlinkOptions differ between ranks 0 and ", q));
     }
@@ -343,7 +348,8 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNvlinkCommunicator(
         .one_shot = true, .capacity_bytes = layout.capacity_bytes(), .fused_add_rms_norm = fuse, .reason = ""};
   }
   return std::unique_ptr<DeviceCommunicator>(
-      new NvlinkCommunicator(group, std::move(nccl), std::move(regions), peers, fuse));
+      new NvlinkCommunicator(group, std::move(nccl), std::move(regions), peers, fuse,
+                             static_cast<size_t>(std::max(0, options.fuse_min_rows))));
 }
 
 absl::Status AllReduceSumInto(DeviceCommunicator& comm, const void* in, void* out, size_t count,

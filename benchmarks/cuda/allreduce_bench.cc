@@ -260,7 +260,7 @@ int Main(int argc, char** argv) {
   NvlinkSetup setup;
   auto nvlink = CreateNvlinkCommunicator(
       world, std::move(*nccl_for_nvlink),
-      NvlinkOptions{.capacity_bytes = args.max_bytes, .blocks = args.blocks}, &setup);
+      NvlinkOptions{.capacity_bytes = args.max_bytes, .blocks = args.blocks, .fuse_min_rows = 1}, &setup);
   AR_CHECK(nvlink.status());
 
   cudaDeviceProp prop;

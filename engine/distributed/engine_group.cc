@@ -49,8 +49,10 @@ absl::StatusOr<DataPlane> DataPlane::Create(ParallelGroups& groups, Backend& bac
   ASSIGN_OR_RETURN(d.device_tp_, CreateNvlinkCommunicator(*groups.tp, std::move(nccl_tp), NvlinkOptions{}, &setup));
   d.tp_all_reduce_ = setup.one_shot ? absl::StrCat("one-shot over NVLink up to ", setup.capacity_bytes >> 10,
                                                    " KiB, NCCL above",
-                                                   setup.fused_add_rms_norm ? "; fused with the residual add and RMSNorm"
-                                                                            : "")
+                                                   setup.fused_add_rms_norm
+                                                       ? absl::StrCat("; fused with the residual add and RMSNorm from ",
+                                                                      NvlinkOptions{}.fuse_min_rows, " rows")
+                                                       : "")
                                     : absl::StrCat("NCCL (", setup.reason, ")");
   return d;
 }

@@ -550,11 +550,16 @@ void CheckFused(DType dtype, const FusedCase& c, const std::vector<uint8_t>& del
 // is followed by a plain one-shot all-reduce (the two share the epochs and staging slots), all
 // enqueued before one Synchronize.
 TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormMatchesReference) {
-  DeviceCommunicator& comm = Comm();
   if (!OneShot()) {
-    EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(1, 4096, DType::kBF16));
+    EXPECT_FALSE(Comm().CanAllReduceAddRmsNorm(64, 4096, DType::kBF16));
     GTEST_SKIP() << "one-shot path off: " << NvlinkTestEnvironment::setup().reason;
   }
+  // Fused from one row up (the default starts at fuse_min_rows), so every row count is checked.
+  NvlinkOptions options;
+  options.fuse_min_rows = 1;
+  auto made = MakeNvlink(World(), NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(), options, nullptr);
+  ASSERT_TRUE(made.ok()) << made.status();
+  DeviceCommunicator& comm = **made;
   const float eps = 1e-5f;
   const FusedCase cases[] = {{1, 4096, 0}, {3, 4096, 0}, {16, 4096, 0}, {64, 4096, 0}, {1, 8192, 0},
                              {7, 5120, 0}, {2, 100, 0},  {5, 4096, 1},  {33, 896, 0}, {1, 8, 1}};
@@ -614,6 +619,9 @@ TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormRefusesWhatDoesNotFit) {
   // Default layout: 32 blocks of 32 KiB. bf16 rows of 8192 are 16 KiB: 2 rows per block, 64 rows.
   EXPECT_TRUE(comm.CanAllReduceAddRmsNorm(64, 8192, DType::kBF16));
   EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(65, 8192, DType::kBF16));
+  // Below NvlinkOptions::fuse_min_rows (32) the unfused path is as fast: not offered.
+  EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(31, 4096, DType::kBF16));
+  EXPECT_TRUE(comm.CanAllReduceAddRmsNorm(32, 4096, DType::kBF16));
   EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(2048, 4096, DType::kBF16));  // prefill: NCCL + AddRmsNorm
   EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(1, 4096, DType::kI32));
   EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(0, 4096, DType::kBF16));
@@ -633,7 +641,7 @@ TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormOffOnOneRankIsOffEverywhere
   auto made = MakeNvlink(world, NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(), options, &setup);
   ASSERT_TRUE(made.ok()) << made.status();
   EXPECT_FALSE(setup.fused_add_rms_norm);
-  EXPECT_FALSE((*made)->CanAllReduceAddRmsNorm(1, 4096, DType::kBF16));
+  EXPECT_FALSE((*made)->CanAllReduceAddRmsNorm(64, 4096, DType::kBF16));
   EXPECT_EQ(setup.one_shot, OneShot());
 }
 

@@ -304,8 +304,14 @@ void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
     auto rest = seq->detokenizer->Finish();
     if (rest.ok() && !rest->empty()) seq->stop->OnToken(-1, seq->completion_tokens(), *rest);
   }
-  Emit(seq, true, reason, status);
+  // Blocks go back to the pool, and the published stats say so, before the final output can
+  // reach the client: whoever saw every request end sees an empty cache.
   scheduler_.Remove(seq);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.scheduler = scheduler_.stats();
+  }
+  Emit(seq, true, reason, status);
   sequences_.erase(seq->id);
 }
 

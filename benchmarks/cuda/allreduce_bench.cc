@@ -124,6 +124,26 @@ double TimePerCall(MpiCommunicator& world, cudaStream_t stream, int reps, int ba
   return Median(us);
 }
 
+// Microseconds per `call` when kGraphCalls of them are captured into one CUDA graph on comm's
+// stream and the graph is replayed (two untimed replays first).
+double TimeInGraph(MpiCommunicator& world, DeviceCommunicator& comm, const Args& args,
+                   const std::function<void()>& call) {
+  cudaStream_t stream = static_cast<cudaStream_t>(comm.stream());
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  AR_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kGraphCalls; ++i) call();
+  AR_CUDA(cudaStreamEndCapture(stream, &graph));
+  AR_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) AR_CUDA(cudaGraphLaunch(exec, stream));
+  AR_CHECK(comm.Synchronize());
+  const double us =
+      TimePerCall(world, stream, args.reps, kGraphCalls, [&] { AR_CUDA(cudaGraphLaunch(exec, stream)); });
+  AR_CUDA(cudaGraphExecDestroy(exec));
+  AR_CUDA(cudaGraphDestroy(graph));
+  return us;
+}
+
 struct Timing {
   double eager_us = 0;
   double graph_us = 0;
@@ -144,18 +164,7 @@ Timing Measure(MpiCommunicator& world, DeviceCommunicator& comm, void* buf, size
     for (int i = 0; i < args.iters; ++i) call();
   });
 
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  AR_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kGraphCalls; ++i) call();
-  AR_CUDA(cudaStreamEndCapture(stream, &graph));
-  AR_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 2; ++i) AR_CUDA(cudaGraphLaunch(exec, stream));
-  AR_CHECK(comm.Synchronize());
-  t.graph_us =
-      TimePerCall(world, stream, args.reps, kGraphCalls, [&] { AR_CUDA(cudaGraphLaunch(exec, stream)); });
-  AR_CUDA(cudaGraphExecDestroy(exec));
-  AR_CUDA(cudaGraphDestroy(graph));
+  t.graph_us = TimeInGraph(world, comm, args, call);
 
   std::vector<uint16_t> host(count);
   for (size_t i = 0; i < count; ++i)
@@ -204,18 +213,7 @@ double MeasureEpilogue(MpiCommunicator& world, DeviceCommunicator& comm, size_t 
   };
   for (int i = 0; i < 3; ++i) call();
   AR_CHECK(comm.Synchronize());
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  AR_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kGraphCalls; ++i) call();
-  AR_CUDA(cudaStreamEndCapture(stream, &graph));
-  AR_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 2; ++i) AR_CUDA(cudaGraphLaunch(exec, stream));
-  AR_CHECK(comm.Synchronize());
-  const double us =
-      TimePerCall(world, stream, args.reps, kGraphCalls, [&] { AR_CUDA(cudaGraphLaunch(exec, stream)); });
-  AR_CUDA(cudaGraphExecDestroy(exec));
-  AR_CUDA(cudaGraphDestroy(graph));
+  const double us = TimeInGraph(world, comm, args, call);
   for (void* p : {delta, residual, weight, out}) AR_CUDA(cudaFree(p));
   return us;
 }

@@ -142,7 +142,9 @@ TEST_P(CudaOpsTest, GatherRows) {
     ASSERT_TRUE(gpu_->GatherRows(fx.t, di.t, fout.t).ok());
     EXPECT_EQ(Download(*gpu_, fout.t), Download(cpu_, hout.t)) << "float32, width " << width;
     // Mixed dtypes are refused.
-    if (dtype_ != DType::kF32) EXPECT_FALSE(gpu_->GatherRows(fx.t, di.t, dout.t).ok());
+    if (dtype_ != DType::kF32) {
+      EXPECT_FALSE(gpu_->GatherRows(fx.t, di.t, dout.t).ok());
+    }
   }
 }
 

@@ -133,11 +133,15 @@ void ExpectBatchedEqualsAlone(const std::string& model, int64_t kv_blocks, bool 
     const auto result = c.Get(ids[i]);
     EXPECT_EQ(result.final.finish_reason, FinishReason::kLength);
     EXPECT_EQ(result.tokens.size(), static_cast<size_t>(requests[i].stop.max_tokens));
-    if (i < 4 && i % 3 != 2) EXPECT_EQ(result.tokens, prompts[i].greedy);  // the reference's own tokens
+    if (i < 4 && i % 3 != 2) {
+      EXPECT_EQ(result.tokens, prompts[i].greedy);  // the reference's own tokens
+    }
     EXPECT_EQ(result.tokens, RunAlone(requests[i], model));
   }
   const EngineStats stats = built->engine->stats();
-  if (expect_preemption) EXPECT_GT(stats.scheduler.preemptions, 0u);
+  if (expect_preemption) {
+    EXPECT_GT(stats.scheduler.preemptions, 0u);
+  }
   EXPECT_EQ(stats.scheduler.kv_blocks_used, 0);  // everything returned to the pool
 }
 

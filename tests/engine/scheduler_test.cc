@@ -49,6 +49,15 @@ class SchedulerTest : public ::testing::Test {
     }
   }
 
+  // Schedules and launches two steps in a row (both then in flight), as the engine does with two
+  // pipeline stages.
+  void LaunchTwo(Scheduler& s, std::vector<ScheduledSequence>& a, std::vector<ScheduledSequence>& b) {
+    ASSERT_TRUE(s.Schedule(plan_, a));
+    Launch(a);
+    ASSERT_TRUE(s.Schedule(plan_, b));
+    Launch(b);
+  }
+
   std::vector<std::unique_ptr<Sequence>> seqs_;
   StepPlan plan_;
 };
@@ -67,10 +76,7 @@ TEST_F(SchedulerTest, MicroBatchesSplitTheActiveSequencesEvenly) {
   Scheduler s = Make(2);
   AddSequences(s, 10);
   std::vector<ScheduledSequence> a, b, c, none;
-  ASSERT_TRUE(s.Schedule(plan_, a));
-  Launch(a);
-  ASSERT_TRUE(s.Schedule(plan_, b));
-  Launch(b);
+  LaunchTwo(s, a, b);
   EXPECT_EQ(a.size(), 5u);
   EXPECT_EQ(b.size(), 5u);
   for (const ScheduledSequence& x : a)
@@ -92,10 +98,7 @@ TEST_F(SchedulerTest, MicroBatchShareFollowsTheActiveCount) {
   Scheduler s = Make(2);
   AddSequences(s, 7);
   std::vector<ScheduledSequence> a, b;
-  ASSERT_TRUE(s.Schedule(plan_, a));
-  Launch(a);
-  ASSERT_TRUE(s.Schedule(plan_, b));
-  Launch(b);
+  LaunchTwo(s, a, b);
   EXPECT_EQ(a.size(), 4u);
   EXPECT_EQ(b.size(), 3u);
   Collect(a);

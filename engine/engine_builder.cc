@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<Backend>> BuildBackend(const EngineBuildOptions& 
   b.device_index = o.device_index;
   b.num_threads = o.num_threads;
   b.gpu_memory_fraction = o.gpu_memory_fraction;
+  b.time_linear_kernels = o.time_linear_kernels;
   return CreateBackend(b);
 }
 

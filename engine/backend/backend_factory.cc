@@ -36,6 +36,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
   cuda.device_index = options.device_index;
   cuda.dtype = options.dtype.value_or(DType::kBF16);
   cuda.memory_fraction = options.gpu_memory_fraction;
+  cuda.autotune_linear = options.time_linear_kernels;
   ASSIGN_OR_RETURN(auto backend, CudaBackend::Create(cuda));
   return std::unique_ptr<Backend>(std::move(backend));
 #else

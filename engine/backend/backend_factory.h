@@ -21,6 +21,8 @@ struct BackendOptions {
   // CUDA: the share of the device's total memory reserved at start-up for everything the backend
   // allocates, in (0, 1] (see CudaBackendOptions::memory_fraction). Ignored on the CPU.
   double gpu_memory_fraction = 0.9;
+  // CUDA: per-shape timing of the decode linear kernels (CudaBackendOptions::autotune_linear).
+  bool time_linear_kernels = true;
 };
 
 // "cpu" or "cuda" (also "gpu").

@@ -28,6 +28,9 @@ void ModelFlags::Register(FlagSet& f) {
   f.Int("pp", &pp, "pipeline stages");
   f.String("layers-per-stage", &layers_per_stage, "comma-separated layer counts per stage (default: balanced, the last stage's LM head counted as layers)");
   f.Bool("dummy-weights", &dummy_weights, "random weights in the shapes of --model's config.json (benchmarks)");
+  f.Bool("fixed-kernels", &fixed_kernels,
+         "CUDA: pick decode linear kernels by a fixed rule instead of timing them at start-up, so that bf16 "
+         "outputs are the same across restarts and layouts (may be a few percent slower)");
 }
 
 absl::Status ModelFlags::Validate() const {
@@ -111,6 +114,7 @@ EngineBuildOptions ModelFlags::ToBuildOptions() const {
   o.gpu_memory_fraction = gpu_memory_fraction;
   o.block_size = static_cast<int32_t>(block_size);
   o.dummy_weights = dummy_weights;
+  o.time_linear_kernels = !fixed_kernels;
   o.max_queue = static_cast<int32_t>(std::clamp<int64_t>(max_queue, 0, INT32_MAX));
   return o;
 }

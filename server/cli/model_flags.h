@@ -26,6 +26,7 @@ struct ModelFlags {
   int64_t pp = 1;
   std::string layers_per_stage;  // e.g. "10,6": explicit pipeline split
   bool dummy_weights = false;
+  bool fixed_kernels = false;
   int64_t max_queue = 1024;      // waiting requests; registered by the commands that queue (serve)
 
   void Register(FlagSet& flags);

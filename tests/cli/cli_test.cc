@@ -77,6 +77,17 @@ TEST(CliGenerateTest, SameSeedSameOutputAndSeedsDiffer) {
   EXPECT_NE(LastJsonLine(a.out)["token_ids"], LastJsonLine(c.out)["token_ids"]);
 }
 
+// --fixed-kernels only changes how the CUDA backend picks its decode linears: accepted everywhere,
+// and on the CPU the output is unchanged.
+TEST(CliGenerateTest, FixedKernelsFlagIsAcceptedAndKeepsTheOutput) {
+  const std::string base =
+      absl::StrCat("generate --model ", Model("llama-tiny"), " --prompt-ids 1,5,9 --max-tokens 8 --temperature 0 --json");
+  RunResult plain = RunLlm(base), fixed = RunLlm(base + " --fixed-kernels");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.err;
+  EXPECT_EQ(LastJsonLine(plain.out)["token_ids"], LastJsonLine(fixed.out)["token_ids"]);
+}
+
 TEST(CliErrorsTest, BadUsageExitsTwoWithMessage) {
   struct Case {
     std::string args;

@@ -10,7 +10,9 @@
 //   epoch[block]                            uint64: calls made by `block` of this rank (own use)
 //
 // The kernel always runs `blocks` blocks; block b owns element chunk b of every call and staging
-// slot b of each parity. Per call, block b of every rank:
+// slot b of each parity (the fused add + RMSNorm kernel below: row chunk b, the same slots and
+// epochs, so the two kinds of call may follow each other in any order). Per call, block b of
+// every rank:
 //   1. bumps its epoch e (parity e & 1) and copies its input chunk into its own staging slot;
 //   2. publishes e into signal[b][rank] of every peer (release store, system scope);
 //   3. waits until signal[b][src] >= e for every peer src in its own region (acquire loads);
@@ -40,6 +42,10 @@
 // rank, block and epoch and executes __trap(). That turns the hang into a sticky asynchronous
 // CUDA error (typically cudaErrorLaunchFailure) reported by the next synchronizing call; the CUDA
 // context is unusable afterwards and the process must be restarted, as after any device fault.
+//
+// Both kernels are launched with programmatic dependent launch and wait for their predecessor
+// (griddepcontrol.wait) before touching the epochs or any data, so only their launch overlaps the
+// previous kernel.
 //
 // Block b of a rank waits only for block b of its peers, never for another block of its own grid,
 // so no grid-wide co-residency is needed; a block that cannot start yet (GPU busy with other

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,14 +73,13 @@ class IpcRegions {
 class NvlinkCommunicator final : public DeviceCommunicator {
  public:
   NvlinkCommunicator(MpiCommunicator& group, std::unique_ptr<DeviceCommunicator> nccl,
-                     std::unique_ptr<IpcRegions> regions, const cuda::OneShotPeers& peers, bool fuse_add_rms_norm,
-                     size_t fuse_min_rows)
+                     std::unique_ptr<IpcRegions> regions, const cuda::OneShotPeers& peers,
+                     std::optional<size_t> fuse_from_rows)
       : group_(group),
         nccl_(std::move(nccl)),
         regions_(std::move(regions)),
         peers_(peers),
-        fuse_add_rms_norm_(fuse_add_rms_norm),
-        fuse_min_rows_(fuse_min_rows) {}
+        fuse_from_rows_(fuse_from_rows) {}
   ~NvlinkCommunicator() override;
 
   int rank() const override { return nccl_->rank(); }
@@ -112,7 +112,8 @@ class NvlinkCommunicator final : public DeviceCommunicator {
   bool CapturableInGraph() const override { return nccl_->CapturableInGraph(); }
 
   bool CanAllReduceAddRmsNorm(size_t rows, size_t dim, DType dtype) const override {
-    return fuse_add_rms_norm_ && rows >= fuse_min_rows_ && cuda::OneShotFitsRows(peers_.layout, dtype, rows, dim);
+    return fuse_from_rows_.has_value() && rows >= *fuse_from_rows_ &&
+           cuda::OneShotFitsRows(peers_.layout, dtype, rows, dim);
   }
   absl::Status AllReduceAddRmsNorm(const void* delta, void* residual, const void* weight, float eps, void* out,
                                    size_t rows, size_t dim, DType dtype) override;
@@ -126,8 +127,8 @@ class NvlinkCommunicator final : public DeviceCommunicator {
   std::unique_ptr<DeviceCommunicator> nccl_;
   std::unique_ptr<IpcRegions> regions_;
   cuda::OneShotPeers peers_;
-  const bool fuse_add_rms_norm_;  // the same on every rank
-  const size_t fuse_min_rows_;    // the same on every rank (checked at creation)
+  // From how many rows AllReduceAddRmsNorm is offered; none: not at all. The same on every rank.
+  const std::optional<size_t> fuse_from_rows_;
   bool broken_ = false;
 };
 
@@ -348,8 +349,8 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNvlinkCommunicator(
         .one_shot = true, .capacity_bytes = layout.capacity_bytes(), .fused_add_rms_norm = fuse, .reason = ""};
   }
   return std::unique_ptr<DeviceCommunicator>(
-      new NvlinkCommunicator(group, std::move(nccl), std::move(regions), peers, fuse,
-                             static_cast<size_t>(std::max(0, options.fuse_min_rows))));
+      new NvlinkCommunicator(group, std::move(nccl), std::move(regions), peers,
+                             fuse ? std::optional<size_t>(std::max(0, options.fuse_min_rows)) : std::nullopt));
 }
 
 absl::Status AllReduceSumInto(DeviceCommunicator& comm, const void* in, void* out, size_t count,

@@ -6,7 +6,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace llm {
 
@@ -199,6 +201,17 @@ absl::StatusOr<std::vector<LayerRange>> SplitLayers(int num_layers, int pp, absl
     begin += c;
   }
   return ranges;
+}
+
+absl::StatusOr<std::vector<int>> ParseLayersPerStage(absl::string_view text) {
+  std::vector<int> counts;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int n;
+    if (!absl::SimpleAtoi(part, &n))
+      return absl::InvalidArgumentError(absl::StrCat("--layers-per-stage: '", part, "' is not a number"));
+    counts.push_back(n);
+  }
+  return counts;
 }
 
 absl::StatusOr<LayerRange> StageLayers(int num_layers, int pp, int stage, absl::Span<const int> layers_per_stage,

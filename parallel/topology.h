@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace llm {
@@ -137,6 +138,11 @@ struct LayerRange {
 absl::StatusOr<std::vector<LayerRange>> SplitLayers(int num_layers, int pp,
                                                     absl::Span<const int> layers_per_stage = {},
                                                     double last_stage_extra = 0.0);
+
+// "17,15" -> {17, 15}: the text form of `layers_per_stage` (--layers-per-stage); empty text gives
+// no counts (the default split). InvalidArgument naming a part that is not a number; the counts
+// themselves are checked by SplitLayers.
+absl::StatusOr<std::vector<int>> ParseLayersPerStage(absl::string_view text);
 
 // The range of one stage; same rules as SplitLayers.
 absl::StatusOr<LayerRange> StageLayers(int num_layers, int pp, int stage,

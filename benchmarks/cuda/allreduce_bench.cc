@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "benchmarks/cuda/bench_common.h"
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/norm/rms_norm.h"
 #include "parallel/mpi_communicator.h"
@@ -37,22 +38,7 @@
 namespace llm {
 namespace {
 
-#define AR_CHECK(expr)                                                                                \
-  do {                                                                                                \
-    const ::absl::Status ar_st_ = (expr);                                                             \
-    if (!ar_st_.ok()) {                                                                               \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, std::string(ar_st_.message()).c_str()); \
-      std::exit(1);                                                                                   \
-    }                                                                                                 \
-  } while (0)
-#define AR_CUDA(expr)                                                                                  \
-  do {                                                                                                 \
-    const cudaError_t ar_err_ = (expr);                                                                \
-    if (ar_err_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(ar_err_)); \
-      std::exit(1);                                                                                    \
-    }                                                                                                  \
-  } while (0)
+using bench::Median;
 
 constexpr int kGraphCalls = 32;
 
@@ -96,31 +82,26 @@ Args ParseArgs(int argc, char** argv) {
   return a;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Microseconds per call: median over `reps` of (`batch` calls between two events) / batch.
 double TimePerCall(MpiCommunicator& world, cudaStream_t stream, int reps, int batch,
                    const std::function<void()>& enqueue_batch) {
   cudaEvent_t start, stop;
-  AR_CUDA(cudaEventCreate(&start));
-  AR_CUDA(cudaEventCreate(&stop));
+  BENCH_CUDA(cudaEventCreate(&start));
+  BENCH_CUDA(cudaEventCreate(&stop));
   std::vector<double> us;
   for (int r = 0; r < reps; ++r) {
-    AR_CHECK(world.Barrier());
-    AR_CUDA(cudaEventRecord(start, stream));
+    BENCH_CHECK(world.Barrier());
+    BENCH_CUDA(cudaEventRecord(start, stream));
     enqueue_batch();
-    AR_CUDA(cudaEventRecord(stop, stream));
-    AR_CUDA(cudaEventSynchronize(stop));
+    BENCH_CUDA(cudaEventRecord(stop, stream));
+    BENCH_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
-    AR_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
     us.push_back(1e3 * ms / batch);
   }
-  AR_CUDA(cudaEventDestroy(start));
-  AR_CUDA(cudaEventDestroy(stop));
+  BENCH_CUDA(cudaEventDestroy(start));
+  BENCH_CUDA(cudaEventDestroy(stop));
   return Median(us);
 }
 
@@ -131,16 +112,16 @@ double TimeInGraph(MpiCommunicator& world, DeviceCommunicator& comm, const Args&
   cudaStream_t stream = static_cast<cudaStream_t>(comm.stream());
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  AR_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < kGraphCalls; ++i) call();
-  AR_CUDA(cudaStreamEndCapture(stream, &graph));
-  AR_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 2; ++i) AR_CUDA(cudaGraphLaunch(exec, stream));
-  AR_CHECK(comm.Synchronize());
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) BENCH_CUDA(cudaGraphLaunch(exec, stream));
+  BENCH_CHECK(comm.Synchronize());
   const double us =
-      TimePerCall(world, stream, args.reps, kGraphCalls, [&] { AR_CUDA(cudaGraphLaunch(exec, stream)); });
-  AR_CUDA(cudaGraphExecDestroy(exec));
-  AR_CUDA(cudaGraphDestroy(graph));
+      TimePerCall(world, stream, args.reps, kGraphCalls, [&] { BENCH_CUDA(cudaGraphLaunch(exec, stream)); });
+  BENCH_CUDA(cudaGraphExecDestroy(exec));
+  BENCH_CUDA(cudaGraphDestroy(graph));
   return us;
 }
 
@@ -154,10 +135,10 @@ struct Timing {
 Timing Measure(MpiCommunicator& world, DeviceCommunicator& comm, void* buf, size_t count, const Args& args) {
   cudaStream_t stream = static_cast<cudaStream_t>(comm.stream());
   const size_t bytes = count * 2;
-  AR_CUDA(cudaMemsetAsync(buf, 0, bytes, stream));  // zeros stay zeros, however many calls
-  auto call = [&] { AR_CHECK(comm.AllReduceSum(buf, count, DType::kBF16)); };
+  BENCH_CUDA(cudaMemsetAsync(buf, 0, bytes, stream));  // zeros stay zeros, however many calls
+  auto call = [&] { BENCH_CHECK(comm.AllReduceSum(buf, count, DType::kBF16)); };
   for (int i = 0; i < 5; ++i) call();
-  AR_CHECK(comm.Synchronize());
+  BENCH_CHECK(comm.Synchronize());
 
   Timing t;
   t.eager_us = TimePerCall(world, stream, args.reps, args.iters, [&] {
@@ -171,10 +152,10 @@ Timing Measure(MpiCommunicator& world, DeviceCommunicator& comm, void* buf, size
     host[i] = FloatToBf16(static_cast<float>((comm.rank() + 1) * (1 + i % 7)));
   // On `stream` (non-blocking: a plain cudaMemcpy from pageable memory may still be in flight
   // on the legacy stream when the all-reduce reads the buffer).
-  AR_CUDA(cudaMemcpyAsync(buf, host.data(), bytes, cudaMemcpyHostToDevice, stream));
+  BENCH_CUDA(cudaMemcpyAsync(buf, host.data(), bytes, cudaMemcpyHostToDevice, stream));
   call();
-  AR_CHECK(comm.Synchronize());
-  AR_CUDA(cudaMemcpy(host.data(), buf, bytes, cudaMemcpyDeviceToHost));
+  BENCH_CHECK(comm.Synchronize());
+  BENCH_CUDA(cudaMemcpy(host.data(), buf, bytes, cudaMemcpyDeviceToHost));
   const int n = comm.size();
   for (size_t i = 0; i < count; ++i) {
     const float want = static_cast<float>(n * (n + 1) / 2 * (1 + i % 7));
@@ -197,24 +178,24 @@ double MeasureEpilogue(MpiCommunicator& world, DeviceCommunicator& comm, size_t 
   const size_t count = rows * hidden;
   void *delta = nullptr, *residual = nullptr, *weight = nullptr, *out = nullptr;
   for (void** p : {&delta, &residual, &out}) {
-    AR_CUDA(cudaMalloc(p, count * 2));
-    AR_CUDA(cudaMemsetAsync(*p, 0, count * 2, stream));  // zeros: every replay sees the same values
+    BENCH_CUDA(cudaMalloc(p, count * 2));
+    BENCH_CUDA(cudaMemsetAsync(*p, 0, count * 2, stream));  // zeros: every replay sees the same values
   }
-  AR_CUDA(cudaMalloc(&weight, hidden * 2));
-  AR_CUDA(cudaMemsetAsync(weight, 0, hidden * 2, stream));
+  BENCH_CUDA(cudaMalloc(&weight, hidden * 2));
+  BENCH_CUDA(cudaMemsetAsync(weight, 0, hidden * 2, stream));
   auto call = [&] {
     if (fused) {
-      AR_CHECK(comm.AllReduceAddRmsNorm(delta, residual, weight, 1e-5f, out, rows, hidden, DType::kBF16));
+      BENCH_CHECK(comm.AllReduceAddRmsNorm(delta, residual, weight, 1e-5f, out, rows, hidden, DType::kBF16));
     } else {
-      AR_CHECK(AllReduceSumInto(comm, delta, delta, count, DType::kBF16));
-      AR_CHECK(cuda::LaunchRmsNorm(DType::kBF16, nullptr, residual, delta, weight, out, static_cast<int64_t>(rows),
+      BENCH_CHECK(AllReduceSumInto(comm, delta, delta, count, DType::kBF16));
+      BENCH_CHECK(cuda::LaunchRmsNorm(DType::kBF16, nullptr, residual, delta, weight, out, static_cast<int64_t>(rows),
                                    static_cast<int64_t>(hidden), 1e-5f, stream, /*pdl=*/true));
     }
   };
   for (int i = 0; i < 3; ++i) call();
-  AR_CHECK(comm.Synchronize());
+  BENCH_CHECK(comm.Synchronize());
   const double us = TimeInGraph(world, comm, args, call);
-  for (void* p : {delta, residual, weight, out}) AR_CUDA(cudaFree(p));
+  for (void* p : {delta, residual, weight, out}) BENCH_CUDA(cudaFree(p));
   return us;
 }
 
@@ -237,32 +218,32 @@ std::string ShapeLabel(size_t bytes) {
 int Main(int argc, char** argv) {
   const Args args = ParseArgs(argc, argv);
   auto runtime = MpiRuntime::Create(MpiMode::kInit, &argc, &argv);
-  AR_CHECK(runtime.status());
+  BENCH_CHECK(runtime.status());
   auto world_or = MpiCommunicator::World(**runtime, MpiCommOptions{.timeout = absl::Seconds(600)});
-  AR_CHECK(world_or.status());
+  BENCH_CHECK(world_or.status());
   MpiCommunicator& world = **world_or;
   const int device = (*runtime)->local_rank();
   if (device >= CudaDeviceCount()) {
     std::fprintf(stderr, "rank %d: needs GPU %d, sees %d\n", world.rank(), device, CudaDeviceCount());
     return 1;
   }
-  AR_CUDA(cudaSetDevice(device));
+  BENCH_CUDA(cudaSetDevice(device));
   cudaStream_t stream = nullptr;
-  AR_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
   const NcclOptions nccl_options{.device = device, .timeout = absl::Seconds(300)};
   auto nccl = CreateNcclCommunicator(world, stream, nccl_options);
-  AR_CHECK(nccl.status());
+  BENCH_CHECK(nccl.status());
   auto nccl_for_nvlink = CreateNcclCommunicator(world, stream, nccl_options);
-  AR_CHECK(nccl_for_nvlink.status());
+  BENCH_CHECK(nccl_for_nvlink.status());
   NvlinkSetup setup;
   auto nvlink = CreateNvlinkCommunicator(
       world, std::move(*nccl_for_nvlink),
       NvlinkOptions{.capacity_bytes = args.max_bytes, .blocks = args.blocks, .fuse_min_rows = 1}, &setup);
-  AR_CHECK(nvlink.status());
+  BENCH_CHECK(nvlink.status());
 
   cudaDeviceProp prop;
-  AR_CUDA(cudaGetDeviceProperties(&prop, device));
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, device));
   const int n = world.size();
   std::string report = absl::StrFormat(
       "## bf16 all-reduce, %d rank(s), %s\n\nOne-shot: %s. %d back-to-back calls per timed batch (eager) and "
@@ -280,7 +261,7 @@ int Main(int argc, char** argv) {
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
 
   void* buf = nullptr;
-  AR_CUDA(cudaMalloc(&buf, args.max_bytes));
+  BENCH_CUDA(cudaMalloc(&buf, args.max_bytes));
   const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 1.0;
   for (size_t bytes = size_t{8} << 10; bytes <= args.max_bytes; bytes *= 2) {
     const size_t count = bytes / 2;
@@ -300,7 +281,7 @@ int Main(int argc, char** argv) {
         cell(gbps(one_t.graph_us) * bus_factor, "%.1f"), " | ", cell(gbps(one_t.graph_us), "%.1f"), " |\n");
     if (world.rank() == 0) std::fprintf(stderr, "%s done\n", SizeLabel(bytes).c_str());
   }
-  AR_CUDA(cudaFree(buf));
+  BENCH_CUDA(cudaFree(buf));
 
   if (setup.one_shot && setup.fused_add_rms_norm) {
     absl::StrAppend(&report,
@@ -329,7 +310,7 @@ int Main(int argc, char** argv) {
   }
   nvlink->reset();  // waits on a world barrier: before the world goes
   nccl->reset();
-  AR_CUDA(cudaStreamDestroy(stream));
+  BENCH_CUDA(cudaStreamDestroy(stream));
   return 0;
 }
 

@@ -1,4 +1,4 @@
-// Shared benchmark harness for the CUDA backend: CUDA-event timing, medians, the two measured
+// Shared benchmark harness for the CUDA benchmarks: fail-fast checks, CUDA-event timing, medians, the two measured
 // ceilings (device-to-device copy bandwidth, cuBLASLt bf16 GEMM rate) and a markdown table.
 #pragma once
 
@@ -24,7 +24,14 @@ namespace llm::bench {
       std::exit(1);                                                                                    \
     }                                                                                                  \
   } while (0)
-#define BENCH_CUDA(expr) BENCH_CHECK((expr) == cudaSuccess ? ::absl::OkStatus() : ::absl::InternalError(#expr))
+#define BENCH_CUDA(expr)                                                                                \
+  do {                                                                                                  \
+    const cudaError_t bench_err_ = (expr);                                                              \
+    if (bench_err_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(bench_err_)); \
+      std::exit(1);                                                                                     \
+    }                                                                                                   \
+  } while (0)
 
 inline double Median(std::vector<double> v) {
   if (v.empty()) return 0.0;

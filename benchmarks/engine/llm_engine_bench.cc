@@ -80,7 +80,9 @@ Args Parse(int argc, char** argv) {
     else if (k == "--tp") a.parallel.tp = ParseInt(k, v);
     else if (k == "--pp") a.parallel.pp = ParseInt(k, v);
     else if (k == "--layers-per-stage") {
-      for (absl::string_view n : absl::StrSplit(v, ',')) a.parallel.layers_per_stage.push_back(ParseInt(k, std::string(n)));
+      auto counts = ParseLayersPerStage(v);
+      if (!counts.ok()) Usage(std::string(counts.status().message()));
+      a.parallel.layers_per_stage = *counts;
     }
     else if (k == "--batch") {
       a.batches.clear();

@@ -8,7 +8,7 @@
 #   SWEEP_DURATION, PROBE_DURATION  instead of request counts: how long each level / probe sends
 #              (e.g. 40s; a level must run long against a request's own latency to reach steady state)
 #   FIXED_STEPS  which of "sweep sla interactive" the fixed scenario runs (default: all three)
-#   SHAREGPT_STEPS  which of "sweep sla" the ShareGPT-like scenario runs (default: both)
+#   SHAREGPT_STEPS  which of "sweep sla interactive" the ShareGPT-like scenario runs (default: sweep sla)
 #   MAX_PROBES  load levels an SLA search may run
 #   SHAREGPT   a ShareGPT JSON/JSONL file; without it the mix is synthetic (see below)
 SCENARIOS=${SCENARIOS:-fixed sharegpt}
@@ -23,42 +23,37 @@ if [[ -n ${SWEEP_DURATION:-} ]]; then sweep_count=(--duration "$SWEEP_DURATION")
 if [[ -n ${PROBE_DURATION:-} ]]; then probe_count=(--duration "$PROBE_DURATION"); else probe_count=(--num-requests "$PROBE_REQUESTS"); fi
 has() { [[ " $1 " == *" $2 "* ]]; }
 
-# Fixed shape: every request 1000 prompt tokens (random ids) and exactly 1000 output tokens.
-fixed_scenario() {
-  local shape=(--input-len 1000 --output-len 1000)
-  if has "$FIXED_STEPS" sweep; then
-    loadtest "${PREFIX}_1000x1000_sweep" "${common[@]}" "${shape[@]}" --rate "$RATES_FIXED" \
+# scenario_steps NAME STEPS RATES ARGS...: the steps of one scenario named in STEPS ("sweep": a
+# latency sweep over the Poisson RATES; "sla" / "interactive": SLA searches from the first rate),
+# each a report ${PREFIX}_NAME_STEP with ARGS for the request shapes.
+scenario_steps() {
+  local name=$1 steps=$2 rates=$3
+  shift 3
+  if has "$steps" sweep; then
+    loadtest "${PREFIX}_${name}_sweep" "${common[@]}" "$@" --rate "$rates" \
       "${sweep_count[@]}" --warmup-requests "$WARMUP" --sla mlperf-llama2-70b || true
   fi
-  if has "$FIXED_STEPS" sla; then
-    loadtest "${PREFIX}_1000x1000_sla" "${common[@]}" "${shape[@]}" --sla mlperf-llama2-70b --sla-search \
-      --sla-start-rate "${RATES_FIXED%%,*}" "${probe_count[@]}" --warmup-requests "$WARMUP" || true
-  fi
-  if has "$FIXED_STEPS" interactive; then
-    loadtest "${PREFIX}_1000x1000_interactive" "${common[@]}" "${shape[@]}" --sla mlperf-llama2-70b-interactive \
-      --sla-search --sla-start-rate "${RATES_FIXED%%,*}" "${probe_count[@]}" --warmup-requests "$WARMUP" || true
-  fi
+  local step sla
+  for step in sla interactive; do
+    has "$steps" "$step" || continue
+    sla=mlperf-llama2-70b
+    [[ $step == interactive ]] && sla=mlperf-llama2-70b-interactive
+    loadtest "${PREFIX}_${name}_${step}" "${common[@]}" "$@" --sla "$sla" --sla-search \
+      --sla-start-rate "${rates%%,*}" "${probe_count[@]}" --warmup-requests "$WARMUP" || true
+  done
 }
+
+# Fixed shape: every request 1000 prompt tokens (random ids) and exactly 1000 output tokens.
+fixed_scenario() { scenario_steps 1000x1000 "$FIXED_STEPS" "$RATES_FIXED" --input-len 1000 --output-len 1000; }
 
 # ShareGPT-like mix: the real conversations when $SHAREGPT is given (prompts as random ids of
 # their estimated length: dummy weights have no tokenizer; outputs the length of the recorded
 # reply), else a synthetic long-tailed mix: log-normal prompt lengths (median 256, sigma 1.0, at
 # most 2048) and output lengths (median 192, sigma 0.9, at most 1024).
 sharegpt_scenario() {
-  local mix
-  if [[ -n ${SHAREGPT:-} ]]; then
-    mix=(--dataset "$SHAREGPT")
-  else
-    mix=(--input-len lognormal:256:1.0:2048 --output-len lognormal:192:0.9:1024)
-  fi
-  if has "$SHAREGPT_STEPS" sweep; then
-    loadtest "${PREFIX}_sharegpt_sweep" "${common[@]}" "${mix[@]}" --rate "$RATES_SHAREGPT" \
-      "${sweep_count[@]}" --warmup-requests "$WARMUP" --sla mlperf-llama2-70b || true
-  fi
-  if has "$SHAREGPT_STEPS" sla; then
-    loadtest "${PREFIX}_sharegpt_sla" "${common[@]}" "${mix[@]}" --sla mlperf-llama2-70b --sla-search \
-      --sla-start-rate "${RATES_SHAREGPT%%,*}" "${probe_count[@]}" --warmup-requests "$WARMUP" || true
-  fi
+  local mix=(--input-len lognormal:256:1.0:2048 --output-len lognormal:192:0.9:1024)
+  [[ -n ${SHAREGPT:-} ]] && mix=(--dataset "$SHAREGPT")
+  scenario_steps sharegpt "$SHAREGPT_STEPS" "$RATES_SHAREGPT" "${mix[@]}"
 }
 
 run_gpu_scenarios() {

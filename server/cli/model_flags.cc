@@ -4,9 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 
 namespace llm::cli {
 
@@ -48,12 +46,7 @@ absl::StatusOr<ParallelOptions> ModelFlags::ToParallelOptions() const {
     return absl::InvalidArgumentError("--tp and --pp must be positive");
   p.tp = static_cast<int>(tp);
   p.pp = static_cast<int>(pp);
-  for (absl::string_view part : absl::StrSplit(layers_per_stage, ',', absl::SkipWhitespace())) {
-    int n;
-    if (!absl::SimpleAtoi(part, &n))
-      return absl::InvalidArgumentError(absl::StrCat("--layers-per-stage: '", std::string(part), "' is not a number"));
-    p.layers_per_stage.push_back(n);
-  }
+  ASSIGN_OR_RETURN(p.layers_per_stage, ParseLayersPerStage(layers_per_stage));
   return p;
 }
 

@@ -232,6 +232,14 @@ TEST(SplitLayersTest, LastStageExtraCostMovesLayersEarlier) {
   EXPECT_EQ(*StageLayers(32, 2, 1, {}, 2.41), (LayerRange{17, 32}));
 }
 
+TEST(SplitLayersTest, ParsesTheFlagsTextForm) {
+  EXPECT_EQ(*ParseLayersPerStage("17,15"), (std::vector<int>{17, 15}));
+  EXPECT_EQ(*ParseLayersPerStage(""), std::vector<int>{});
+  const absl::Status bad = ParseLayersPerStage("17,x").status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("'x' is not a number"));
+}
+
 TEST(SplitLayersTest, ExplicitCounts) {
   const std::vector<int> counts = {10, 12, 10};
   auto r = SplitLayers(32, 3, counts);

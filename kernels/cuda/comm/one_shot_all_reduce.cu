@@ -5,6 +5,7 @@
 #include "kernels/cuda/comm/one_shot_all_reduce.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/norm/rms_norm_row.cuh"
 
 namespace llm::cuda {
 namespace {
@@ -193,10 +194,9 @@ __global__ void __launch_bounds__(kOneShotThreads)
 
 // The fused epilogue: block b owns rows [b * rows_per_block, ...) of `delta` (rows x dim), stages
 // them like the plain kernel, then per row: d = sum over ranks (rounded to T, as the plain
-// all-reduce), residual = T(residual + d), out = T(weight * (residual * rsqrt(mean(residual^2) +
-// eps))) -- the arithmetic of kernels/cuda/norm/rms_norm.cu, so fused and unfused results agree
-// up to the order of the sum of squares. The second pass re-reads the residual elements this same
-// thread wrote, so no barrier is needed between the passes.
+// all-reduce), residual = T(residual + d), and the norm's second half from FinishRmsNormRow (the
+// norm kernel's own code), so fused and unfused results agree up to the order of the sum of
+// squares.
 template <typename T, int kRanks, bool kVec16>
 __global__ void __launch_bounds__(kOneShotThreads)
     OneShotAllReduceAddRmsNormKernel(const OneShotPeers peers, const T* delta, T* residual, const T* weight,
@@ -236,22 +236,7 @@ __global__ void __launch_bounds__(kOneShotThreads)
         sum_sq += f * f;
       }
     }
-    sum_sq = BlockSum(sum_sq, scratch);
-    const float inv = rsqrtf(sum_sq / static_cast<float>(dim) + eps);
-    T* o = out + row * dim;
-    if constexpr (kVec16) {
-      for (int64_t c = tid; c < dim / kVec; c += kOneShotThreads) {
-        const Vec16<T> x = LoadVec(res + c * kVec);
-        const Vec16<T> w = LoadVec(weight + c * kVec);
-        Vec16<T> r;
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) r.v[e] = FromFloat<T>(ToFloat(w.v[e]) * (ToFloat(x.v[e]) * inv));
-        StoreVec(o + c * kVec, r);
-      }
-    } else {
-      for (int64_t c = tid; c < dim; c += kOneShotThreads)
-        o[c] = FromFloat<T>(ToFloat(weight[c]) * (ToFloat(res[c]) * inv));
-    }
+    FinishRmsNormRow<T, kVec16>(res, weight, out + row * dim, dim, sum_sq, eps, scratch);
   }
 }
 

@@ -2,12 +2,13 @@
 
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/norm/rms_norm_row.cuh"
 
 namespace llm::cuda {
 namespace {
 
-// One block per row. Pass 1 forms the (residual) row and its sum of squares; pass 2 re-reads what
-// this same thread wrote (so no barrier is needed between the passes) and normalizes.
+// One block per row. Pass 1 forms the (residual) row and its sum of squares; pass 2
+// (FinishRmsNormRow) normalizes.
 template <typename T, bool kVec16>
 __global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ delta,
                               const T* __restrict__ weight, T* __restrict__ out, int64_t dim, float eps) {
@@ -47,22 +48,7 @@ __global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual,
       sum_sq += f * f;
     }
   }
-  sum_sq = BlockSum(sum_sq, scratch);
-  const float inv = rsqrtf(sum_sq / static_cast<float>(dim) + eps);
-  if constexpr (kVec16) {
-    constexpr int kVec = Vec16<T>::kVec;
-    for (int64_t c = threadIdx.x; c < dim / kVec; c += blockDim.x) {
-      const Vec16<T> v = LoadVec(src + c * kVec);
-      const Vec16<T> w = LoadVec(weight + c * kVec);
-      Vec16<T> r;
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) r.v[e] = FromFloat<T>(ToFloat(w.v[e]) * (ToFloat(v.v[e]) * inv));
-      StoreVec(o + c * kVec, r);
-    }
-  } else {
-    for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
-      o[c] = FromFloat<T>(ToFloat(weight[c]) * (ToFloat(src[c]) * inv));
-  }
+  FinishRmsNormRow<T, kVec16>(src, weight, o, dim, sum_sq, eps, scratch);
 }
 
 }  // namespace

@@ -33,6 +33,16 @@ namespace llm::bench {
     }                                                                                                   \
   } while (0)
 
+// The value after the flag at argv[*i] (advancing *i); exits with 2, naming the flag, when
+// there is none.
+inline std::string NextArg(int argc, char** argv, int* i) {
+  if (*i + 1 >= argc) {
+    std::fprintf(stderr, "missing value for %s\n", argv[*i]);
+    std::exit(2);
+  }
+  return argv[++*i];
+}
+
 inline double Median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());

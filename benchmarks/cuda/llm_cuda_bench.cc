@@ -37,13 +37,7 @@ Args Parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "missing value for %s\n", k.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto next = [&] { return NextArg(argc, argv, &i); };
     if (k == "--model") a.model = next();
     else if (k == "--out") a.out = next();
     else if (k == "--steps") a.steps = std::stoi(next());

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
 #include "kernels/cuda/comm/one_shot_all_reduce.h"
+#include "kernels/cuda/comm/push_all_reduce.h"
 #include "parallel/internal/cuda_check.h"
 
 namespace llm {
@@ -74,11 +75,13 @@ class NvlinkCommunicator final : public DeviceCommunicator {
  public:
   NvlinkCommunicator(MpiCommunicator& group, std::unique_ptr<DeviceCommunicator> nccl,
                      std::unique_ptr<IpcRegions> regions, const cuda::OneShotPeers& peers,
-                     std::optional<size_t> fuse_from_rows)
+                     std::optional<cuda::PushPeers> push, bool fuse, size_t fuse_from_rows)
       : group_(group),
         nccl_(std::move(nccl)),
         regions_(std::move(regions)),
         peers_(peers),
+        push_(push),
+        fuse_(fuse),
         fuse_from_rows_(fuse_from_rows) {}
   ~NvlinkCommunicator() override;
 
@@ -112,23 +115,30 @@ class NvlinkCommunicator final : public DeviceCommunicator {
   bool CapturableInGraph() const override { return nccl_->CapturableInGraph(); }
 
   bool CanAllReduceAddRmsNorm(size_t rows, size_t dim, DType dtype) const override {
-    return fuse_from_rows_.has_value() && rows >= *fuse_from_rows_ &&
-           cuda::OneShotFitsRows(peers_.layout, dtype, rows, dim);
+    if (!fuse_ || rows == 0 || dim == 0) return false;
+    return PushFitsRows(rows, dim, dtype) ||
+           (rows >= fuse_from_rows_ && cuda::OneShotFitsRows(peers_.layout, dtype, rows, dim));
   }
-  absl::Status AllReduceAddRmsNorm(const void* delta, void* residual, const void* weight, float eps, void* out,
-                                   size_t rows, size_t dim, DType dtype) override;
+  absl::Status AllReduceAddRmsNorm(const void* delta, void* residual, const void* weight, float eps,
+                                   void* out, size_t rows, size_t dim, DType dtype) override;
 
   absl::Status AllReduceSumInto(const void* in, void* out, size_t count, DType dtype);
 
  private:
   absl::Status CheckNotBroken() const;
+  bool PushFitsRows(size_t rows, size_t dim, DType dtype) const {
+    return push_.has_value() && rows <= SIZE_MAX / dim && cuda::PushFits(push_->layout, dtype, rows * dim);
+  }
 
   MpiCommunicator& group_;
   std::unique_ptr<DeviceCommunicator> nccl_;
   std::unique_ptr<IpcRegions> regions_;
   cuda::OneShotPeers peers_;
-  // From how many rows AllReduceAddRmsNorm is offered; none: not at all. The same on every rank.
-  const std::optional<size_t> fuse_from_rows_;
+  const std::optional<cuda::PushPeers> push_;  // the push kernel's view of the same regions
+  // Whether AllReduceAddRmsNorm is offered at all, and from how many rows with the one-shot
+  // kernel (the push kernel's fused form: for every size it takes). The same on every rank.
+  const bool fuse_;
+  const size_t fuse_from_rows_;
   bool broken_ = false;
 };
 
@@ -151,14 +161,26 @@ absl::Status NvlinkCommunicator::CheckNotBroken() const {
 }
 
 absl::Status NvlinkCommunicator::AllReduceAddRmsNorm(const void* delta, void* residual, const void* weight,
-                                                     float eps, void* out, size_t rows, size_t dim, DType dtype) {
+                                                     float eps, void* out, size_t rows, size_t dim,
+                                                     DType dtype) {
   RETURN_IF_ERROR(CheckNotBroken());
+  if (!CanAllReduceAddRmsNorm(rows, dim, dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("AllReduceAddRmsNorm: ", rows, " rows of ", dim, " ",
+                                                   std::string(DTypeName(dtype)), " not offered (",
+                                                   fuse_ ? "too large" : "fusion off", ")"));
+  }
+  const auto s = static_cast<cuda::Stream>(stream());
+  if (PushFitsRows(rows, dim, dtype))
+    return cuda::LaunchPushAllReduceAddRmsNorm(*push_, dtype, delta, residual, weight, eps, out, rows, dim,
+                                               s);
   return cuda::LaunchOneShotAllReduceAddRmsNorm(peers_, dtype, delta, residual, weight, eps, out, rows, dim,
-                                                static_cast<cuda::Stream>(stream()));
+                                                s);
 }
 
 absl::Status NvlinkCommunicator::AllReduceSumInto(const void* in, void* out, size_t count, DType dtype) {
   RETURN_IF_ERROR(CheckNotBroken());
+  if (push_.has_value() && cuda::PushFits(push_->layout, dtype, count))
+    return cuda::LaunchPushAllReduce(*push_, dtype, in, out, count, static_cast<cuda::Stream>(stream()));
   if (!cuda::OneShotFits(peers_.layout, dtype, count)) {
     if (in != out && count > 0) {
       LLM_CUDA_CHECK(cudaMemcpyAsync(out, in, count * DTypeSize(dtype), cudaMemcpyDeviceToDevice,
@@ -183,6 +205,8 @@ struct RankRecord {
   int64_t timeout_ns = 0;
   int32_t fuse_add_rms_norm = 0;
   int32_t fuse_min_rows = 0;
+  uint64_t push_capacity_bytes = 0;
+  int32_t push_enabled = 0;  // not switched off by LLM_PUSH_ALLREDUCE=0
   char host[64] = {};
   char bus_id[32] = {};
   cudaIpcMemHandle_t handle = {};
@@ -208,10 +232,18 @@ absl::StatusOr<std::vector<Record>> AllGatherRecords(MpiCommunicator& group, con
   return all;
 }
 
+// Where the push kernel's part starts in a region: after the one-shot part, 256-byte aligned.
+size_t PushRegionOffset(const cuda::OneShotLayout& layout) {
+  return (layout.region_bytes() + 255) / 256 * 256;
+}
+
 // This rank's record: options checked, the region allocated and exported when everything local
-// allows it. Failures of CUDA calls make a fallback, not an error: NCCL still works.
+// allows it. Failures of CUDA calls make a fallback, not an error: NCCL still works. `push`
+// receives the push kernel's layout when options.push_capacity_bytes > 0 (its part of the region
+// is allocated and initialized whether or not every rank ends up using it).
 RankRecord MakeRankRecord(const MpiCommunicator& group, const DeviceCommunicator& nccl,
-                          const NvlinkOptions& options, IpcRegions& regions, cuda::OneShotLayout* layout) {
+                          const NvlinkOptions& options, IpcRegions& regions, cuda::OneShotLayout* layout,
+                          std::optional<cuda::PushLayout>* push) {
   RankRecord rec;
   rec.blocks = options.blocks;
   rec.capacity_bytes = options.capacity_bytes;
@@ -219,6 +251,9 @@ RankRecord MakeRankRecord(const MpiCommunicator& group, const DeviceCommunicator
   const char* fuse_env = std::getenv("LLM_FUSED_ALLREDUCE_NORM");
   rec.fuse_add_rms_norm = options.fuse_add_rms_norm && !(fuse_env != nullptr && std::string(fuse_env) == "0");
   rec.fuse_min_rows = options.fuse_min_rows;
+  rec.push_capacity_bytes = options.push_capacity_bytes;
+  const char* push_env = std::getenv("LLM_PUSH_ALLREDUCE");
+  rec.push_enabled = !(push_env != nullptr && std::string(push_env) == "0");
   auto fail = [&rec](RankRecord::State state, const std::string& why) {
     rec.state = state;
     CopyString(rec.reason, why);
@@ -232,6 +267,12 @@ RankRecord MakeRankRecord(const MpiCommunicator& group, const DeviceCommunicator
   absl::StatusOr<cuda::OneShotLayout> made = cuda::MakeOneShotLayout(options.capacity_bytes, options.blocks);
   if (!made.ok()) return fail(RankRecord::kInvalid, std::string(made.status().message()));
   *layout = *made;
+  if (options.push_capacity_bytes > 0) {
+    absl::StatusOr<cuda::PushLayout> push_made =
+        cuda::MakePushLayout(options.push_capacity_bytes, options.blocks, group.size());
+    if (!push_made.ok()) return fail(RankRecord::kInvalid, std::string(push_made.status().message()));
+    *push = *push_made;
+  }
   if (rec.timeout_ns <= 0) return fail(RankRecord::kInvalid, "spin_timeout must be positive");
   if (!options.enable) return fail(RankRecord::kFallback, "disabled by NvlinkOptions::enable");
   const char* env = std::getenv("LLM_CUSTOM_ALLREDUCE");
@@ -246,8 +287,17 @@ RankRecord MakeRankRecord(const MpiCommunicator& group, const DeviceCommunicator
       !s.ok()) {
     return fail(RankRecord::kFallback, std::string(s.message()));
   }
-  if (absl::Status s = regions.Allocate(layout->region_bytes(), &rec.handle); !s.ok()) {
+  const size_t bytes =
+      push->has_value() ? PushRegionOffset(*layout) + (*push)->region_bytes() : layout->region_bytes();
+  if (absl::Status s = regions.Allocate(bytes, &rec.handle); !s.ok()) {
     return fail(RankRecord::kFallback, std::string(s.message()));
+  }
+  if (push->has_value()) {
+    if (absl::Status s =
+            cuda::InitPushRegion(static_cast<char*>(regions.own()) + PushRegionOffset(*layout), **push);
+        !s.ok()) {
+      return fail(RankRecord::kFallback, std::string(s.message()));
+    }
   }
   return rec;
 }
@@ -297,7 +347,8 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNvlinkCommunicator(
 
   auto regions = std::make_unique<IpcRegions>(nccl->device(), world);
   cuda::OneShotLayout layout;
-  const RankRecord mine = MakeRankRecord(group, *nccl, options, *regions, &layout);
+  std::optional<cuda::PushLayout> push_layout;
+  const RankRecord mine = MakeRankRecord(group, *nccl, options, *regions, &layout, &push_layout);
   // A failed runtime call stays CUDA's "last error", which the next kernel launch check would
   // report as its own: clear it, the failure is in the record.
   if (mine.state != RankRecord::kReady) cudaGetLastError();
@@ -309,7 +360,8 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNvlinkCommunicator(
           absl::StrCat("CreateNvlinkCommunicator: rank ", q, ": ", all[q].reason));
     }
     if (all[q].blocks != all[0].blocks || all[q].capacity_bytes != all[0].capacity_bytes ||
-        all[q].timeout_ns != all[0].timeout_ns || all[q].fuse_min_rows != all[0].fuse_min_rows) {
+        all[q].timeout_ns != all[0].timeout_ns || all[q].fuse_min_rows != all[0].fuse_min_rows ||
+        all[q].push_capacity_bytes != all[0].push_capacity_bytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("CreateNvlinkCommunicator: NvlinkOptions differ between ranks 0 and ", q));
     }
@@ -343,14 +395,30 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNvlinkCommunicator(
   peers.layout = layout;
   peers.timeout_ns = static_cast<uint64_t>(mine.timeout_ns);
   bool fuse = true;  // offered only where every rank agrees, so all ranks take the same path
-  for (int q = 0; q < world; ++q) fuse = fuse && all[q].fuse_add_rms_norm != 0;
+  bool use_push = push_layout.has_value();  // likewise
+  for (int q = 0; q < world; ++q) {
+    fuse = fuse && all[q].fuse_add_rms_norm != 0;
+    use_push = use_push && all[q].push_enabled != 0;
+  }
+  std::optional<cuda::PushPeers> push;
+  if (use_push) {
+    push.emplace();
+    const size_t offset = PushRegionOffset(layout);
+    for (int q = 0; q < world; ++q) push->regions[q] = static_cast<char*>(peers.regions[q]) + offset;
+    push->rank = rank;
+    push->layout = *push_layout;
+    push->timeout_ns = peers.timeout_ns;
+  }
   if (setup != nullptr) {
-    *setup = NvlinkSetup{
-        .one_shot = true, .capacity_bytes = layout.capacity_bytes(), .fused_add_rms_norm = fuse, .reason = ""};
+    *setup = NvlinkSetup{.one_shot = true,
+                         .capacity_bytes = layout.capacity_bytes(),
+                         .fused_add_rms_norm = fuse,
+                         .push_capacity_bytes = use_push ? push_layout->capacity_bytes : 0,
+                         .reason = ""};
   }
   return std::unique_ptr<DeviceCommunicator>(
-      new NvlinkCommunicator(group, std::move(nccl), std::move(regions), peers,
-                             fuse ? std::optional<size_t>(std::max(0, options.fuse_min_rows)) : std::nullopt));
+      new NvlinkCommunicator(group, std::move(nccl), std::move(regions), peers, push, fuse,
+                             static_cast<size_t>(std::max(0, options.fuse_min_rows))));
 }
 
 absl::Status AllReduceSumInto(DeviceCommunicator& comm, const void* in, void* out, size_t count,

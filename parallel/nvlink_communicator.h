@@ -1,13 +1,17 @@
 // A DeviceCommunicator whose small all-reduces run as one kernel over NVLink peer memory (CUDA
-// IPC) instead of NCCL: kernels/cuda/comm/one_shot_all_reduce.h has the protocol. Tensor-parallel
-// decode all-reduces (1..64 rows of a 4096..8192 hidden state, 8 KB .. 1 MB) are latency-bound,
-// and NCCL spends several microseconds on each; the one-shot kernel is one flag barrier plus one
-// read of every peer's data.
+// IPC) instead of NCCL. Tensor-parallel decode all-reduces (1..64 rows of a 4096..8192 hidden
+// state, 8 KB .. 1 MB) are latency-bound, and NCCL spends several microseconds on each. Two
+// kernels, by size:
+//  - up to NvlinkOptions::push_capacity_bytes, the push kernel (kernels/cuda/comm/
+//    push_all_reduce.h): every rank writes its data into every peer's receive buffer and polls its
+//    own until the peers' data has arrived; one one-way NVLink trip;
+//  - up to NvlinkOptions::capacity_bytes, the one-shot kernel (kernels/cuda/comm/
+//    one_shot_all_reduce.h): one flag barrier plus one read of every peer's data.
 //
 // It wraps an NCCL DeviceCommunicator of the same group and runs on its stream and device:
-// AllReduceSum of f32/f16/bf16 up to NvlinkOptions::capacity_bytes takes the one-shot kernel,
-// everything else (larger or integer all-reduces, AllGather, Broadcast, Send, Recv, Synchronize)
-// is forwarded to NCCL. Callers keep using the DeviceCommunicator interface unchanged; both paths
+// AllReduceSum of f32/f16/bf16 within those capacities takes one of the kernels, everything else
+// (larger or integer all-reduces, AllGather, Broadcast, Send, Recv, Synchronize) is forwarded to
+// NCCL. Callers keep using the DeviceCommunicator interface unchanged; both paths
 // may be captured in CUDA graphs. Like NCCL, every rank must make the same sequence of calls.
 //
 // Declared in every build, defined by llm_parallel_nccl: without CUDA the factory returns the
@@ -44,19 +48,25 @@ struct NvlinkOptions {
   // false on any rank (or LLM_FUSED_ALLREDUCE_NORM=0 in any rank's environment): callers run the
   // one-shot all-reduce and their own norm kernel, for comparisons.
   bool fuse_add_rms_norm = true;
-  // ... and only from this many rows: below it the fused kernel, which normalizes each row on one
-  // block after the exchange, is no faster than the all-reduce followed by a PDL-launched norm
-  // kernel (2 H200s, hidden 4096: 5.82 against 5.66 us at 1 row, 6.22 against 6.03 at 16 rows,
-  // 8.25 against 9.02 at 64 rows; TP2 8B decode 3.45 against 3.40 ms per token at batch 1).
+  // ... with the one-shot kernel only from this many rows: below it the one-shot fused kernel,
+  // which reads each row's peer data on one block after the exchange, is no faster than the
+  // all-reduce followed by a PDL-launched norm kernel (2 H200s, hidden 4096: 5.82 against 5.66 us
+  // at 1 row, 6.22 against 6.03 at 16 rows, 8.25 against 9.02 at 64 rows). The push kernel's
+  // fused form (its data arrives in local memory) is offered for every size it takes.
   int fuse_min_rows = 32;
+  // Largest all-reduce, in bytes, taken by the push kernel (0: none; LLM_PUSH_ALLREDUCE=0 in any
+  // rank's environment: none). Each rank allocates 3 * world_size times this. Must be the same on
+  // every rank.
+  size_t push_capacity_bytes = size_t{512} << 10;
 };
 
 // What CreateNvlinkCommunicator decided (the same on every rank), for logs and tests.
 struct NvlinkSetup {
-  bool one_shot = false;      // true: the returned communicator has the one-shot path
-  size_t capacity_bytes = 0;  // largest one-shot all-reduce in bytes (after rounding)
+  bool one_shot = false;            // true: the returned communicator has the one-shot path
+  size_t capacity_bytes = 0;        // largest one-shot all-reduce in bytes (after rounding)
   bool fused_add_rms_norm = false;  // AllReduceAddRmsNorm offered (one_shot and enabled everywhere)
-  std::string reason;         // why not, when !one_shot
+  size_t push_capacity_bytes = 0;   // largest push all-reduce in bytes (0: no push kernel)
+  std::string reason;               // why not, when !one_shot
 };
 
 // Collective over `group` (the group of `nccl`, same ranks): every rank allocates a zeroed device
@@ -82,7 +92,8 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNvlinkCommunicator(
 
 // Out of place: out[i] = sum over ranks of in[i] for i < count, enqueued on comm's stream; `out`
 // may equal `in`. On a communicator made by CreateNvlinkCommunicator with the one-shot path and a
-// size within its capacity, one kernel; otherwise a device copy in -> out and comm.AllReduceSum.
+// size within one of its kernels' capacities, one kernel; otherwise a device copy in -> out and
+// comm.AllReduceSum.
 absl::Status AllReduceSumInto(DeviceCommunicator& comm, const void* in, void* out, size_t count, DType dtype);
 
 }  // namespace llm

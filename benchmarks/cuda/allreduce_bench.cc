@@ -1,16 +1,18 @@
-// allreduce_bench: bf16 all-reduce time of NCCL and of the one-shot NVLink kernel
-// (parallel/nvlink_communicator.h), 8 KB .. 64 MB, including the tensor-parallel decode shapes
-// (hidden 4096 and 8192 x 1, 16, 64 rows).
+// allreduce_bench: bf16 all-reduce time of NCCL and of the NVLink kernels (one-shot and push,
+// parallel/nvlink_communicator.h), 8 KB .. 64 MB, including the tensor-parallel decode shapes
+// (hidden 4096 and 8192 x 1, 16, 64 rows), and the decode epilogue (all-reduce + residual add +
+// RMSNorm) fused and unfused with either kernel.
 //
 //   mpirun -np N allreduce_bench [--out FILE.md] [--iters 50] [--reps 25] [--max-bytes 67108864]
-//                                [--blocks 32]
+//                                [--blocks 32] [--push-bytes 2097152]
 //
 // Each rank uses GPU local_rank. Per size and path: `iters` back-to-back in-place calls between two
 // CUDA events (after a host barrier, so that the ranks start together), `reps` times, and the
 // median per call; then the same as a CUDA graph of 32 back-to-back calls (no launch overhead),
-// replayed `reps` times. The one-shot communicator is made with a capacity of --max-bytes, so every
-// size takes the kernel (the default capacity in the engine is 1 MiB). Every size and path ends
-// with a data check (integer-valued bf16, exact). Bandwidths as nccl-tests: algbw = bytes / t,
+// replayed `reps` times. The one-shot communicator is made with a capacity of --max-bytes and no push
+// kernel, so every size takes the one-shot kernel (the engine's default capacity is 1 MiB); the
+// push communicator's push kernel takes sizes up to --push-bytes (the engine's default: 512 KiB). Every size
+// and path ends with a data check (integer-valued bf16, exact). Bandwidths as nccl-tests: algbw = bytes / t,
 // busbw = algbw * 2 (n - 1) / n. Rank 0 prints the markdown table (and writes it to --out).
 #include <cuda_runtime.h>
 
@@ -48,6 +50,7 @@ struct Args {
   int reps = 25;
   size_t max_bytes = size_t{64} << 20;
   int blocks = 32;
+  size_t push_bytes = size_t{2} << 20;
 };
 
 Args ParseArgs(int argc, char** argv) {
@@ -65,17 +68,18 @@ Args ParseArgs(int argc, char** argv) {
       a.max_bytes = std::strtoull(next().c_str(), nullptr, 10);
     } else if (k == "--blocks") {
       a.blocks = std::atoi(next().c_str());
+    } else if (k == "--push-bytes") {
+      a.push_bytes = std::strtoull(next().c_str(), nullptr, 10);
     } else {
       std::fprintf(
           stderr,
           "usage: mpirun -np N allreduce_bench [--out FILE.md] [--iters N] [--reps N] [--max-bytes B] "
-          "[--blocks N]\n");
+          "[--blocks N] [--push-bytes B]\n");
       std::exit(2);
     }
   }
   return a;
 }
-
 
 // Microseconds per call: median over `reps` of (`batch` calls between two events) / batch.
 double TimePerCall(MpiCommunicator& world, cudaStream_t stream, int reps, int batch,
@@ -166,8 +170,8 @@ Timing Measure(MpiCommunicator& world, DeviceCommunicator& comm, void* buf, size
 // residual, RMSNorm into out) inside a CUDA graph of kGraphCalls epilogues: `fused` one kernel
 // (Communicator::AllReduceAddRmsNorm), else the all-reduce and then the norm kernel (launched
 // with PDL, as the engine does).
-double MeasureEpilogue(MpiCommunicator& world, DeviceCommunicator& comm, size_t rows, size_t hidden, bool fused,
-                       const Args& args) {
+double MeasureEpilogue(MpiCommunicator& world, DeviceCommunicator& comm, size_t rows, size_t hidden,
+                       bool fused, const Args& args) {
   cudaStream_t stream = static_cast<cudaStream_t>(comm.stream());
   const size_t count = rows * hidden;
   void *delta = nullptr, *residual = nullptr, *weight = nullptr, *out = nullptr;
@@ -182,8 +186,9 @@ double MeasureEpilogue(MpiCommunicator& world, DeviceCommunicator& comm, size_t 
       BENCH_CHECK(comm.AllReduceAddRmsNorm(delta, residual, weight, 1e-5f, out, rows, hidden, DType::kBF16));
     } else {
       BENCH_CHECK(AllReduceSumInto(comm, delta, delta, count, DType::kBF16));
-      BENCH_CHECK(cuda::LaunchRmsNorm(DType::kBF16, nullptr, residual, delta, weight, out, static_cast<int64_t>(rows),
-                                   static_cast<int64_t>(hidden), 1e-5f, stream, /*pdl=*/true));
+      BENCH_CHECK(cuda::LaunchRmsNorm(DType::kBF16, nullptr, residual, delta, weight, out,
+                                      static_cast<int64_t>(rows), static_cast<int64_t>(hidden), 1e-5f, stream,
+                                      /*pdl=*/true));
     }
   };
   for (int i = 0; i < 3; ++i) call();
@@ -231,10 +236,21 @@ int Main(int argc, char** argv) {
   auto nccl_for_nvlink = CreateNcclCommunicator(world, stream, nccl_options);
   BENCH_CHECK(nccl_for_nvlink.status());
   NvlinkSetup setup;
-  auto nvlink = CreateNvlinkCommunicator(
-      world, std::move(*nccl_for_nvlink),
-      NvlinkOptions{.capacity_bytes = args.max_bytes, .blocks = args.blocks, .fuse_min_rows = 1}, &setup);
+  auto nvlink = CreateNvlinkCommunicator(world, std::move(*nccl_for_nvlink),
+                                         NvlinkOptions{.capacity_bytes = args.max_bytes,
+                                                       .blocks = args.blocks,
+                                                       .fuse_min_rows = 1,
+                                                       .push_capacity_bytes = 0},
+                                         &setup);
   BENCH_CHECK(nvlink.status());
+  auto nccl_for_push = CreateNcclCommunicator(world, stream, nccl_options);
+  BENCH_CHECK(nccl_for_push.status());
+  NvlinkSetup push_setup;
+  auto push = CreateNvlinkCommunicator(
+      world, std::move(*nccl_for_push),
+      NvlinkOptions{.blocks = args.blocks, .fuse_min_rows = 1, .push_capacity_bytes = args.push_bytes},
+      &push_setup);
+  BENCH_CHECK(push.status());
 
   cudaDeviceProp prop;
   BENCH_CUDA(cudaGetDeviceProperties(&prop, device));
@@ -246,13 +262,15 @@ int Main(int argc, char** argv) {
       "GB/s from "
       "the graph times (busbw = algbw * 2(n-1)/n).\n\n",
       n, prop.name,
-      setup.one_shot ? absl::StrCat("on, ", args.blocks, " blocks, capacity ", setup.capacity_bytes, " bytes")
+      setup.one_shot ? absl::StrCat("on, ", args.blocks, " blocks, capacity ", setup.capacity_bytes,
+                                    " bytes; push kernel up to ", push_setup.push_capacity_bytes, " bytes")
                      : absl::StrCat("off (", setup.reason, ")"),
       args.iters, kGraphCalls, args.reps);
-  absl::StrAppend(&report,
-                  "| bytes | hidden x rows | NCCL us | NCCL graph us | one-shot us | one-shot graph us | "
-                  "graph speed-up | NCCL busbw | one-shot busbw | one-shot algbw |\n"
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  absl::StrAppend(
+      &report,
+      "| bytes | hidden x rows | NCCL us | NCCL graph us | one-shot us | one-shot graph us | "
+      "push us | push graph us | best graph speed-up | NCCL busbw | one-shot busbw | one-shot algbw |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
 
   void* buf = nullptr;
   BENCH_CUDA(cudaMalloc(&buf, args.max_bytes));
@@ -261,16 +279,21 @@ int Main(int argc, char** argv) {
     const size_t count = bytes / 2;
     const Timing nccl_t = Measure(world, **nccl, buf, count, args);
     const bool one_shot = setup.one_shot && bytes <= setup.capacity_bytes;
-    Timing one_t;
+    Timing one_t, push_t;
     if (one_shot) one_t = Measure(world, **nvlink, buf, count, args);
+    const bool pushed = bytes <= push_setup.push_capacity_bytes;
+    if (pushed) push_t = Measure(world, **push, buf, count, args);
     auto gbps = [&](double us) { return static_cast<double>(bytes) / (us * 1e-6) / 1e9; };
     auto cell = [&](double v, const char* fmt) {
       return one_shot ? absl::StrFormat(fmt, v) : std::string("-");
     };
+    auto push_cell = [&](double v) { return pushed ? absl::StrFormat("%.2f", v) : std::string("-"); };
+    const double best = pushed ? std::min(one_t.graph_us, push_t.graph_us) : one_t.graph_us;
     absl::StrAppend(
         &report, "| ", SizeLabel(bytes), " | ", ShapeLabel(bytes), " | ",
         absl::StrFormat("%.2f | %.2f | ", nccl_t.eager_us, nccl_t.graph_us), cell(one_t.eager_us, "%.2f"),
-        " | ", cell(one_t.graph_us, "%.2f"), " | ", cell(nccl_t.graph_us / one_t.graph_us, "%.2fx"), " | ",
+        " | ", cell(one_t.graph_us, "%.2f"), " | ", push_cell(push_t.eager_us), " | ",
+        push_cell(push_t.graph_us), " | ", cell(nccl_t.graph_us / best, "%.2fx"), " | ",
         absl::StrFormat("%.1f", gbps(nccl_t.graph_us) * bus_factor), " | ",
         cell(gbps(one_t.graph_us) * bus_factor, "%.1f"), " | ", cell(gbps(one_t.graph_us), "%.1f"), " |\n");
     if (world.rank() == 0) std::fprintf(stderr, "%s done\n", SizeLabel(bytes).c_str());
@@ -278,15 +301,23 @@ int Main(int argc, char** argv) {
   BENCH_CUDA(cudaFree(buf));
 
   if (setup.one_shot && setup.fused_add_rms_norm) {
-    absl::StrAppend(&report,
-                    "\n### Decode epilogue: all-reduce + residual add + RMSNorm (bf16, in a CUDA graph)\n\n"
-                    "| hidden x rows | all-reduce, then AddRmsNorm us | fused kernel us |\n| --- | --- | --- |\n");
+    absl::StrAppend(
+        &report,
+        "\n### Decode epilogue: all-reduce + residual add + RMSNorm (bf16, in a CUDA graph)\n\n"
+        "| hidden x rows | one-shot, then AddRmsNorm us | one-shot fused us | push, then AddRmsNorm us "
+        "| push fused us |\n| --- | --- | --- | --- | --- |\n");
     for (size_t rows : {1, 4, 16, 64}) {
       const size_t hidden = 4096;
       if (!(*nvlink)->CanAllReduceAddRmsNorm(rows, hidden, DType::kBF16)) continue;
       const double two = MeasureEpilogue(world, **nvlink, rows, hidden, false, args);
       const double one = MeasureEpilogue(world, **nvlink, rows, hidden, true, args);
-      absl::StrAppend(&report, absl::StrFormat("| %zu x %zu | %.2f | %.2f |\n", hidden, rows, two, one));
+      std::string push_cells = "- | -";
+      if (rows * hidden * 2 <= push_setup.push_capacity_bytes) {
+        push_cells = absl::StrFormat("%.2f | %.2f", MeasureEpilogue(world, **push, rows, hidden, false, args),
+                                     MeasureEpilogue(world, **push, rows, hidden, true, args));
+      }
+      absl::StrAppend(
+          &report, absl::StrFormat("| %zu x %zu | %.2f | %.2f | %s |\n", hidden, rows, two, one, push_cells));
     }
   }
 
@@ -302,7 +333,8 @@ int Main(int argc, char** argv) {
       std::fclose(f);
     }
   }
-  nvlink->reset();  // waits on a world barrier: before the world goes
+  push->reset();  // each waits on a world barrier: before the world goes
+  nvlink->reset();
   nccl->reset();
   BENCH_CUDA(cudaStreamDestroy(stream));
   return 0;

@@ -1,9 +1,9 @@
-// The NVLink one-shot all-reduce (parallel/nvlink_communicator.h) under mpirun with 2 ranks, checked
-// against a float64 host sum of every rank's inputs (gathered over MPI) and for bit-identical
-// results on all ranks. Needs one CUDA GPU per local rank: elsewhere (CI, this repo's build
-// machine) every rank prints why and exits with 77, which ctest reports as Skipped. On GPUs without
-// peer access the communicator falls back to NCCL: the tests still run (on NCCL tolerances), and
-// the graph test, which is about the one-shot path, skips.
+// The NVLink all-reduce kernels (parallel/nvlink_communicator.h: push up to 512 KiB, one-shot up
+// to 1 MiB, NCCL above) under mpirun with 2 ranks, checked against a float64 host sum of every
+// rank's inputs (gathered over MPI) and for bit-identical results on all ranks. Needs one CUDA GPU per local
+// rank: elsewhere (CI, this repo's build machine) every rank prints why and exits with 77, which ctest
+// reports as Skipped. On GPUs without peer access the communicator falls back to NCCL: the tests still run
+// (on NCCL tolerances), and the graph test, which is about the one-shot path, skips.
 #include "parallel/nvlink_communicator.h"
 
 #include <cuda_runtime.h>
@@ -266,15 +266,18 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, NvlinkAllReduceTest,
 
 TEST(NvlinkCommunicatorTest, AllRanksTookTheSameDecision) {
   const NvlinkSetup& setup = NvlinkTestEnvironment::setup();
-  int32_t mine[2] = {setup.one_shot ? 1 : 0, static_cast<int32_t>(setup.capacity_bytes)};
-  std::vector<int32_t> all(2 * World().size());
-  ASSERT_TRUE(World().AllGather(mine, all.data(), 2, DType::kI32).ok());
+  int32_t mine[3] = {setup.one_shot ? 1 : 0, static_cast<int32_t>(setup.capacity_bytes),
+                     static_cast<int32_t>(setup.push_capacity_bytes)};
+  std::vector<int32_t> all(3 * World().size());
+  ASSERT_TRUE(World().AllGather(mine, all.data(), 3, DType::kI32).ok());
   for (int r = 0; r < World().size(); ++r) {
-    EXPECT_EQ(all[2 * r], mine[0]) << "rank " << r;
-    EXPECT_EQ(all[2 * r + 1], mine[1]) << "rank " << r;
+    EXPECT_EQ(all[3 * r], mine[0]) << "rank " << r;
+    EXPECT_EQ(all[3 * r + 1], mine[1]) << "rank " << r;
+    EXPECT_EQ(all[3 * r + 2], mine[2]) << "rank " << r;
   }
   if (setup.one_shot) {
     EXPECT_EQ(setup.capacity_bytes, size_t{1} << 20);
+    EXPECT_EQ(setup.push_capacity_bytes, size_t{512} << 10);
     EXPECT_TRUE(Comm().CapturableInGraph());
   } else {
     EXPECT_FALSE(setup.reason.empty());
@@ -441,6 +444,13 @@ TEST(NvlinkCommunicatorTest, OptionsThatDifferBetweenRanksAreRejectedEverywhere)
       MakeNvlink(world, NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(), options, nullptr);
   EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument) << comm.status();
 
+  options.blocks = 32;
+  options.push_capacity_bytes = world.rank() == 0 ? size_t{512} << 10 : size_t{256} << 10;
+  comm =
+      MakeNvlink(world, NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(), options, nullptr);
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument) << comm.status();
+  options.push_capacity_bytes = NvlinkOptions{}.push_capacity_bytes;
+
   options.blocks = 1000;  // malformed on every rank
   comm =
       MakeNvlink(world, NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(), options, nullptr);
@@ -503,11 +513,12 @@ void CheckFused(DType dtype, const FusedCase& c, const std::vector<uint8_t>& del
   ASSERT_TRUE(world.AllGather(delta_in.data(), deltas.data(), bytes, DType::kU8).ok());
   std::vector<std::vector<double>> per_rank(world.size());
   for (int r = 0; r < world.size(); ++r)
-    per_rank[r] = Decode(dtype, std::vector<uint8_t>(deltas.begin() + r * bytes, deltas.begin() + (r + 1) * bytes));
+    per_rank[r] =
+        Decode(dtype, std::vector<uint8_t>(deltas.begin() + r * bytes, deltas.begin() + (r + 1) * bytes));
   const std::vector<double> res0 = Decode(dtype, residual_in), w = Decode(dtype, weight_in);
   const std::vector<uint8_t> got_res_bytes = residual.Download(), got_out_bytes = out.Download();
   const std::vector<double> got_res = Decode(dtype, got_res_bytes), got_out = Decode(dtype, got_out_bytes);
-  const double unit = dtype == DType::kF32 ? std::ldexp(1.0, -24)
+  const double unit = dtype == DType::kF32   ? std::ldexp(1.0, -24)
                       : dtype == DType::kF16 ? std::ldexp(1.0, -11)
                                              : std::ldexp(1.0, -8);
   int bad = 0;
@@ -522,8 +533,8 @@ void CheckFused(DType dtype, const FusedCase& c, const std::vector<uint8_t>& del
       sum_sq += x[j] * x[j];
       if (!(got_res[i] == x[j]) && bad < 5) {
         ++bad;
-        ADD_FAILURE() << what << ": residual row " << row << " col " << j << ": got " << got_res[i] << ", want "
-                      << x[j];
+        ADD_FAILURE() << what << ": residual row " << row << " col " << j << ": got " << got_res[i]
+                      << ", want " << x[j];
       }
     }
     const double inv = 1.0 / std::sqrt(sum_sq / static_cast<double>(c.dim) + eps);
@@ -532,7 +543,8 @@ void CheckFused(DType dtype, const FusedCase& c, const std::vector<uint8_t>& del
       const double got = got_out[row * c.dim + j];
       if (!(std::abs(got - ref) <= 2 * unit * std::abs(ref) + 1e-5 * std::abs(w[j] * x[j] * inv) + 1e-6)) {
         ++bad;
-        ADD_FAILURE() << what << ": normed row " << row << " col " << j << ": got " << got << ", want " << ref;
+        ADD_FAILURE() << what << ": normed row " << row << " col " << j << ": got " << got << ", want "
+                      << ref;
       }
     }
   }
@@ -554,59 +566,69 @@ TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormMatchesReference) {
     EXPECT_FALSE(Comm().CanAllReduceAddRmsNorm(64, 4096, DType::kBF16));
     GTEST_SKIP() << "one-shot path off: " << NvlinkTestEnvironment::setup().reason;
   }
-  // Fused from one row up (the default starts at fuse_min_rows), so every row count is checked.
-  NvlinkOptions options;
-  options.fuse_min_rows = 1;
-  auto made = MakeNvlink(World(), NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(), options, nullptr);
-  ASSERT_TRUE(made.ok()) << made.status();
-  DeviceCommunicator& comm = **made;
-  const float eps = 1e-5f;
-  const FusedCase cases[] = {{1, 4096, 0}, {3, 4096, 0}, {16, 4096, 0}, {64, 4096, 0}, {1, 8192, 0},
-                             {7, 5120, 0}, {2, 100, 0},  {5, 4096, 1},  {33, 896, 0}, {1, 8, 1}};
-  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-    struct Call {
-      FusedCase c;
-      std::vector<uint8_t> delta, residual, weight, plain;
-      std::unique_ptr<DeviceBuffer> d_delta, d_residual, d_weight, d_out, d_plain;
-    };
-    std::vector<Call> calls;
-    uint64_t seed = 700000 + static_cast<uint64_t>(dtype) * 100;
-    for (const FusedCase& c : cases) {
-      const size_t count = c.rows * c.dim;
-      ASSERT_TRUE(comm.CanAllReduceAddRmsNorm(c.rows, c.dim, dtype)) << c.rows << " x " << c.dim;
-      Call call;
-      call.c = c;
-      call.delta = RandomInput(dtype, count, ++seed);
-      call.residual = SharedRandom(dtype, count, ++seed, -4.0, 4.0);
-      call.weight = SharedRandom(dtype, c.dim, ++seed, 0.5, 1.5);
-      call.plain = RandomInput(dtype, 4096, ++seed);
-      call.d_delta = std::make_unique<DeviceBuffer>(dtype, count, c.offset);
-      call.d_residual = std::make_unique<DeviceBuffer>(dtype, count, c.offset);
-      call.d_weight = std::make_unique<DeviceBuffer>(dtype, c.dim, c.offset);
-      call.d_out = std::make_unique<DeviceBuffer>(dtype, count, c.offset);
-      call.d_plain = std::make_unique<DeviceBuffer>(dtype, 4096);
-      call.d_delta->Upload(call.delta);
-      call.d_residual->Upload(call.residual);
-      call.d_weight->Upload(call.weight);
-      call.d_plain->Upload(call.plain);
-      calls.push_back(std::move(call));
-    }
-    for (Call& call : calls) {
-      ASSERT_TRUE(comm.AllReduceAddRmsNorm(call.d_delta->get(), call.d_residual->get(), call.d_weight->get(), eps,
-                                           call.d_out->get(), call.c.rows, call.c.dim, dtype)
-                      .ok());
-      ASSERT_TRUE(comm.AllReduceSum(call.d_plain->get(), 4096, dtype).ok());
-    }
-    ASSERT_TRUE(comm.Synchronize().ok());
-    for (const Call& call : calls) {
-      const std::string what = absl::StrCat(std::string(DTypeName(dtype)), " ", call.c.rows, " x ", call.c.dim,
-                                            " offset ", call.c.offset);
-      SCOPED_TRACE(what);
-      CheckFused(dtype, call.c, call.delta, call.residual, call.weight, *call.d_residual, *call.d_out, eps,
-                 what);
-      EXPECT_EQ(call.d_delta->Download(), call.delta) << "delta changed";
-      EXPECT_TRUE(call.d_residual->GuardsIntact() && call.d_out->GuardsIntact()) << "written outside";
-      ExpectReduced(dtype, 4096, call.plain, call.d_plain->Download(), what + " then a plain all-reduce");
+  // Once with the push kernel (up to 512 KiB; the f32 64 x 4096 case takes the one-shot kernel),
+  // once with the one-shot kernel only, fused from one row up (the default starts at
+  // fuse_min_rows), so every row count is checked on both.
+  for (size_t push_capacity : {NvlinkOptions{}.push_capacity_bytes, size_t{0}}) {
+    SCOPED_TRACE(absl::StrCat("push capacity ", push_capacity));
+    NvlinkOptions options;
+    options.fuse_min_rows = 1;
+    options.push_capacity_bytes = push_capacity;
+    NvlinkSetup setup;
+    auto made = MakeNvlink(World(), NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(), options,
+                           &setup);
+    ASSERT_TRUE(made.ok()) << made.status();
+    ASSERT_EQ(setup.push_capacity_bytes, push_capacity);
+    DeviceCommunicator& comm = **made;
+    const float eps = 1e-5f;
+    const FusedCase cases[] = {{1, 4096, 0}, {3, 4096, 0}, {16, 4096, 0}, {64, 4096, 0}, {1, 8192, 0},
+                               {7, 5120, 0}, {2, 100, 0},  {5, 4096, 1},  {33, 896, 0},  {1, 8, 1}};
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      struct Call {
+        FusedCase c;
+        std::vector<uint8_t> delta, residual, weight, plain;
+        std::unique_ptr<DeviceBuffer> d_delta, d_residual, d_weight, d_out, d_plain;
+      };
+      std::vector<Call> calls;
+      uint64_t seed = 700000 + static_cast<uint64_t>(dtype) * 100;
+      for (const FusedCase& c : cases) {
+        const size_t count = c.rows * c.dim;
+        ASSERT_TRUE(comm.CanAllReduceAddRmsNorm(c.rows, c.dim, dtype)) << c.rows << " x " << c.dim;
+        Call call;
+        call.c = c;
+        call.delta = RandomInput(dtype, count, ++seed);
+        call.residual = SharedRandom(dtype, count, ++seed, -4.0, 4.0);
+        call.weight = SharedRandom(dtype, c.dim, ++seed, 0.5, 1.5);
+        call.plain = RandomInput(dtype, 4096, ++seed);
+        call.d_delta = std::make_unique<DeviceBuffer>(dtype, count, c.offset);
+        call.d_residual = std::make_unique<DeviceBuffer>(dtype, count, c.offset);
+        call.d_weight = std::make_unique<DeviceBuffer>(dtype, c.dim, c.offset);
+        call.d_out = std::make_unique<DeviceBuffer>(dtype, count, c.offset);
+        call.d_plain = std::make_unique<DeviceBuffer>(dtype, 4096);
+        call.d_delta->Upload(call.delta);
+        call.d_residual->Upload(call.residual);
+        call.d_weight->Upload(call.weight);
+        call.d_plain->Upload(call.plain);
+        calls.push_back(std::move(call));
+      }
+      for (Call& call : calls) {
+        ASSERT_TRUE(comm.AllReduceAddRmsNorm(call.d_delta->get(), call.d_residual->get(),
+                                             call.d_weight->get(), eps, call.d_out->get(), call.c.rows,
+                                             call.c.dim, dtype)
+                        .ok());
+        ASSERT_TRUE(comm.AllReduceSum(call.d_plain->get(), 4096, dtype).ok());
+      }
+      ASSERT_TRUE(comm.Synchronize().ok());
+      for (const Call& call : calls) {
+        const std::string what = absl::StrCat(std::string(DTypeName(dtype)), " ", call.c.rows, " x ",
+                                              call.c.dim, " offset ", call.c.offset);
+        SCOPED_TRACE(what);
+        CheckFused(dtype, call.c, call.delta, call.residual, call.weight, *call.d_residual, *call.d_out, eps,
+                   what);
+        EXPECT_EQ(call.d_delta->Download(), call.delta) << "delta changed";
+        EXPECT_TRUE(call.d_residual->GuardsIntact() && call.d_out->GuardsIntact()) << "written outside";
+        ExpectReduced(dtype, 4096, call.plain, call.d_plain->Download(), what + " then a plain all-reduce");
+      }
     }
   }
 }
@@ -616,12 +638,12 @@ TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormMatchesReference) {
 TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormRefusesWhatDoesNotFit) {
   DeviceCommunicator& comm = Comm();
   if (!OneShot()) GTEST_SKIP() << "one-shot path off: " << NvlinkTestEnvironment::setup().reason;
-  // Default layout: 32 blocks of 32 KiB. bf16 rows of 8192 are 16 KiB: 2 rows per block, 64 rows.
-  EXPECT_TRUE(comm.CanAllReduceAddRmsNorm(64, 8192, DType::kBF16));
+  // Default layout: the push kernel takes up to 512 KiB; the one-shot kernel's 32 blocks of 32 KiB
+  // from fuse_min_rows (32) rows: bf16 rows of 8192 are 16 KiB, 2 rows per block, 64 rows.
+  EXPECT_TRUE(comm.CanAllReduceAddRmsNorm(1, 4096, DType::kBF16));   // push
+  EXPECT_TRUE(comm.CanAllReduceAddRmsNorm(31, 8192, DType::kBF16));  // push: 496 KiB
+  EXPECT_TRUE(comm.CanAllReduceAddRmsNorm(64, 8192, DType::kBF16));  // one-shot
   EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(65, 8192, DType::kBF16));
-  // Below NvlinkOptions::fuse_min_rows (32) the unfused path is as fast: not offered.
-  EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(31, 4096, DType::kBF16));
-  EXPECT_TRUE(comm.CanAllReduceAddRmsNorm(32, 4096, DType::kBF16));
   EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(2048, 4096, DType::kBF16));  // prefill: NCCL + AddRmsNorm
   EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(1, 4096, DType::kI32));
   EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(0, 4096, DType::kBF16));
@@ -629,6 +651,16 @@ TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormRefusesWhatDoesNotFit) {
   const absl::Status refused =
       comm.AllReduceAddRmsNorm(buf.get(), buf.get(), buf.get(), 1e-5f, buf.get(), 65, 8192, DType::kBF16);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+
+  // Without the push kernel, below fuse_min_rows the one-shot kernel's fused form is not offered
+  // (the all-reduce then the norm kernel is as fast).
+  NvlinkSetup setup;
+  auto no_push = MakeNvlink(World(), NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(),
+                            NvlinkOptions{.push_capacity_bytes = 0}, &setup);
+  ASSERT_TRUE(no_push.ok()) << no_push.status();
+  EXPECT_EQ(setup.push_capacity_bytes, 0u);
+  EXPECT_FALSE((*no_push)->CanAllReduceAddRmsNorm(31, 4096, DType::kBF16));
+  EXPECT_TRUE((*no_push)->CanAllReduceAddRmsNorm(32, 4096, DType::kBF16));
 }
 
 // Fusion turned off on one rank (its option) is off on every rank; the plain one-shot path stays.
@@ -638,11 +670,83 @@ TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormOffOnOneRankIsOffEverywhere
   NvlinkOptions options;
   options.fuse_add_rms_norm = world.rank() != 0;
   NvlinkSetup setup;
-  auto made = MakeNvlink(world, NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(), options, &setup);
+  auto made =
+      MakeNvlink(world, NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(), options, &setup);
   ASSERT_TRUE(made.ok()) << made.status();
   EXPECT_FALSE(setup.fused_add_rms_norm);
   EXPECT_FALSE((*made)->CanAllReduceAddRmsNorm(64, 4096, DType::kBF16));
   EXPECT_EQ(setup.one_shot, OneShot());
+}
+
+// The push kernel tells arrived data from "nothing yet" by the all-ones pattern (a NaN in every
+// float type): an input element with that pattern is sent as another NaN, so its sum is NaN and
+// nothing waits forever; signed zeros sum as usual. Later calls through the same three phases of
+// buffers (every phase used twice more) are unaffected.
+TEST(NvlinkCommunicatorTest, PushKernelTakesAllOnesInputsAndSignedZeros) {
+  if (!OneShot() || NvlinkTestEnvironment::setup().push_capacity_bytes == 0)
+    GTEST_SKIP() << "push kernel off: " << NvlinkTestEnvironment::setup().reason;
+  DeviceCommunicator& comm = Comm();
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (size_t offset : {size_t{0}, size_t{1}}) {
+      SCOPED_TRACE(absl::StrCat(std::string(DTypeName(dtype)), " offset ", offset));
+      const size_t count = 4096 + 8;
+      const size_t elem = DTypeSize(dtype);
+      std::vector<uint8_t> input = RandomInput(dtype, count, 424242 + static_cast<uint64_t>(dtype) + offset);
+      const std::vector<size_t> nan_at = {0, 5, 17, 4095, count - 1};
+      const std::vector<size_t> zero_at = {1, 2, 3, 100, 4096};
+      // Rank 0 contributes the all-ones pattern; every rank contributes signed zeros, -0.0 on even
+      // ranks.
+      if (World().rank() == 0)
+        for (size_t i : nan_at) std::memset(input.data() + i * elem, 0xff, elem);
+      for (size_t i : zero_at) {
+        std::memset(input.data() + i * elem, 0, elem);
+        if (World().rank() % 2 == 0) input[i * elem + elem - 1] = 0x80;  // sign bit (little-endian)
+      }
+      DeviceBuffer in(dtype, count, offset), out(dtype, count, offset);
+      in.Upload(input);
+      ASSERT_TRUE(AllReduceSumInto(comm, in.get(), out.get(), count, dtype).ok());
+      ASSERT_TRUE(comm.Synchronize().ok());
+      const std::vector<double> got = Decode(dtype, out.Download());
+      for (size_t i : nan_at) EXPECT_TRUE(std::isnan(got[i])) << "index " << i << ": " << got[i];
+      for (size_t i : zero_at) EXPECT_EQ(got[i], 0.0) << "index " << i;
+      // The rest against the float64 sum (NaN and zero positions replaced by zeros everywhere).
+      std::vector<uint8_t> clean = input, clean_out = out.Download();
+      for (size_t i : nan_at) {
+        std::memset(clean.data() + i * elem, 0, elem);
+        std::memset(clean_out.data() + i * elem, 0, elem);
+      }
+      ExpectReduced(dtype, count, clean, clean_out, "around all-ones inputs");
+      for (int k = 0; k < 6; ++k) {
+        const std::vector<uint8_t> next = RandomInput(dtype, count, 434343 + k);
+        DeviceBuffer buf(dtype, count, offset);
+        buf.Upload(next);
+        ASSERT_TRUE(comm.AllReduceSum(buf.get(), count, dtype).ok());
+        ASSERT_TRUE(comm.Synchronize().ok());
+        ExpectReduced(dtype, count, next, buf.Download(), absl::StrCat("call ", k, " after all-ones inputs"));
+      }
+    }
+  }
+}
+
+// One rank's LLM_PUSH_ALLREDUCE=0 turns the push kernel off on every rank (the one-shot kernel
+// then takes every size up to its capacity).
+TEST(NvlinkCommunicatorTest, PushKernelOffOnOneRankIsOffEverywhere) {
+  if (!OneShot()) GTEST_SKIP() << "one-shot path off: " << NvlinkTestEnvironment::setup().reason;
+  MpiCommunicator& world = World();
+  if (world.rank() == 0) setenv("LLM_PUSH_ALLREDUCE", "0", 1);
+  NvlinkSetup setup;
+  auto made = MakeNvlink(world, NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(),
+                         NvlinkOptions{}, &setup);
+  unsetenv("LLM_PUSH_ALLREDUCE");
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_TRUE(setup.one_shot);
+  EXPECT_EQ(setup.push_capacity_bytes, 0u);
+  const std::vector<uint8_t> input = RandomInput(DType::kBF16, 4096, 4711);
+  DeviceBuffer buf(DType::kBF16, 4096);
+  buf.Upload(input);
+  ASSERT_TRUE((*made)->AllReduceSum(buf.get(), 4096, DType::kBF16).ok());
+  ASSERT_TRUE((*made)->Synchronize().ok());
+  ExpectReduced(DType::kBF16, 4096, input, buf.Download(), "one-shot after LLM_PUSH_ALLREDUCE=0");
 }
 
 TEST(NvlinkCommunicatorTest, NvlinkMulticastStaysOff) {

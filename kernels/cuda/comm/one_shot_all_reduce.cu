@@ -1,8 +1,6 @@
-#include <cstdio>
-#include <type_traits>
-
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/comm/one_shot_all_reduce.h"
+#include "kernels/cuda/comm/peer_memory.cuh"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/norm/rms_norm_row.cuh"
@@ -10,78 +8,32 @@
 namespace llm::cuda {
 namespace {
 
-// --- system-scope flag accesses and L1-bypassing loads (see the header for the protocol) ---
-__device__ __forceinline__ void StoreReleaseSys(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ uint64_t LoadAcquireSys(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint64_t GlobalTimerNs() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+using peer::DispatchRanks;
+using peer::GlobalTimerNs;
+using peer::LoadAcquireSys;
+using peer::LoadCg;
+using peer::LoadVecCg;
+using peer::StoreReleaseSys;
 
-// Peer staging is read at L2 (the owner's, over NVLink): ld.global.cg never allocates in L1, so
-// a line cached by an earlier call cannot be returned stale.
-template <typename T>
-__device__ __forceinline__ Vec16<T> LoadVecCg(const T* p) {
-  const uint4 u = __ldcg(reinterpret_cast<const uint4*>(p));
-  Vec16<T> r;
-  *reinterpret_cast<uint4*>(&r) = u;
-  return r;
-}
-template <typename T>
-__device__ __forceinline__ T LoadCg(const T* p) {
-  static_assert(sizeof(T) == 2 || sizeof(T) == 4);
-  if constexpr (sizeof(T) == 2) {
-    const unsigned short u = __ldcg(reinterpret_cast<const unsigned short*>(p));
-    return *reinterpret_cast<const T*>(&u);
-  } else {
-    const unsigned int u = __ldcg(reinterpret_cast<const unsigned int*>(p));
-    return *reinterpret_cast<const T*>(&u);
-  }
-}
-
-// The regions are indexed with compile-time ranks only (unrolled loops, selects): a runtime
-// index into the kernel parameter would copy the whole struct to local memory.
 template <int kRanks>
 __device__ __forceinline__ char* RegionOf(const OneShotPeers& peers, int r) {
-  char* region = nullptr;
-#pragma unroll
-  for (int i = 0; i < kRanks; ++i) {
-    if (i == r) region = static_cast<char*>(peers.regions[i]);
-  }
-  return region;
+  return peer::RegionOf<kRanks>(peers.regions, r);
 }
 __device__ __forceinline__ uint64_t* SignalOf(char* region, const OneShotLayout& layout, int block, int src) {
   return reinterpret_cast<uint64_t*>(region + layout.signal_offset()) +
          static_cast<size_t>(block) * kOneShotMaxRanks + src;
 }
 
-__device__ __forceinline__ void ReportTimeoutAndTrap(int rank, int peer, uint64_t epoch, uint64_t seen,
-                                                     uint64_t timeout_ns) {
-  printf(
-      "one-shot all-reduce: rank %d block %d waited over %llu ns for rank %d to reach epoch %llu (seen "
-      "%llu); "
-      "trapping\n",
-      rank, static_cast<int>(blockIdx.x), static_cast<unsigned long long>(timeout_ns), peer,
-      static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(seen));
-  __trap();
-}
-
 // Spins until *flag >= epoch; past timeout_ns reports and traps (the error surfaces on the
 // stream instead of a hang).
 __device__ __forceinline__ void WaitForPeer(const uint64_t* flag, uint64_t epoch, uint64_t timeout_ns,
-                                            int rank, int peer) {
+                                            int rank, int src) {
   uint64_t seen = LoadAcquireSys(flag);
   if (seen >= epoch) return;
   const uint64_t start = GlobalTimerNs();
   while ((seen = LoadAcquireSys(flag)) < epoch) {
-    if (GlobalTimerNs() - start > timeout_ns) ReportTimeoutAndTrap(rank, peer, epoch, seen, timeout_ns);
+    if (GlobalTimerNs() - start > timeout_ns)
+      peer::ReportTimeoutAndTrap("one-shot all-reduce", rank, src, epoch, timeout_ns);
   }
 }
 
@@ -164,7 +116,8 @@ __device__ __forceinline__ T SumScalar(const T* const (&slots)[kRanks], size_t i
 }
 
 template <typename T, int kRanks>
-__device__ __forceinline__ void SlotsAt(const OneShotPeers& peers, size_t slot_offset, const T* (&slots)[kRanks]) {
+__device__ __forceinline__ void SlotsAt(const OneShotPeers& peers, size_t slot_offset,
+                                        const T* (&slots)[kRanks]) {
 #pragma unroll
   for (int r = 0; r < kRanks; ++r)
     slots[r] = reinterpret_cast<const T*>(static_cast<char*>(peers.regions[r]) + slot_offset);
@@ -187,9 +140,11 @@ __global__ void __launch_bounds__(kOneShotThreads)
   T* dst = out + begin;
   const size_t n_vec = kVec16 ? n / kVec : 0;
   if constexpr (kVec16) {
-    for (size_t v = threadIdx.x; v < n_vec; v += kOneShotThreads) StoreVec(dst + v * kVec, SumVec<T, kRanks>(slots, v));
+    for (size_t v = threadIdx.x; v < n_vec; v += kOneShotThreads)
+      StoreVec(dst + v * kVec, SumVec<T, kRanks>(slots, v));
   }
-  for (size_t i = n_vec * kVec + threadIdx.x; i < n; i += kOneShotThreads) dst[i] = SumScalar<T, kRanks>(slots, i);
+  for (size_t i = n_vec * kVec + threadIdx.x; i < n; i += kOneShotThreads)
+    dst[i] = SumScalar<T, kRanks>(slots, i);
 }
 
 // The fused epilogue: block b owns rows [b * rows_per_block, ...) of `delta` (rows x dim), stages
@@ -240,22 +195,6 @@ __global__ void __launch_bounds__(kOneShotThreads)
   }
 }
 
-// Calls launch(std::integral_constant<int, world_size>) for world sizes 2..kOneShotMaxRanks: the
-// kernels take the rank count as a template argument (see RegionOf).
-template <typename Launch>
-cudaError_t DispatchRanks(int world_size, Launch&& launch) {
-  switch (world_size) {
-    case 2: return launch(std::integral_constant<int, 2>());
-    case 3: return launch(std::integral_constant<int, 3>());
-    case 4: return launch(std::integral_constant<int, 4>());
-    case 5: return launch(std::integral_constant<int, 5>());
-    case 6: return launch(std::integral_constant<int, 6>());
-    case 7: return launch(std::integral_constant<int, 7>());
-    case 8: return launch(std::integral_constant<int, 8>());
-  }
-  return cudaErrorInvalidValue;  // excluded by the caller's checks
-}
-
 template <typename T>
 cudaError_t LaunchTyped(const OneShotPeers& peers, const void* in, void* out, size_t count,
                         cudaStream_t stream) {
@@ -266,8 +205,8 @@ cudaError_t LaunchTyped(const OneShotPeers& peers, const void* in, void* out, si
   return DispatchRanks(peers.world_size, [&](auto ranks) {
     constexpr int kRanks = decltype(ranks)::value;
     auto kernel = vec ? OneShotAllReduceKernel<T, kRanks, true> : OneShotAllReduceKernel<T, kRanks, false>;
-    return LaunchKernel(kernel, dim3(peers.layout.blocks), dim3(kOneShotThreads), 0, stream, /*pdl=*/true, peers,
-                        static_cast<const T*>(in), static_cast<T*>(out), count, chunk);
+    return LaunchKernel(kernel, dim3(peers.layout.blocks), dim3(kOneShotThreads), 0, stream, /*pdl=*/true,
+                        peers, static_cast<const T*>(in), static_cast<T*>(out), count, chunk);
   });
 }
 
@@ -351,10 +290,9 @@ absl::Status LaunchOneShotAllReduceAddRmsNorm(const OneShotPeers& peers, DType d
   if (delta == nullptr || residual == nullptr || weight == nullptr || out == nullptr)
     return absl::InvalidArgumentError("OneShotAllReduceAddRmsNorm: null buffer");
   if (!OneShotFitsRows(peers.layout, dtype, rows, dim)) {
-    return absl::InvalidArgumentError(absl::StrCat("OneShotAllReduceAddRmsNorm: ", rows, " rows of ", dim, " ",
-                                                   std::string(DTypeName(dtype)), " do not fit ",
-                                                   peers.layout.blocks, " staging slots of ",
-                                                   peers.layout.slot_bytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OneShotAllReduceAddRmsNorm: ", rows, " rows of ", dim, " ", std::string(DTypeName(dtype)),
+        " do not fit ", peers.layout.blocks, " staging slots of ", peers.layout.slot_bytes, " bytes"));
   }
   if (rows > 0x7fffffff || dim > 0x7fffffff)
     return absl::InvalidArgumentError("OneShotAllReduceAddRmsNorm: too many rows or columns");
@@ -363,17 +301,17 @@ absl::Status LaunchOneShotAllReduceAddRmsNorm(const OneShotPeers& peers, DType d
     constexpr size_t kVec = Vec16<T>::kVec;
     // The vector path needs every row start aligned: dim a multiple of the vector and 16-byte
     // aligned buffers. Either path follows the same protocol, so ranks may differ in it.
-    const bool vec = dim % kVec == 0 && Aligned16(delta) && Aligned16(residual) && Aligned16(weight) &&
-                     Aligned16(out);
+    const bool vec =
+        dim % kVec == 0 && Aligned16(delta) && Aligned16(residual) && Aligned16(weight) && Aligned16(out);
     const int64_t rows_per_block = RowsPerBlock(peers.layout, rows);
     const cudaError_t err = DispatchRanks(peers.world_size, [&](auto ranks) {
       constexpr int kRanks = decltype(ranks)::value;
       auto kernel = vec ? OneShotAllReduceAddRmsNormKernel<T, kRanks, true>
                         : OneShotAllReduceAddRmsNormKernel<T, kRanks, false>;
-      return LaunchKernel(kernel, dim3(peers.layout.blocks), dim3(kOneShotThreads), 0, stream, /*pdl=*/true, peers,
-                          static_cast<const T*>(delta), static_cast<T*>(residual), static_cast<const T*>(weight),
-                          static_cast<T*>(out), static_cast<int64_t>(rows), static_cast<int64_t>(dim),
-                          rows_per_block, eps);
+      return LaunchKernel(kernel, dim3(peers.layout.blocks), dim3(kOneShotThreads), 0, stream, /*pdl=*/true,
+                          peers, static_cast<const T*>(delta), static_cast<T*>(residual),
+                          static_cast<const T*>(weight), static_cast<T*>(out), static_cast<int64_t>(rows),
+                          static_cast<int64_t>(dim), rows_per_block, eps);
     });
     CUDA_RETURN_IF_ERROR(err);
     return absl::OkStatus();

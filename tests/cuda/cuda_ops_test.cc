@@ -382,10 +382,11 @@ TEST_P(CudaOpsTest, PagedAttention) {
   for (const AttnCase& c : AttentionCases()) {
     AttentionHarness h(c, dtype_, rng_);
     const std::vector<float> want = h.Run(cpu_, DType::kF32, nullptr);
-    for (int variant = 0; variant < 3; ++variant) {
-      // variant 0: default kernels; 1: SIMT only; 2: SIMT with a fixed 7-way decode split.
-      gpu_->mutable_options().force_simt_attention = variant >= 1;
-      gpu_->mutable_options().attention_splits = variant == 2 ? 7 : 0;
+    for (int variant = 0; variant < 4; ++variant) {
+      // variant 0: default kernels; 1: SIMT only; 2: SIMT with a fixed 7-way decode split; 3: default
+      // kernels with a fixed 7-way decode split (the decode kernel's slices and the combine).
+      gpu_->mutable_options().force_simt_attention = variant == 1 || variant == 2;
+      gpu_->mutable_options().attention_splits = variant >= 2 ? 7 : 0;
       const std::vector<float> got = h.Run(*gpu_, dtype_, gpu_.get());
       ExpectClose(got, want, Tolerance(dtype_), "Attention " + c.name + " variant " + std::to_string(variant));
     }

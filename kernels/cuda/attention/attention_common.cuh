@@ -13,8 +13,10 @@ __device__ __forceinline__ int FindSequence(const int32_t* query_start, int num_
   int lo = 0, hi = num_seqs - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (query_start[mid] <= t) lo = mid;
-    else hi = mid - 1;
+    if (query_start[mid] <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -33,10 +35,19 @@ __device__ __forceinline__ void CpAsyncWait() {
 
 // Address of key `pos` of sequence `seq`, KV head `kvh`, in a paged cache.
 template <typename T>
-__device__ __forceinline__ const T* KeyRow(const T* cache, const int32_t* table_row, int pos, int kvh, int kv_heads,
-                                           int block_size, int head_dim) {
+__device__ __forceinline__ const T* KeyRow(const T* cache, const int32_t* table_row, int pos, int kvh,
+                                           int kv_heads, int block_size, int head_dim) {
   const int64_t page = table_row[pos / block_size];
   return cache + ((page * kv_heads + kvh) * block_size + pos % block_size) * static_cast<int64_t>(head_dim);
 }
+
+// How a decode launch splits the work (chosen on the host, paged_attention.cu).
+struct DecodeSplit {
+  int head_tiles = 1;  // blocks per KV head: ceil(group / G)
+  int splits = 1;      // context slices per (token, KV head, head tile)
+  int chunk = 0;  // keys per slice (splits > 1): slice z starts z * chunk keys after the first visible key
+  float* part_acc = nullptr;  // splits > 1: [token, head, split, head_dim] unnormalized outputs
+  float2* part_ml = nullptr;  // [token, head, split]: running max (log2 units) and sum
+};
 
 }  // namespace llm::cuda::attention

@@ -1,21 +1,25 @@
-#include "kernels/cuda/attention/paged_attention.h"
-
 #include <algorithm>
 
+#include "kernels/cuda/attention/attention_decode.cuh"
 #include "kernels/cuda/attention/attention_prefill_mma.cuh"
 #include "kernels/cuda/attention/attention_simt.cuh"
+#include "kernels/cuda/attention/paged_attention.h"
 #include "kernels/cuda/common/cuda_status.h"
 
 namespace llm::cuda {
 namespace {
 
 using attention::AttentionCombineKernel;
+using attention::AttentionDecodeKernel;
 using attention::AttentionPrefillMmaKernel;
 using attention::AttentionSimtKernel;
+using attention::DecodeSmem;
+using attention::DecodeSplit;
 using attention::SimtSmem;
 
 size_t PartialBytesPerSplit(int64_t num_tokens, int32_t num_heads, int32_t head_dim) {
-  return static_cast<size_t>(num_tokens) * num_heads * (static_cast<size_t>(head_dim) * sizeof(float) + sizeof(float2));
+  return static_cast<size_t>(num_tokens) * num_heads *
+         (static_cast<size_t>(head_dim) * sizeof(float) + sizeof(float2));
 }
 
 // Raises a kernel's dynamic shared-memory limit once (needed above 48 KiB).
@@ -28,44 +32,133 @@ cudaError_t AllowSmem(Kernel kernel, size_t bytes) {
   return err;
 }
 
+// The split-K partials of `splits` slices in the workspace.
+void PlacePartials(const PagedAttentionParams& p, void* workspace, DecodeSplit* split) {
+  if (split->splits <= 1) return;
+  split->part_acc = static_cast<float*>(workspace);
+  split->part_ml =
+      reinterpret_cast<float2*>(split->part_acc + p.num_tokens * p.num_heads * split->splits * p.head_dim);
+}
+
+// Merges the decode slices (nothing to do without a split).
+template <typename T>
+absl::Status LaunchCombine(const PagedAttentionParams& p, const DecodeSplit& split, bool pdl, Stream stream) {
+  if (split.splits <= 1) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_heads);
+  const int threads = std::min(128, (p.head_dim + 31) / 32 * 32);
+  CUDA_RETURN_IF_ERROR(LaunchKernel(AttentionCombineKernel<T>, grid, dim3(threads), 0, stream, pdl,
+                                    static_cast<const float*>(split.part_acc),
+                                    static_cast<const float2*>(split.part_ml), static_cast<T*>(p.out),
+                                    p.num_heads, p.head_dim, split.splits));
+  return absl::OkStatus();
+}
+
+// Slices that fit the workspace (at least 1).
+int FitSplits(const PagedAttentionParams& p, int splits, void* workspace, size_t workspace_bytes) {
+  const size_t fit =
+      workspace ? workspace_bytes / PartialBytesPerSplit(p.num_tokens, p.num_heads, p.head_dim) : 0;
+  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(std::min<size_t>(splits, fit), 65535)));
+}
+
+// --- the SIMT kernel (any dtype and head_dim; decode of other shapes, prefill fallback) ---
+
 template <typename T, int G, int kVec>
-absl::Status LaunchSimt(const PagedAttentionParams& p, int head_tiles, int splits, void* workspace, bool pdl,
+absl::Status LaunchSimt(const PagedAttentionParams& p, DecodeSplit split, void* workspace, bool pdl,
                         Stream stream) {
   const size_t smem = SimtSmem<T, G, kVec>::Bytes(p.head_dim);
   auto kernel = AttentionSimtKernel<T, G, kVec>;
   CUDA_RETURN_IF_ERROR(AllowSmem(kernel, smem));
-  float* part_acc = nullptr;
-  float2* part_ml = nullptr;
-  if (splits > 1) {
-    part_acc = static_cast<float*>(workspace);
-    part_ml = reinterpret_cast<float2*>(part_acc + p.num_tokens * p.num_heads * splits * p.head_dim);
-  }
-  const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * head_tiles, splits);
-  CUDA_RETURN_IF_ERROR(
-      LaunchKernel(kernel, grid, dim3(attention::kSimtThreads), smem, stream, pdl, p, head_tiles, splits, part_acc, part_ml));
-  if (splits > 1) {
-    const dim3 cgrid(static_cast<unsigned>(p.num_tokens), p.num_heads);
-    const int threads = std::min(128, (p.head_dim + 31) / 32 * 32);
-    CUDA_RETURN_IF_ERROR(LaunchKernel(AttentionCombineKernel<T>, cgrid, dim3(threads), 0, stream, pdl,
-                                      static_cast<const float*>(part_acc), static_cast<const float2*>(part_ml),
-                                      static_cast<T*>(p.out), p.num_heads, p.head_dim, splits));
-  }
-  return absl::OkStatus();
+  PlacePartials(p, workspace, &split);
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
+  CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, grid, dim3(attention::kSimtThreads), smem, stream, pdl, p,
+                                    split.head_tiles, split.splits, split.part_acc, split.part_ml));
+  return LaunchCombine<T>(p, split, pdl, stream);
 }
 
 template <typename T, int G>
-absl::Status LaunchSimtVec(const PagedAttentionParams& p, bool vec, int head_tiles, int splits, void* workspace,
+absl::Status LaunchSimtVec(const PagedAttentionParams& p, bool vec, const DecodeSplit& split, void* workspace,
                            bool pdl, Stream stream) {
-  if (vec) return LaunchSimt<T, G, Vec16<T>::kVec>(p, head_tiles, splits, workspace, pdl, stream);
-  return LaunchSimt<T, G, 1>(p, head_tiles, splits, workspace, pdl, stream);
+  if (vec) return LaunchSimt<T, G, Vec16<T>::kVec>(p, split, workspace, pdl, stream);
+  return LaunchSimt<T, G, 1>(p, split, workspace, pdl, stream);
+}
+
+// SIMT decode: split the context so that the grid fills the GPU about four times, slices of at
+// least 128 keys (each block sizes its own slice from its sequence's length).
+DecodeSplit SimtSplit(const PagedAttentionParams& p, const AttentionOptions& options, int head_tiles,
+                      void* workspace, size_t workspace_bytes) {
+  DecodeSplit split;
+  split.head_tiles = head_tiles;
+  if (p.max_query_len != 1) return split;
+  const int64_t base = p.num_tokens * p.num_kv_heads * head_tiles;
+  int splits = options.force_splits;
+  if (splits <= 0) {
+    splits = static_cast<int>(std::max<int64_t>(1, (4 * options.num_sms + base - 1) / base));
+    splits = std::min(splits, std::max(1, (p.max_context_len + 127) / 128));
+  }
+  split.splits = FitSplits(p, splits, workspace, workspace_bytes);
+  return split;
+}
+
+// --- the decode kernel (16-bit, head_dim 64 or 128, one query token per sequence) ---
+
+// A block covers 256 keys per step (8 warps x 32); the split is for the GPU's idle SMs only: no
+// more slices than leave every (token, KV head) block an SM of its own, and none for contexts a
+// block covers in two steps (a slice's partials and the combine kernel cost about as much).
+DecodeSplit ChooseDecodeSplit(const PagedAttentionParams& p, const AttentionOptions& options, int head_tiles,
+                              void* workspace, size_t workspace_bytes) {
+  DecodeSplit split;
+  split.head_tiles = head_tiles;
+  const int keys = p.sliding_window > 0 ? std::min(p.max_context_len, p.sliding_window) : p.max_context_len;
+  const int64_t base = p.num_tokens * p.num_kv_heads * head_tiles;
+  int splits = options.force_splits;
+  if (splits <= 0) {
+    const int per_block = 2 * attention::kDecodeKeysPerBlockStep;
+    splits = static_cast<int>(std::min<int64_t>(options.num_sms / base, (keys + per_block - 1) / per_block));
+  }
+  splits = FitSplits(p, splits, workspace, workspace_bytes);
+  if (splits > 1) {
+    // Slices of whole 32-key multiples, slice z starting z * chunk keys after the first visible
+    // key; no slice is empty for the longest sequence.
+    split.chunk = ((keys + splits - 1) / splits + 31) / 32 * 32;
+    split.splits = (keys + split.chunk - 1) / split.chunk;
+  }
+  if (split.splits <= 1) {
+    split.splits = 1;
+    split.chunk = 0;
+  }
+  return split;
+}
+
+template <typename T, int G, int D>
+absl::Status LaunchDecode(const PagedAttentionParams& p, DecodeSplit split, void* workspace, bool pdl,
+                          Stream stream) {
+  auto kernel = AttentionDecodeKernel<T, G, D>;
+  constexpr size_t smem = DecodeSmem<T, G, D>::kBytes;
+  CUDA_RETURN_IF_ERROR(AllowSmem(kernel, smem));
+  PlacePartials(p, workspace, &split);
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
+  CUDA_RETURN_IF_ERROR(
+      LaunchKernel(kernel, grid, dim3(attention::kDecodeThreads), smem, stream, pdl, p, split));
+  return LaunchCombine<T>(p, split, pdl, stream);
+}
+
+template <typename T, int G>
+absl::Status LaunchDecodeDim(const PagedAttentionParams& p, const DecodeSplit& split, void* workspace,
+                             bool pdl, Stream stream) {
+  if (p.head_dim == 64) return LaunchDecode<T, G, 64>(p, split, workspace, pdl, stream);
+  return LaunchDecode<T, G, 128>(p, split, workspace, pdl, stream);
 }
 
 template <typename T>
 absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t workspace_bytes,
                          const AttentionOptions& options, Stream stream) {
   const int group = p.num_heads / p.num_kv_heads;
+  int g = 1;  // query heads per block: the group, rounded up to a power of two, at most 8
+  while (g < group && g < 8) g *= 2;
+  const int head_tiles = (group + g - 1) / g;
   if constexpr (sizeof(T) == 2) {
-    if (p.max_query_len > 1 && !options.force_simt && (p.head_dim == 64 || p.head_dim == 128)) {
+    const bool mma_dim = p.head_dim == 64 || p.head_dim == 128;
+    if (p.max_query_len > 1 && !options.force_simt && mma_dim) {
       const dim3 grid((p.max_query_len + attention::kMmaBlockM - 1) / attention::kMmaBlockM, p.num_heads,
                       p.num_seqs);
       if (p.head_dim == 64)
@@ -75,33 +168,34 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
       CUDA_RETURN_IF_LAUNCH_ERROR();
       return absl::OkStatus();
     }
-  }
-  int g = 1;  // query heads per block: the group, rounded up to a power of two, at most 8
-  while (g < group && g < 8) g *= 2;
-  const int head_tiles = (group + g - 1) / g;
-  // Decode: split the context so that the grid fills the GPU about four times; bounded by the
-  // workspace and by a minimum slice of 128 keys.
-  int splits = 1;
-  if (p.max_query_len == 1) {
-    const int64_t base = p.num_tokens * p.num_kv_heads * head_tiles;
-    if (options.force_splits > 0) {
-      splits = options.force_splits;
-    } else {
-      splits = static_cast<int>(std::max<int64_t>(1, (4 * options.num_sms + base - 1) / base));
-      splits = std::min(splits, std::max(1, (p.max_context_len + 127) / 128));
+    // One query token per sequence (token t is sequence t), aligned rows: the decode kernel.
+    if (p.max_query_len == 1 && p.num_seqs == p.num_tokens && !options.force_simt && mma_dim &&
+        Aligned16(p.k_cache) && Aligned16(p.v_cache) && Aligned16(p.q) && Aligned16(p.out)) {
+      const DecodeSplit split = ChooseDecodeSplit(p, options, head_tiles, workspace, workspace_bytes);
+      switch (g) {
+        case 1:
+          return LaunchDecodeDim<T, 1>(p, split, workspace, options.pdl, stream);
+        case 2:
+          return LaunchDecodeDim<T, 2>(p, split, workspace, options.pdl, stream);
+        case 4:
+          return LaunchDecodeDim<T, 4>(p, split, workspace, options.pdl, stream);
+        default:
+          return LaunchDecodeDim<T, 8>(p, split, workspace, options.pdl, stream);
+      }
     }
-    const size_t per_split = PartialBytesPerSplit(p.num_tokens, p.num_heads, p.head_dim);
-    const size_t fit = workspace ? workspace_bytes / per_split : 0;
-    splits = static_cast<int>(std::min<size_t>(std::min<size_t>(splits, fit), 65535));
-    if (splits < 1) splits = 1;
   }
+  const DecodeSplit split = SimtSplit(p, options, head_tiles, workspace, workspace_bytes);
   constexpr int kVec = Vec16<T>::kVec;
   const bool vec = p.head_dim % kVec == 0 && Aligned16(p.k_cache) && Aligned16(p.v_cache);
   switch (g) {
-    case 1: return LaunchSimtVec<T, 1>(p, vec, head_tiles, splits, workspace, options.pdl, stream);
-    case 2: return LaunchSimtVec<T, 2>(p, vec, head_tiles, splits, workspace, options.pdl, stream);
-    case 4: return LaunchSimtVec<T, 4>(p, vec, head_tiles, splits, workspace, options.pdl, stream);
-    default: return LaunchSimtVec<T, 8>(p, vec, head_tiles, splits, workspace, options.pdl, stream);
+    case 1:
+      return LaunchSimtVec<T, 1>(p, vec, split, workspace, options.pdl, stream);
+    case 2:
+      return LaunchSimtVec<T, 2>(p, vec, split, workspace, options.pdl, stream);
+    case 4:
+      return LaunchSimtVec<T, 4>(p, vec, split, workspace, options.pdl, stream);
+    default:
+      return LaunchSimtVec<T, 8>(p, vec, split, workspace, options.pdl, stream);
   }
 }
 
@@ -111,19 +205,20 @@ size_t AttentionWorkspaceBytes(int64_t num_tokens, int32_t num_heads, int32_t he
   return PartialBytesPerSplit(num_tokens, num_heads, head_dim) * static_cast<size_t>(max_splits);
 }
 
-absl::Status LaunchPagedAttention(DType dtype, const PagedAttentionParams& p, void* workspace, size_t workspace_bytes,
-                                  const AttentionOptions& options, Stream stream) {
+absl::Status LaunchPagedAttention(DType dtype, const PagedAttentionParams& p, void* workspace,
+                                  size_t workspace_bytes, const AttentionOptions& options, Stream stream) {
   if (p.num_tokens < 0 || p.num_seqs < 0 || p.num_kv_heads <= 0 || p.num_heads <= 0 ||
       p.num_heads % p.num_kv_heads != 0 || p.head_dim <= 0 || p.head_dim > attention::kSimtMaxHeadDim ||
       p.block_size <= 0 || p.max_blocks_per_seq <= 0)
-    return absl::InvalidArgumentError(absl::StrCat("Attention: unsupported shape (heads ", p.num_heads, ", kv heads ",
-                                                   p.num_kv_heads, ", head_dim ", p.head_dim, ", block_size ",
-                                                   p.block_size, "); head_dim <= 256"));
+    return absl::InvalidArgumentError(absl::StrCat("Attention: unsupported shape (heads ", p.num_heads,
+                                                   ", kv heads ", p.num_kv_heads, ", head_dim ", p.head_dim,
+                                                   ", block_size ", p.block_size, "); head_dim <= 256"));
   if (p.num_tokens == 0 || p.num_seqs == 0) return absl::OkStatus();
   if (p.num_tokens > 0x7fffffff || p.num_seqs > 65535 || p.max_query_len <= 0)
     return absl::InvalidArgumentError("Attention: step too large or empty queries");
-  return LLM_DISPATCH_FLOAT(dtype, "Attention",
-                            [&] { return LaunchTyped<scalar_t>(p, workspace, workspace_bytes, options, stream); });
+  return LLM_DISPATCH_FLOAT(dtype, "Attention", [&] {
+    return LaunchTyped<scalar_t>(p, workspace, workspace_bytes, options, stream);
+  });
 }
 
 }  // namespace llm::cuda

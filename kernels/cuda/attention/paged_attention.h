@@ -9,9 +9,12 @@
 //   block_tables  [num_seqs, max_blocks_per_seq]
 //
 // Kernels (chosen per call on the host):
-//   decode  (max_query_len == 1): split-K ("flash-decoding") SIMT kernel; a block owns one
-//           token, one KV head and the query heads of its GQA group (each KV tile is read once
-//           per group), and a slice of the context; a combine kernel merges the slices.
+//   decode  (one query token per sequence; bf16/fp16, head_dim 64 or 128): warp-per-32-keys
+//           kernel (attention_decode.cuh); a block owns one token, one KV head and the query
+//           heads of its GQA group (each K/V row is read once per group) and, for long
+//           contexts, a slice of them ("flash-decoding" split-K; a combine kernel merges the
+//           slices).
+//   decode, other shapes: the same split-K over the SIMT kernel (64-key tiles).
 //   prefill (bf16/fp16, head_dim 64 or 128): FlashAttention-2 style tensor-core kernel
 //           (mma.sync m16n8k16), 64 queries x 64 keys per tile, online softmax, no score
 //           matrix in memory.

@@ -1,0 +1,215 @@
+// attention_bench: decode attention over the paged KV cache in isolation, on one GPU: time per
+// call inside a CUDA graph of kCalls back-to-back calls (programmatic dependent launch on, as in
+// the engine's decode graphs) beside its floor, the KV bytes read / measured copy bandwidth. At
+// batch 1 and short contexts that floor is a fraction of a microsecond: the call is bound by
+// latency (launch, dependent loads, the split-K combine), so the table also gives the time of a
+// trivial kernel (RMSNorm of one 4096 row) in the same kind of graph, the fixed cost any kernel
+// pays.
+//
+//   attention_bench [--out FILE.md] [--reps 20]
+//
+// Shapes: head_dim 128, block size 16, bf16; query heads / KV heads of Llama-3-8B (32/8) and of one
+// of its TP2 (16/4) and TP4 (8/2) ranks. Random cache and queries; block tables shuffled.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmarks/cuda/bench_common.h"
+#include "kernels/cuda/attention/paged_attention.h"
+#include "kernels/cuda/elementwise/elementwise.h"
+#include "kernels/cuda/norm/rms_norm.h"
+
+namespace llm::bench {
+namespace {
+
+constexpr int kCalls = 32;
+constexpr int kHeadDim = 128;
+constexpr int kBlockSize = 16;
+
+struct Args {
+  std::string out;
+  int reps = 20;
+};
+
+Args Parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--out")
+      a.out = NextArg(argc, argv, &i);
+    else if (k == "--reps")
+      a.reps = std::max(1, std::stoi(NextArg(argc, argv, &i)));
+    else {
+      std::fprintf(stderr, "usage: %s [--out FILE.md] [--reps N]\n", argv[0]);
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+// Microseconds per call of `enqueue` in a graph of kCalls calls (median of `reps` replays).
+double GraphMicros(cudaStream_t s, int reps, const std::function<void()>& enqueue) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kCalls; ++i) enqueue();
+  BENCH_CUDA(cudaStreamEndCapture(s, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const auto ms = TimeOnStream(s, 3, reps, [&] { BENCH_CUDA(cudaGraphLaunch(exec, s)); });
+  BENCH_CUDA(cudaStreamSynchronize(s));
+  BENCH_CUDA(cudaGetLastError());
+  BENCH_CUDA(cudaGraphExecDestroy(exec));
+  BENCH_CUDA(cudaGraphDestroy(graph));
+  return 1e3 * Median(ms) / kCalls;
+}
+
+struct Case {
+  const char* shape;
+  int heads, kv_heads, batch, context;
+};
+
+int Main(int argc, char** argv) {
+  const Args args = Parse(argc, argv);
+  cudaStream_t s = nullptr;
+  BENCH_CUDA(cudaSetDevice(0));
+  BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaDeviceProp prop;
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+
+  // Copy bandwidth (read + write), as in llm_cuda_bench.
+  double copy_bw = 0;
+  {
+    const size_t bytes = size_t{1} << 30;
+    void *a = nullptr, *b = nullptr;
+    BENCH_CUDA(cudaMalloc(&a, bytes));
+    BENCH_CUDA(cudaMalloc(&b, bytes));
+    BENCH_CHECK(cuda::LaunchFillPattern(a, static_cast<int64_t>(bytes), 0x3f803f80u, s));
+    const auto ms =
+        TimeOnStream(s, 3, 20, [&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s); });
+    copy_bw = 2.0 * static_cast<double>(bytes) / (Median(ms) * 1e-3);
+    cudaFree(a);
+    cudaFree(b);
+  }
+
+  // The fixed cost of a kernel in such a graph: RMSNorm of one row of 4096.
+  double trivial_us = 0;
+  {
+    void *x = nullptr, *w = nullptr, *o = nullptr;
+    BENCH_CUDA(cudaMalloc(&x, 4096 * 2));
+    BENCH_CUDA(cudaMalloc(&w, 4096 * 2));
+    BENCH_CUDA(cudaMalloc(&o, 4096 * 2));
+    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, x, 4096, 1, -1.0f, 1.0f, s));
+    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, w, 4096, 2, 0.5f, 1.5f, s));
+    trivial_us = GraphMicros(s, args.reps, [&] {
+      BENCH_CHECK(
+          cuda::LaunchRmsNorm(DType::kBF16, x, nullptr, nullptr, w, o, 1, 4096, 1e-5f, s, /*pdl=*/true));
+    });
+    cudaFree(x);
+    cudaFree(w);
+    cudaFree(o);
+  }
+
+  const Case cases[] = {
+      {"8B (32/8)", 32, 8, 1, 128},       {"8B (32/8)", 32, 8, 1, 512},
+      {"8B (32/8)", 32, 8, 1, 2048},      {"8B (32/8)", 32, 8, 1, 8192},
+      {"8B (32/8)", 32, 8, 8, 1024},      {"8B (32/8)", 32, 8, 32, 1024},
+      {"8B (32/8)", 32, 8, 128, 1024},    {"TP2 rank (16/4)", 16, 4, 1, 128},
+      {"TP2 rank (16/4)", 16, 4, 1, 512}, {"TP2 rank (16/4)", 16, 4, 16, 1024},
+      {"TP4 rank (8/2)", 8, 2, 1, 128},   {"TP4 rank (8/2)", 8, 2, 1, 2048},
+  };
+  const size_t ws_bytes = size_t{32} << 20;  // the CUDA backend's default attention workspace
+  void* ws = nullptr;
+  BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
+  Table table({"shape (heads/kv)", "batch", "context", "KV MB", "floor us", "default us", "% of floor",
+               "one pass (no split) us", "SIMT kernel us", "x trivial kernel"});
+  std::mt19937 rng(7);
+  for (const Case& c : cases) {
+    const int blocks_per_seq = (c.context + kBlockSize - 1) / kBlockSize;
+    const int64_t num_blocks = int64_t{c.batch} * blocks_per_seq;
+    const int64_t cache_elems = num_blocks * c.kv_heads * kBlockSize * kHeadDim;
+    const int64_t q_elems = int64_t{c.batch} * c.heads * kHeadDim;
+    void *k = nullptr, *v = nullptr, *q = nullptr, *out = nullptr;
+    int32_t *qs = nullptr, *ctx = nullptr, *tables = nullptr;
+    BENCH_CUDA(cudaMalloc(&k, cache_elems * 2));
+    BENCH_CUDA(cudaMalloc(&v, cache_elems * 2));
+    BENCH_CUDA(cudaMalloc(&q, q_elems * 2));
+    BENCH_CUDA(cudaMalloc(&out, q_elems * 2));
+    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, k, cache_elems, 3, -1.0f, 1.0f, s));
+    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, v, cache_elems, 4, -1.0f, 1.0f, s));
+    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, q, q_elems, 5, -1.0f, 1.0f, s));
+    std::vector<int32_t> h_qs(c.batch + 1), h_ctx(c.batch, c.context), h_tables(num_blocks);
+    std::iota(h_qs.begin(), h_qs.end(), 0);
+    std::iota(h_tables.begin(), h_tables.end(), 0);
+    std::shuffle(h_tables.begin(), h_tables.end(), rng);
+    BENCH_CUDA(cudaMalloc(&qs, h_qs.size() * 4));
+    BENCH_CUDA(cudaMalloc(&ctx, h_ctx.size() * 4));
+    BENCH_CUDA(cudaMalloc(&tables, h_tables.size() * 4));
+    BENCH_CUDA(cudaMemcpy(qs, h_qs.data(), h_qs.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(ctx, h_ctx.data(), h_ctx.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(tables, h_tables.data(), h_tables.size() * 4, cudaMemcpyHostToDevice));
+    cuda::PagedAttentionParams p;
+    p.q = q;
+    p.out = out;
+    p.k_cache = k;
+    p.v_cache = v;
+    p.query_start = qs;
+    p.context_lens = ctx;
+    p.block_tables = tables;
+    p.num_tokens = c.batch;
+    p.num_seqs = c.batch;
+    p.max_query_len = 1;
+    p.max_context_len = c.context;
+    p.num_heads = c.heads;
+    p.num_kv_heads = c.kv_heads;
+    p.head_dim = kHeadDim;
+    p.block_size = kBlockSize;
+    p.max_blocks_per_seq = blocks_per_seq;
+    p.scale = 0.088f;
+    auto run = [&](int splits, bool simt = false) {
+      cuda::AttentionOptions o;
+      o.num_sms = prop.multiProcessorCount;
+      o.force_splits = splits;
+      o.force_simt = simt;
+      o.pdl = true;
+      return GraphMicros(s, args.reps, [&] {
+        BENCH_CHECK(cuda::LaunchPagedAttention(DType::kBF16, p, ws, ws_bytes, o, s));
+      });
+    };
+    const double def_us = run(0), one_us = run(1), simt_us = run(0, true);
+    const double kv_bytes = 2.0 * c.batch * c.context * c.kv_heads * kHeadDim * 2;
+    const double floor_us = kv_bytes / copy_bw * 1e6;
+    table.Row({c.shape, std::to_string(c.batch), std::to_string(c.context), Fmt("%.2f", kv_bytes / 1e6),
+               Fmt("%.2f", floor_us), Fmt("%.2f", def_us), Fmt("%.0f%%", 100.0 * floor_us / def_us),
+               Fmt("%.2f", one_us), Fmt("%.2f", simt_us), Fmt("%.1f", def_us / trivial_us)});
+    for (void* ptr : {k, v, q, out}) cudaFree(ptr);
+    for (int32_t* ptr : {qs, ctx, tables}) cudaFree(ptr);
+    std::fprintf(stderr, "%s batch %d context %d: %.2f us\n", c.shape, c.batch, c.context, def_us);
+  }
+  cudaFree(ws);
+  char head[1024];
+  std::snprintf(
+      head, sizeof(head),
+      "## Decode attention in isolation, %s\n\nbf16, head_dim 128, block size 16; time per call in a CUDA "
+      "graph of %d calls (PDL on), median of %d replays. Copy bandwidth %.2f TB/s; a trivial kernel "
+      "(RMSNorm of one 4096 row) in the same kind of graph: %.2f us.\n\n",
+      prop.name, kCalls, args.reps, copy_bw / 1e12, trivial_us);
+  const std::string report = std::string(head) + table.Markdown();
+  std::printf("%s", report.c_str());
+  if (!args.out.empty()) {
+    FILE* f = std::fopen(args.out.c_str(), "w");
+    if (!f) return 1;
+    std::fputs(report.c_str(), f);
+    std::fclose(f);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace llm::bench
+
+int main(int argc, char** argv) { return llm::bench::Main(argc, argv); }

@@ -1,0 +1,224 @@
+// Internal: the decode attention kernel for 16-bit caches with head_dim 64 or 128 (the shapes of
+// the Llama/Qwen/Mistral families), one query token per sequence.
+//
+// At decode the work per (token, KV head) is small (a few hundred keys) and the call is bound by
+// latency, not bandwidth: the SIMT kernel's 64-key tiles on 4 warps take several microseconds
+// each, one after the other. Here every warp owns 32 keys at a time, one per lane, and works
+// through them on its own, so a block of 8 warps covers 256 keys in the time of one group:
+//   scores  lane j computes q · K[key j] for the G query heads of the block (its key's row in
+//           registers, q broadcast from shared memory);
+//   softmax online across the warp's groups (warp max/sum, the running max rescales the rest);
+//   P·V     lane c accumulates output columns [c * D/32, (c + 1) * D/32) over the 32 keys (V rows
+//           read coalesced, each key's probability shuffled from its lane).
+// The K rows of a group are staged in shared memory with coalesced cp.async copies (a lane reading
+// its own row straight from global memory would make every load touch 32 lines); its V rows are
+// loaded into registers at the same time, before the scores are computed.
+// Then the warps' (max, sum, output) are merged in shared memory. With a split context, each
+// block's merged result is a partial for AttentionCombineKernel (attention_simt.cuh).
+#pragma once
+
+#include "kernels/cuda/attention/attention_common.cuh"
+
+namespace llm::cuda::attention {
+
+constexpr int kDecodeWarps = 8;
+constexpr int kDecodeThreads = 32 * kDecodeWarps;
+constexpr int kDecodeKeysPerBlockStep = 32 * kDecodeWarps;
+
+// Dynamic shared memory: q_s [G][D] floats (scaled by scale * log2 e), then either the warps' K
+// stages (T [W][32][D + 8]: each warp's 32 rows, padded so that a lane reading its own row from
+// shared memory is free of bank conflicts) or, after the loop, the per-warp results (floats:
+// m [W][G], l [W][G], acc [W][G][D]).
+template <typename T, int G, int D>
+struct DecodeSmem {
+  static constexpr int kRowPitch = D + 8;  // elements
+  static constexpr size_t kStageBytes = sizeof(T) * kDecodeWarps * 32 * kRowPitch;
+  static constexpr size_t kMergeBytes = sizeof(float) * kDecodeWarps * G * (D + 2);
+  static constexpr size_t kBytes =
+      sizeof(float) * G * D + (kStageBytes > kMergeBytes ? kStageBytes : kMergeBytes);
+};
+
+// One lane's share of a V row: D / 32 elements of 2 bytes.
+template <int D>
+using DecodeColVec = std::conditional_t<D == 128, uint2, uint32_t>;
+
+// grid: (num_tokens, num_kv_heads * head_tiles, splits); block: kDecodeThreads. Block (t, kvh,
+// tile, z) as in AttentionSimtKernel: token t == sequence t (one query token each), the G query heads
+// kvh * group + tile * G + [0, G), slice z of the visible keys.
+template <typename T, int G, int D>
+__global__ void __launch_bounds__(kDecodeThreads)
+    AttentionDecodeKernel(PagedAttentionParams p, DecodeSplit split) {
+  static_assert(sizeof(T) == 2 && (D == 64 || D == 128));
+  constexpr int kCols = D / 32;
+  constexpr int kVec = 8;  // 16-bit elements per 16-byte load
+  constexpr int kRowVecs = D / kVec;
+  using ColVec = DecodeColVec<D>;
+  AllowDependentLaunch();
+  using Smem = DecodeSmem<T, G, D>;
+  extern __shared__ __align__(16) float decode_smem[];
+  float* q_s = decode_smem;
+  float* m_w = q_s + G * D;  // after the loop (aliases the K stages)
+  float* l_w = m_w + kDecodeWarps * G;
+  float* acc_w = l_w + kDecodeWarps * G;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  T* const k_stage = reinterpret_cast<T*>(q_s + G * D) + warp * 32 * Smem::kRowPitch;
+  const int64_t t = blockIdx.x;
+  const int kvh = blockIdx.y / split.head_tiles, tile = blockIdx.y % split.head_tiles, z = blockIdx.z;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int h0 = kvh * group + tile * G;
+  const int rows = min(G, group - tile * G);
+  const int splits = split.splits;
+
+  // Metadata first, before waiting for the predecessor (the host wrote it; see the SIMT kernel).
+  const int ctx = p.context_lens[t];
+  const int32_t* table = p.block_tables + t * p.max_blocks_per_seq;
+  int start;
+  if (p.sliding_window > 0) {
+    start = max(0, ctx - p.sliding_window) + (splits > 1 ? z * split.chunk : 0);
+  } else {
+    start = splits > 1 ? z * split.chunk : 0;
+  }
+  const T* kc = static_cast<const T*>(p.k_cache);
+  const T* vc = static_cast<const T*>(p.v_cache);
+  // Element offset of key `key`'s row in the caches (clamped into the table row: keys past the
+  // context are never read).
+  auto row_offset = [&](int key) -> int64_t {
+    const int64_t page = table[min(key / p.block_size, p.max_blocks_per_seq - 1)];
+    return ((page * p.num_kv_heads + kvh) * p.block_size + key % p.block_size) * static_cast<int64_t>(D);
+  };
+  int64_t next_off = row_offset(start + warp * 32 + lane);
+  const int end = splits > 1 ? min(ctx, start + split.chunk) : ctx;
+  GridDependencyWait();
+
+  const float qscale = p.scale * kLog2e;
+  const T* q = static_cast<const T*>(p.q) + (t * p.num_heads + h0) * static_cast<int64_t>(D);
+  for (int i = tid; i < G * D; i += kDecodeThreads) q_s[i] = i / D < rows ? ToFloat(q[i]) * qscale : 0.0f;
+  __syncthreads();
+
+  float m[G], l[G], acc[G][kCols];
+#pragma unroll
+  for (int r = 0; r < G; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[r][c] = 0.0f;
+  }
+  for (int k0 = start + warp * 32; k0 < end; k0 += kDecodeKeysPerBlockStep) {
+    const int key = k0 + lane;
+    const bool valid = key < end;
+    const int64_t off = next_off;
+    if (k0 + kDecodeKeysPerBlockStep < end) next_off = row_offset(key + kDecodeKeysPerBlockStep);
+      // K rows into this warp's stage with coalesced 16-byte copies (lanes cover consecutive pieces
+      // of 32 / kRowVecs rows per instruction); a lane then reads its own row from shared memory.
+#pragma unroll
+    for (int i = 0; i < kRowVecs; ++i) {
+      const int piece = i * 32 + lane, row = piece / kRowVecs, col = (piece % kRowVecs) * kVec;
+      const int64_t orow = __shfl_sync(0xffffffffu, off, row);
+      CpAsync16(k_stage + row * Smem::kRowPitch + col, kc + orow + col, k0 + row < end);
+    }
+    CpAsyncCommit();
+    // V: this lane's columns of the group's 32 rows (zeros past the end: 0 * garbage could be NaN).
+    ColVec v[32];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int64_t oj = __shfl_sync(0xffffffffu, off, j);
+      if (k0 + j < end) {
+        v[j] = *reinterpret_cast<const ColVec*>(vc + oj + lane * kCols);
+      } else {
+        v[j] = ColVec{};
+      }
+    }
+    // K: this lane's key row, then the G scores.
+    float s[G];
+#pragma unroll
+    for (int r = 0; r < G; ++r) s[r] = 0.0f;
+    CpAsyncWait<0>();
+    __syncwarp();
+    if (valid) {
+      uint4 kr[kRowVecs];
+#pragma unroll
+      for (int i = 0; i < kRowVecs; ++i)
+        kr[i] = *reinterpret_cast<const uint4*>(k_stage + lane * Smem::kRowPitch + i * kVec);
+#pragma unroll
+      for (int i = 0; i < kRowVecs; ++i) {
+        const T* ke = reinterpret_cast<const T*>(&kr[i]);
+        float kf[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) kf[e] = ToFloat(ke[e]);
+#pragma unroll
+        for (int r = 0; r < G; ++r) {
+          const float4 qa = *reinterpret_cast<const float4*>(q_s + r * D + i * kVec);
+          const float4 qb = *reinterpret_cast<const float4*>(q_s + r * D + i * kVec + 4);
+          s[r] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] + qb.x * kf[4] + qb.y * kf[5] +
+                  qb.z * kf[6] + qb.w * kf[7];
+        }
+      }
+    }
+    // Online softmax over the group, then P·V.
+    float pr[G];
+#pragma unroll
+    for (int r = 0; r < G; ++r) {
+      const float sr = valid ? s[r] : -INFINITY;
+      const float m_new = fmaxf(m[r], WarpMax(sr));
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      pr[r] = exp2f(sr - m_use);
+      const float corr = exp2f(m[r] - m_use);
+      l[r] = l[r] * corr + WarpSum(pr[r]);
+      m[r] = m_new;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[r][c] *= corr;
+    }
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const T* ve = reinterpret_cast<const T*>(&v[j]);
+      float vf[kCols];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) vf[c] = ToFloat(ve[c]);
+#pragma unroll
+      for (int r = 0; r < G; ++r) {
+        const float pj = __shfl_sync(0xffffffffu, pr[r], j);
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) acc[r][c] += pj * vf[c];
+      }
+    }
+    __syncwarp();  // every lane has read its K row before the next group overwrites the stage
+  }
+  __syncthreads();  // the K stages are done with: the merge area aliases them
+
+  // Merge the warps: every warp's (m, l, acc) into shared memory, then one output element per
+  // thread and step.
+#pragma unroll
+  for (int r = 0; r < G; ++r) {
+    if (lane == 0) {
+      m_w[warp * G + r] = m[r];
+      l_w[warp * G + r] = l[r];
+    }
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc_w[(warp * G + r) * D + lane * kCols + c] = acc[r][c];
+  }
+  __syncthreads();
+  for (int i = tid; i < rows * D; i += kDecodeThreads) {
+    const int r = i / D, c = i % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, m_w[w * G + r]);
+    const float m_use = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float wt = exp2f(m_w[w * G + r] - m_use);
+      sum += l_w[w * G + r] * wt;
+      o += acc_w[(w * G + r) * D + c] * wt;
+    }
+    const int64_t qh = t * p.num_heads + h0 + r;
+    if (splits == 1) {
+      static_cast<T*>(p.out)[qh * D + c] = FromFloat<T>(sum > 0.0f ? o / sum : 0.0f);
+    } else {
+      split.part_acc[(qh * splits + z) * D + c] = o;
+      if (c == 0) split.part_ml[qh * splits + z] = make_float2(mx, sum);
+    }
+  }
+}
+
+}  // namespace llm::cuda::attention

@@ -75,13 +75,14 @@ class NvlinkCommunicator final : public DeviceCommunicator {
  public:
   NvlinkCommunicator(MpiCommunicator& group, std::unique_ptr<DeviceCommunicator> nccl,
                      std::unique_ptr<IpcRegions> regions, const cuda::OneShotPeers& peers,
-                     std::optional<cuda::PushPeers> push, bool fuse, size_t fuse_from_rows)
+                     std::optional<cuda::PushPeers> push, bool fuse, bool push_fused, size_t fuse_from_rows)
       : group_(group),
         nccl_(std::move(nccl)),
         regions_(std::move(regions)),
         peers_(peers),
         push_(push),
         fuse_(fuse),
+        push_fused_(push_fused),
         fuse_from_rows_(fuse_from_rows) {}
   ~NvlinkCommunicator() override;
 
@@ -116,8 +117,10 @@ class NvlinkCommunicator final : public DeviceCommunicator {
 
   bool CanAllReduceAddRmsNorm(size_t rows, size_t dim, DType dtype) const override {
     if (!fuse_ || rows == 0 || dim == 0) return false;
-    return PushFitsRows(rows, dim, dtype) ||
-           (rows >= fuse_from_rows_ && cuda::OneShotFitsRows(peers_.layout, dtype, rows, dim));
+    // Sizes the push kernel takes: its fused form or nothing (the plain push all-reduce then the
+    // caller's norm kernel); larger ones: the one-shot kernel's fused form from fuse_from_rows_.
+    if (PushFitsRows(rows, dim, dtype)) return push_fused_;
+    return rows >= fuse_from_rows_ && cuda::OneShotFitsRows(peers_.layout, dtype, rows, dim);
   }
   absl::Status AllReduceAddRmsNorm(const void* delta, void* residual, const void* weight, float eps,
                                    void* out, size_t rows, size_t dim, DType dtype) override;
@@ -138,6 +141,7 @@ class NvlinkCommunicator final : public DeviceCommunicator {
   // Whether AllReduceAddRmsNorm is offered at all, and from how many rows with the one-shot
   // kernel (the push kernel's fused form: for every size it takes). The same on every rank.
   const bool fuse_;
+  const bool push_fused_;
   const size_t fuse_from_rows_;
   bool broken_ = false;
 };
@@ -207,6 +211,7 @@ struct RankRecord {
   int32_t fuse_min_rows = 0;
   uint64_t push_capacity_bytes = 0;
   int32_t push_enabled = 0;  // not switched off by LLM_PUSH_ALLREDUCE=0
+  int32_t push_fuse_add_rms_norm = 0;
   char host[64] = {};
   char bus_id[32] = {};
   cudaIpcMemHandle_t handle = {};
@@ -254,6 +259,7 @@ RankRecord MakeRankRecord(const MpiCommunicator& group, const DeviceCommunicator
   rec.push_capacity_bytes = options.push_capacity_bytes;
   const char* push_env = std::getenv("LLM_PUSH_ALLREDUCE");
   rec.push_enabled = !(push_env != nullptr && std::string(push_env) == "0");
+  rec.push_fuse_add_rms_norm = options.push_fuse_add_rms_norm;
   auto fail = [&rec](RankRecord::State state, const std::string& why) {
     rec.state = state;
     CopyString(rec.reason, why);
@@ -361,7 +367,8 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNvlinkCommunicator(
     }
     if (all[q].blocks != all[0].blocks || all[q].capacity_bytes != all[0].capacity_bytes ||
         all[q].timeout_ns != all[0].timeout_ns || all[q].fuse_min_rows != all[0].fuse_min_rows ||
-        all[q].push_capacity_bytes != all[0].push_capacity_bytes) {
+        all[q].push_capacity_bytes != all[0].push_capacity_bytes ||
+        all[q].push_fuse_add_rms_norm != all[0].push_fuse_add_rms_norm) {
       return absl::InvalidArgumentError(
           absl::StrCat("CreateNvlinkCommunicator: NvlinkOptions differ between ranks 0 and ", q));
     }
@@ -416,9 +423,9 @@ absl::StatusOr<std::unique_ptr<DeviceCommunicator>> CreateNvlinkCommunicator(
                          .push_capacity_bytes = use_push ? push_layout->capacity_bytes : 0,
                          .reason = ""};
   }
-  return std::unique_ptr<DeviceCommunicator>(
-      new NvlinkCommunicator(group, std::move(nccl), std::move(regions), peers, push, fuse,
-                             static_cast<size_t>(std::max(0, options.fuse_min_rows))));
+  return std::unique_ptr<DeviceCommunicator>(new NvlinkCommunicator(
+      group, std::move(nccl), std::move(regions), peers, push, fuse, options.push_fuse_add_rms_norm,
+      static_cast<size_t>(std::max(0, options.fuse_min_rows))));
 }
 
 absl::Status AllReduceSumInto(DeviceCommunicator& comm, const void* in, void* out, size_t count,

@@ -51,13 +51,20 @@ struct NvlinkOptions {
   // ... with the one-shot kernel only from this many rows: below it the one-shot fused kernel,
   // which reads each row's peer data on one block after the exchange, is no faster than the
   // all-reduce followed by a PDL-launched norm kernel (2 H200s, hidden 4096: 5.82 against 5.66 us
-  // at 1 row, 6.22 against 6.03 at 16 rows, 8.25 against 9.02 at 64 rows). The push kernel's
-  // fused form (its data arrives in local memory) is offered for every size it takes.
+  // at 1 row, 6.22 against 6.03 at 16 rows, 8.25 against 9.02 at 64 rows). Sizes the push
+  // kernel takes are fused only with push_fuse_add_rms_norm.
   int fuse_min_rows = 32;
   // Largest all-reduce, in bytes, taken by the push kernel (0: none; LLM_PUSH_ALLREDUCE=0 in any
   // rank's environment: none). Each rank allocates 3 * world_size times this. Must be the same on
   // every rank.
   size_t push_capacity_bytes = size_t{512} << 10;
+  // Offer the push kernel's fused form (all-reduce + add + RMSNorm in one kernel) for the sizes it
+  // takes. Off by default: on 2 H200s it is no faster than the push all-reduce followed by the
+  // PDL-launched norm kernel (4.12 against 4.12 us at 1 row, 7.64 against 7.42 at 64 rows) and
+  // the TP2 8B decode step is slower with it (3.138 against 3.085 ms at batch 1): the norm then
+  // runs on one block per row after the gather instead of on a kernel of its own that launches
+  // during it. Must be the same on every rank.
+  bool push_fuse_add_rms_norm = false;
 };
 
 // What CreateNvlinkCommunicator decided (the same on every rank), for logs and tests.

@@ -246,10 +246,12 @@ int Main(int argc, char** argv) {
   auto nccl_for_push = CreateNcclCommunicator(world, stream, nccl_options);
   BENCH_CHECK(nccl_for_push.status());
   NvlinkSetup push_setup;
-  auto push = CreateNvlinkCommunicator(
-      world, std::move(*nccl_for_push),
-      NvlinkOptions{.blocks = args.blocks, .fuse_min_rows = 1, .push_capacity_bytes = args.push_bytes},
-      &push_setup);
+  auto push = CreateNvlinkCommunicator(world, std::move(*nccl_for_push),
+                                       NvlinkOptions{.blocks = args.blocks,
+                                                     .fuse_min_rows = 1,
+                                                     .push_capacity_bytes = args.push_bytes,
+                                                     .push_fuse_add_rms_norm = true},
+                                       &push_setup);
   BENCH_CHECK(push.status());
 
   cudaDeviceProp prop;

@@ -47,14 +47,12 @@ for m in $modes; do
       E=("$BIN/llm_engine_bench" --model "$MODEL8B" --dummy-weights --device cuda --dtype bf16 --out "$OUT/engine.md")
       lat=(--batch 1,16 --prompt-len 128 --output-len 128 --repeats 3)
       step engine_tp1 150 "${E[@]}" "${lat[@]}" --label "one GPU"
-      step engine_tp2 150 "${MPI[@]}" -np 2 "${E[@]}" "${lat[@]}" --tp 2 --label "NVLink push all-reduce fused with add + RMSNorm"
-      LLM_FUSED_ALLREDUCE_NORM=0 step engine_tp2_unfused 150 "${MPI[@]}" -np 2 "${E[@]}" "${lat[@]}" --tp 2 \
-        --label "NVLink push all-reduce, separate add + RMSNorm"
+      step engine_tp2 150 "${MPI[@]}" -np 2 "${E[@]}" "${lat[@]}" --tp 2 --label "NVLink push all-reduce, then add + RMSNorm"
       LLM_PUSH_ALLREDUCE=0 step engine_tp2_one_shot 150 "${MPI[@]}" -np 2 "${E[@]}" "${lat[@]}" --tp 2 \
         --label "NVLink one-shot all-reduce (no push kernel), fused from 32 rows"
       LLM_CUSTOM_ALLREDUCE=0 step engine_tp2_nccl 150 "${MPI[@]}" -np 2 "${E[@]}" "${lat[@]}" --tp 2 --label "NCCL all-reduce"
       if (( GPUS >= 4 )); then
-        step engine_tp4 150 "${MPI[@]}" -np 4 "${E[@]}" "${lat[@]}" --tp 4 --label "NVLink push all-reduce fused with add + RMSNorm"
+        step engine_tp4 150 "${MPI[@]}" -np 4 "${E[@]}" "${lat[@]}" --tp 4 --label "NVLink push all-reduce, then add + RMSNorm"
       fi ;;
     pp)
       # PP throughput at a saturating batch: PP1 at 128 sequences vs PPn with 128 per micro-batch.

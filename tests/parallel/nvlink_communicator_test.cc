@@ -574,6 +574,7 @@ TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormMatchesReference) {
     NvlinkOptions options;
     options.fuse_min_rows = 1;
     options.push_capacity_bytes = push_capacity;
+    options.push_fuse_add_rms_norm = true;
     NvlinkSetup setup;
     auto made = MakeNvlink(World(), NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(), options,
                            &setup);
@@ -638,11 +639,12 @@ TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormMatchesReference) {
 TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormRefusesWhatDoesNotFit) {
   DeviceCommunicator& comm = Comm();
   if (!OneShot()) GTEST_SKIP() << "one-shot path off: " << NvlinkTestEnvironment::setup().reason;
-  // Default layout: the push kernel takes up to 512 KiB; the one-shot kernel's 32 blocks of 32 KiB
-  // from fuse_min_rows (32) rows: bf16 rows of 8192 are 16 KiB, 2 rows per block, 64 rows.
-  EXPECT_TRUE(comm.CanAllReduceAddRmsNorm(1, 4096, DType::kBF16));   // push
-  EXPECT_TRUE(comm.CanAllReduceAddRmsNorm(31, 8192, DType::kBF16));  // push: 496 KiB
-  EXPECT_TRUE(comm.CanAllReduceAddRmsNorm(64, 8192, DType::kBF16));  // one-shot
+  // Default layout: the push kernel takes up to 512 KiB, not fused by default (the plain push
+  // all-reduce then the norm kernel); above, the one-shot kernel's 32 blocks of 32 KiB from
+  // fuse_min_rows (32) rows: bf16 rows of 8192 are 16 KiB, 2 rows per block, 64 rows.
+  EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(1, 4096, DType::kBF16));   // push
+  EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(31, 8192, DType::kBF16));  // push: 496 KiB
+  EXPECT_TRUE(comm.CanAllReduceAddRmsNorm(64, 8192, DType::kBF16));   // one-shot
   EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(65, 8192, DType::kBF16));
   EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(2048, 4096, DType::kBF16));  // prefill: NCCL + AddRmsNorm
   EXPECT_FALSE(comm.CanAllReduceAddRmsNorm(1, 4096, DType::kI32));
@@ -661,6 +663,15 @@ TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormRefusesWhatDoesNotFit) {
   EXPECT_EQ(setup.push_capacity_bytes, 0u);
   EXPECT_FALSE((*no_push)->CanAllReduceAddRmsNorm(31, 4096, DType::kBF16));
   EXPECT_TRUE((*no_push)->CanAllReduceAddRmsNorm(32, 4096, DType::kBF16));
+
+  // With the push kernel's fused form on: every size it takes.
+  auto push_fused = MakeNvlink(World(), NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(),
+                               NvlinkOptions{.push_fuse_add_rms_norm = true}, nullptr);
+  ASSERT_TRUE(push_fused.ok()) << push_fused.status();
+  EXPECT_TRUE((*push_fused)->CanAllReduceAddRmsNorm(1, 4096, DType::kBF16));
+  EXPECT_TRUE((*push_fused)->CanAllReduceAddRmsNorm(31, 8192, DType::kBF16));
+  EXPECT_TRUE((*push_fused)->CanAllReduceAddRmsNorm(64, 8192, DType::kBF16));
+  EXPECT_FALSE((*push_fused)->CanAllReduceAddRmsNorm(65, 8192, DType::kBF16));
 }
 
 // Fusion turned off on one rank (its option) is off on every rank; the plain one-shot path stays.
@@ -676,6 +687,12 @@ TEST(NvlinkCommunicatorTest, FusedAllReduceAddRmsNormOffOnOneRankIsOffEverywhere
   EXPECT_FALSE(setup.fused_add_rms_norm);
   EXPECT_FALSE((*made)->CanAllReduceAddRmsNorm(64, 4096, DType::kBF16));
   EXPECT_EQ(setup.one_shot, OneShot());
+
+  // The push kernel's fused form, asked for by one rank only: rejected on every rank.
+  options.fuse_add_rms_norm = true;
+  options.push_fuse_add_rms_norm = world.rank() == 0;
+  made = MakeNvlink(world, NvlinkTestEnvironment::stream(), NvlinkTestEnvironment::device(), options, &setup);
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument) << made.status();
 }
 
 // The push kernel tells arrived data from "nothing yet" by the all-ones pattern (a NaN in every

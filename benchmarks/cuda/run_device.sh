@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched call on the GPU machine: CUDA tests, benchmark, transformers parity; logs in $OUT,
 # a short table last. Usage (from the repo root, binaries in .device/bin, libraries in
-# .device/bundle.tgz): benchmarks/cuda/run_device.sh [tests] [bench] [parity]
+# .device/bundle.tgz): benchmarks/cuda/run_device.sh [tests] [bench] [kernels] [parity]
 set -uo pipefail
 source "$(dirname "$0")/../device_prelude.sh"
 modes="${*:-tests bench parity}"
@@ -10,7 +10,7 @@ summary=""
 for m in $modes; do
   case $m in
     tests)
-      for spec in cuda_memory_test:60 cuda_sampler_test:45 cuda_model_test:100 cuda_ops_test:200; do
+      for spec in ${CUDA_TESTS:-cuda_memory_test:60 cuda_sampler_test:45 cuda_model_test:100 cuda_ops_test:200}; do
         t=${spec%%:*}; limit=${spec##*:}
         start=$(date +%s)
         timeout $limit $BIN/$t --gtest_brief=1 > "$OUT/$t.log" 2>&1
@@ -25,6 +25,14 @@ for m in $modes; do
       timeout 120 $BIN/llm_cuda_bench --model benchmarks/cuda/configs/llama3-8b --out "$OUT/bench.md" > "$OUT/bench.log" 2>&1
       summary+="bench rc=$? ($(( $(date +%s) - start )) s)\n"
       tail -5 "$OUT/bench.log" ;;
+    kernels)
+      # Decode attention and the decode linears in isolation, beside their floors.
+      start=$(date +%s)
+      [ -x $BIN/attention_bench ] && timeout 120 $BIN/attention_bench --out "$OUT/attention_bench.md" > "$OUT/attention_bench.log" 2>&1
+      summary+="attention_bench rc=$? ($(( $(date +%s) - start )) s)\n"
+      start=$(date +%s)
+      timeout 200 $BIN/gemv_bench --out "$OUT/gemv_bench.md" > "$OUT/gemv_bench.log" 2>&1
+      summary+="gemv_bench rc=$? ($(( $(date +%s) - start )) s)\n" ;;
     parity)
       start=$(date +%s)
       PYTHONUNBUFFERED=1 timeout 150 python3 benchmarks/cuda/hf_parity.py --binary $BIN/llm_cuda_logits \
@@ -37,3 +45,4 @@ echo "==== summary"
 printf "$summary"
 [ -f "$OUT/parity_fixtures.txt" ] && cat "$OUT/parity_fixtures.txt"
 [ -f "$OUT/bench.md" ] && cat "$OUT/bench.md" | head -60
+for f in attention_bench.md gemv_bench.md; do [ -f "$OUT/$f" ] && cat "$OUT/$f"; done

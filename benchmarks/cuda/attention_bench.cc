@@ -31,42 +31,7 @@ constexpr int kCalls = 32;
 constexpr int kHeadDim = 128;
 constexpr int kBlockSize = 16;
 
-struct Args {
-  std::string out;
-  int reps = 20;
-};
-
-Args Parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--out")
-      a.out = NextArg(argc, argv, &i);
-    else if (k == "--reps")
-      a.reps = std::max(1, std::stoi(NextArg(argc, argv, &i)));
-    else {
-      std::fprintf(stderr, "usage: %s [--out FILE.md] [--reps N]\n", argv[0]);
-      std::exit(2);
-    }
-  }
-  return a;
-}
-
 // Microseconds per call of `enqueue` in a graph of kCalls calls (median of `reps` replays).
-double GraphMicros(cudaStream_t s, int reps, const std::function<void()>& enqueue) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kCalls; ++i) enqueue();
-  BENCH_CUDA(cudaStreamEndCapture(s, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  const auto ms = TimeOnStream(s, 3, reps, [&] { BENCH_CUDA(cudaGraphLaunch(exec, s)); });
-  BENCH_CUDA(cudaStreamSynchronize(s));
-  BENCH_CUDA(cudaGetLastError());
-  BENCH_CUDA(cudaGraphExecDestroy(exec));
-  BENCH_CUDA(cudaGraphDestroy(graph));
-  return 1e3 * Median(ms) / kCalls;
-}
 
 struct Case {
   const char* shape;
@@ -74,7 +39,7 @@ struct Case {
 };
 
 int Main(int argc, char** argv) {
-  const Args args = Parse(argc, argv);
+  const KernelBenchArgs args = ParseKernelBenchArgs(argc, argv, 20);
   cudaStream_t s = nullptr;
   BENCH_CUDA(cudaSetDevice(0));
   BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -82,19 +47,7 @@ int Main(int argc, char** argv) {
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
 
   // Copy bandwidth (read + write), as in llm_cuda_bench.
-  double copy_bw = 0;
-  {
-    const size_t bytes = size_t{1} << 30;
-    void *a = nullptr, *b = nullptr;
-    BENCH_CUDA(cudaMalloc(&a, bytes));
-    BENCH_CUDA(cudaMalloc(&b, bytes));
-    BENCH_CHECK(cuda::LaunchFillPattern(a, static_cast<int64_t>(bytes), 0x3f803f80u, s));
-    const auto ms =
-        TimeOnStream(s, 3, 20, [&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s); });
-    copy_bw = 2.0 * static_cast<double>(bytes) / (Median(ms) * 1e-3);
-    cudaFree(a);
-    cudaFree(b);
-  }
+  const double copy_bw = MeasureCopyBandwidth(s, size_t{1} << 30);
 
   // The fixed cost of a kernel in such a graph: RMSNorm of one row of 4096.
   double trivial_us = 0;
@@ -105,7 +58,7 @@ int Main(int argc, char** argv) {
     BENCH_CUDA(cudaMalloc(&o, 4096 * 2));
     BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, x, 4096, 1, -1.0f, 1.0f, s));
     BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, w, 4096, 2, 0.5f, 1.5f, s));
-    trivial_us = GraphMicros(s, args.reps, [&] {
+    trivial_us = GraphMicrosPerCall(s, kCalls, args.reps, [&](int) {
       BENCH_CHECK(
           cuda::LaunchRmsNorm(DType::kBF16, x, nullptr, nullptr, w, o, 1, 4096, 1e-5f, s, /*pdl=*/true));
     });
@@ -176,7 +129,7 @@ int Main(int argc, char** argv) {
       o.force_splits = splits;
       o.force_simt = simt;
       o.pdl = true;
-      return GraphMicros(s, args.reps, [&] {
+      return GraphMicrosPerCall(s, kCalls, args.reps, [&](int) {
         BENCH_CHECK(cuda::LaunchPagedAttention(DType::kBF16, p, ws, ws_bytes, o, s));
       });
     };
@@ -200,12 +153,8 @@ int Main(int argc, char** argv) {
       prop.name, kCalls, args.reps, copy_bw / 1e12, trivial_us);
   const std::string report = std::string(head) + table.Markdown();
   std::printf("%s", report.c_str());
-  if (!args.out.empty()) {
-    FILE* f = std::fopen(args.out.c_str(), "w");
-    if (!f) return 1;
-    std::fputs(report.c_str(), f);
-    std::fclose(f);
-  }
+  if (!WriteReport(args.out, report)) return 1;
+
   return 0;
 }
 

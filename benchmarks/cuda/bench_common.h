@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -72,8 +73,7 @@ inline std::vector<double> TimeOnStream(cudaStream_t stream, int warmup, int rep
 }
 
 // Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written.
-inline double MeasureCopyBandwidth(CudaBackend& backend, size_t bytes = size_t{2} << 30) {
-  cudaStream_t s = backend.stream();
+inline double MeasureCopyBandwidth(cudaStream_t s, size_t bytes = size_t{2} << 30) {
   void *src = nullptr, *dst = nullptr;
   BENCH_CUDA(cudaMalloc(&src, bytes));
   BENCH_CUDA(cudaMalloc(&dst, bytes));
@@ -82,6 +82,61 @@ inline double MeasureCopyBandwidth(CudaBackend& backend, size_t bytes = size_t{2
   cudaFree(src);
   cudaFree(dst);
   return 2.0 * static_cast<double>(bytes) / (Median(ms) * 1e-3);
+}
+inline double MeasureCopyBandwidth(CudaBackend& backend, size_t bytes = size_t{2} << 30) {
+  return MeasureCopyBandwidth(backend.stream(), bytes);
+}
+
+// Microseconds per call when `calls` calls of enqueue(i) are captured into one CUDA graph on `s`
+// and the graph is replayed (median of `reps` replays after two warm-ups).
+inline double GraphMicrosPerCall(cudaStream_t s, int calls, int reps, const std::function<void(int)>& enqueue) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) enqueue(i);
+  BENCH_CUDA(cudaStreamEndCapture(s, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const auto ms = TimeOnStream(s, 2, reps, [&] { BENCH_CUDA(cudaGraphLaunch(exec, s)); });
+  BENCH_CUDA(cudaStreamSynchronize(s));
+  BENCH_CUDA(cudaGetLastError());
+  BENCH_CUDA(cudaGraphExecDestroy(exec));
+  BENCH_CUDA(cudaGraphDestroy(graph));
+  return 1e3 * Median(ms) / calls;
+}
+
+// The flags of the single-GPU kernel benchmarks: --out FILE.md, --reps N.
+struct KernelBenchArgs {
+  std::string out;
+  int reps = 10;
+};
+inline KernelBenchArgs ParseKernelBenchArgs(int argc, char** argv, int default_reps) {
+  KernelBenchArgs a;
+  a.reps = default_reps;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--out") {
+      a.out = NextArg(argc, argv, &i);
+    } else if (k == "--reps") {
+      a.reps = std::max(1, std::atoi(NextArg(argc, argv, &i).c_str()));
+    } else {
+      std::fprintf(stderr, "usage: %s [--out FILE.md] [--reps N]\n", argv[0]);
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+// Writes `report` to `path` (when not empty); false when it cannot.
+inline bool WriteReport(const std::string& path, const std::string& report) {
+  if (path.empty()) return true;
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return false;
+  }
+  std::fputs(report.c_str(), f);
+  std::fclose(f);
+  return true;
 }
 
 // cuBLASLt bf16 GEMM rate (FLOP/s) at m = n = k = `size`, random operands.

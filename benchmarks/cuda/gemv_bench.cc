@@ -24,42 +24,6 @@ namespace {
 
 constexpr int kCalls = 32;
 
-struct Args {
-  std::string out;
-  int reps = 10;
-};
-
-Args Parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--out")
-      a.out = NextArg(argc, argv, &i);
-    else if (k == "--reps")
-      a.reps = std::max(1, std::stoi(NextArg(argc, argv, &i)));
-    else {
-      std::fprintf(stderr, "usage: %s [--out FILE.md] [--reps N]\n", argv[0]);
-      std::exit(2);
-    }
-  }
-  return a;
-}
-
-double GraphMicros(cudaStream_t s, int reps, const std::function<void(int)>& enqueue) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kCalls; ++i) enqueue(i);
-  BENCH_CUDA(cudaStreamEndCapture(s, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  const auto ms = TimeOnStream(s, 2, reps, [&] { BENCH_CUDA(cudaGraphLaunch(exec, s)); });
-  BENCH_CUDA(cudaStreamSynchronize(s));
-  BENCH_CUDA(cudaGetLastError());
-  BENCH_CUDA(cudaGraphExecDestroy(exec));
-  BENCH_CUDA(cudaGraphDestroy(graph));
-  return 1e3 * Median(ms) / kCalls;
-}
-
 struct Shape {
   const char* what;
   int64_t n, k;
@@ -71,26 +35,15 @@ struct Variant {
 };
 
 int Main(int argc, char** argv) {
-  const Args args = Parse(argc, argv);
+  const KernelBenchArgs args = ParseKernelBenchArgs(argc, argv, 10);
   cudaStream_t s = nullptr;
   BENCH_CUDA(cudaSetDevice(0));
   BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaDeviceProp prop;
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
 
-  double copy_bw = 0;
-  {
-    const size_t bytes = size_t{1} << 30;
-    void *a = nullptr, *b = nullptr;
-    BENCH_CUDA(cudaMalloc(&a, bytes));
-    BENCH_CUDA(cudaMalloc(&b, bytes));
-    BENCH_CHECK(cuda::LaunchFillPattern(a, static_cast<int64_t>(bytes), 0x3f803f80u, s));
-    const auto ms =
-        TimeOnStream(s, 3, 20, [&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s); });
-    copy_bw = 2.0 * static_cast<double>(bytes) / (Median(ms) * 1e-3);
-    cudaFree(a);
-    cudaFree(b);
-  }
+  const double copy_bw = MeasureCopyBandwidth(s, size_t{1} << 30);
+
   const size_t ws_bytes = size_t{32} << 20;
   void* ws = nullptr;
   BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
@@ -131,27 +84,27 @@ int Main(int argc, char** argv) {
       BENCH_CHECK(
           cuda::LaunchRmsNorm(DType::kBF16, x, nullptr, nullptr, nw, xn, 1, sh.k, 1e-5f, s, /*pdl=*/true));
     };
-    const double norm_us = GraphMicros(s, args.reps, [&](int) { norm(); });
+    const double norm_us = GraphMicrosPerCall(s, kCalls, args.reps, [&](int) { norm(); });
     const double floor_us = static_cast<double>(bytes) / copy_bw * 1e6;
     std::vector<std::string> row = {sh.what, std::to_string(sh.n) + " x " + std::to_string(sh.k),
                                     Fmt("%.1f", bytes / 1e6), Fmt("%.2f", floor_us)};
     double best = 1e30;
     for (const Variant& v : variants) {
       const double us =
-          GraphMicros(s, args.reps,
-                      [&](int i) {
-                        norm();
-                        if (v.wpr < 0) {
-                          BENCH_CHECK((*gemm)->Run(DType::kBF16, DType::kBF16, xn, w[i % copies], nullptr, y,
-                                                   1, sh.n, sh.k, s));
-                        } else {
-                          cuda::GemvOptions o;
-                          o.num_sms = prop.multiProcessorCount;
-                          o.warps_per_row = v.wpr;
-                          BENCH_CHECK(cuda::LaunchGemv(DType::kBF16, DType::kBF16, xn, w[i % copies], nullptr,
-                                                       y, 1, sh.n, sh.k, o, s));
-                        }
-                      }) -
+          GraphMicrosPerCall(s, kCalls, args.reps,
+                             [&](int i) {
+                               norm();
+                               if (v.wpr < 0) {
+                                 BENCH_CHECK((*gemm)->Run(DType::kBF16, DType::kBF16, xn, w[i % copies],
+                                                          nullptr, y, 1, sh.n, sh.k, s));
+                               } else {
+                                 cuda::GemvOptions o;
+                                 o.num_sms = prop.multiProcessorCount;
+                                 o.warps_per_row = v.wpr;
+                                 BENCH_CHECK(cuda::LaunchGemv(DType::kBF16, DType::kBF16, xn, w[i % copies],
+                                                              nullptr, y, 1, sh.n, sh.k, o, s));
+                               }
+                             }) -
           norm_us;
       best = std::min(best, us);
       row.push_back(Fmt("%.2f", us));
@@ -171,12 +124,8 @@ int Main(int argc, char** argv) {
       prop.name, kCalls, copy_bw / 1e12);
   const std::string report = std::string(head) + table.Markdown();
   std::printf("%s", report.c_str());
-  if (!args.out.empty()) {
-    FILE* f = std::fopen(args.out.c_str(), "w");
-    if (!f) return 1;
-    std::fputs(report.c_str(), f);
-    std::fclose(f);
-  }
+  if (!WriteReport(args.out, report)) return 1;
+
   gemm->reset();
   for (void* p : {x, xn, nw, y, ws}) cudaFree(p);
   return 0;

@@ -144,6 +144,70 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s batch %d context %d: %.2f us\n", c.shape, c.batch, c.context, def_us);
   }
   cudaFree(ws);
+
+  // Prefill: one prompt (or several) attending causally to itself, the tensor-core kernel.
+  Table prefill({"shape (heads/kv)", "sequences x prompt", "TFLOP/s", "us", "GEMM-peak floor us"});
+  const double peak = MeasureGemmPeak(s);
+  struct PrefillCase {
+    const char* shape;
+    int heads, kv_heads, seqs, len;
+  };
+  for (const PrefillCase& c :
+       {PrefillCase{"8B (32/8)", 32, 8, 1, 2048}, PrefillCase{"8B (32/8)", 32, 8, 1, 8192},
+        PrefillCase{"8B (32/8)", 32, 8, 8, 512}, PrefillCase{"TP2 rank (16/4)", 16, 4, 1, 2048}}) {
+    const int blocks_per_seq = (c.len + kBlockSize - 1) / kBlockSize;
+    const int64_t num_blocks = int64_t{c.seqs} * blocks_per_seq;
+    const int64_t cache_elems = num_blocks * c.kv_heads * kBlockSize * kHeadDim;
+    const int64_t tokens = int64_t{c.seqs} * c.len;
+    const int64_t q_elems = tokens * c.heads * kHeadDim;
+    void *k = nullptr, *v = nullptr, *q = nullptr, *out = nullptr;
+    int32_t *qs = nullptr, *ctx = nullptr, *tables = nullptr;
+    BENCH_CUDA(cudaMalloc(&k, cache_elems * 2));
+    BENCH_CUDA(cudaMalloc(&v, cache_elems * 2));
+    BENCH_CUDA(cudaMalloc(&q, q_elems * 2));
+    BENCH_CUDA(cudaMalloc(&out, q_elems * 2));
+    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, k, cache_elems, 6, -1.0f, 1.0f, s));
+    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, v, cache_elems, 7, -1.0f, 1.0f, s));
+    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, q, q_elems, 8, -1.0f, 1.0f, s));
+    std::vector<int32_t> h_qs(c.seqs + 1), h_ctx(c.seqs, c.len), h_tables(num_blocks);
+    for (int i = 0; i <= c.seqs; ++i) h_qs[i] = i * c.len;
+    std::iota(h_tables.begin(), h_tables.end(), 0);
+    std::shuffle(h_tables.begin(), h_tables.end(), rng);
+    BENCH_CUDA(cudaMalloc(&qs, h_qs.size() * 4));
+    BENCH_CUDA(cudaMalloc(&ctx, h_ctx.size() * 4));
+    BENCH_CUDA(cudaMalloc(&tables, h_tables.size() * 4));
+    BENCH_CUDA(cudaMemcpy(qs, h_qs.data(), h_qs.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(ctx, h_ctx.data(), h_ctx.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(tables, h_tables.data(), h_tables.size() * 4, cudaMemcpyHostToDevice));
+    cuda::PagedAttentionParams p;
+    p.q = q;
+    p.out = out;
+    p.k_cache = k;
+    p.v_cache = v;
+    p.query_start = qs;
+    p.context_lens = ctx;
+    p.block_tables = tables;
+    p.num_tokens = tokens;
+    p.num_seqs = c.seqs;
+    p.max_query_len = c.len;
+    p.max_context_len = c.len;
+    p.num_heads = c.heads;
+    p.num_kv_heads = c.kv_heads;
+    p.head_dim = kHeadDim;
+    p.block_size = kBlockSize;
+    p.max_blocks_per_seq = blocks_per_seq;
+    p.scale = 0.088f;
+    cuda::AttentionOptions o;
+    o.num_sms = prop.multiProcessorCount;
+    const auto ms = TimeOnStream(
+        s, 2, args.reps, [&] { BENCH_CHECK(cuda::LaunchPagedAttention(DType::kBF16, p, nullptr, 0, o, s)); });
+    const double us = 1e3 * Median(ms);
+    const double flops = 4.0 * c.seqs * c.heads * kHeadDim * (static_cast<double>(c.len) * (c.len + 1) / 2);
+    prefill.Row({c.shape, std::to_string(c.seqs) + " x " + std::to_string(c.len),
+                 Fmt("%.0f", flops / (us * 1e-6) / 1e12), Fmt("%.1f", us), Fmt("%.1f", flops / peak * 1e6)});
+    for (void* ptr : {k, v, q, out}) cudaFree(ptr);
+    for (int32_t* ptr : {qs, ctx, tables}) cudaFree(ptr);
+  }
   char head[1024];
   std::snprintf(
       head, sizeof(head),
@@ -151,7 +215,9 @@ int Main(int argc, char** argv) {
       "graph of %d calls (PDL on), median of %d replays. Copy bandwidth %.2f TB/s; a trivial kernel "
       "(RMSNorm of one 4096 row) in the same kind of graph: %.2f us.\n\n",
       prop.name, kCalls, args.reps, copy_bw / 1e12, trivial_us);
-  const std::string report = std::string(head) + table.Markdown();
+  const std::string report = std::string(head) + table.Markdown() +
+                             "\n### Prefill attention (causal, tensor cores), eager calls\n\n" +
+                             prefill.Markdown();
   std::printf("%s", report.c_str());
   if (!WriteReport(args.out, report)) return 1;
 

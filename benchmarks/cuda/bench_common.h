@@ -140,8 +140,7 @@ inline bool WriteReport(const std::string& path, const std::string& report) {
 }
 
 // cuBLASLt bf16 GEMM rate (FLOP/s) at m = n = k = `size`, random operands.
-inline double MeasureGemmPeak(CudaBackend& backend, int64_t size = 8192) {
-  cudaStream_t s = backend.stream();
+inline double MeasureGemmPeak(cudaStream_t s, int64_t size = 8192) {
   const size_t elems = static_cast<size_t>(size) * size;
   void *a = nullptr, *b = nullptr, *c = nullptr, *ws = nullptr;
   const size_t ws_bytes = size_t{64} << 20;
@@ -162,6 +161,9 @@ inline double MeasureGemmPeak(CudaBackend& backend, int64_t size = 8192) {
   cudaFree(c);
   cudaFree(ws);
   return 2.0 * size * size * size / (Median(ms) * 1e-3);
+}
+inline double MeasureGemmPeak(CudaBackend& backend, int64_t size = 8192) {
+  return MeasureGemmPeak(backend.stream(), size);
 }
 
 // A markdown table accumulated row by row.

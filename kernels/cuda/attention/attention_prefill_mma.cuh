@@ -62,7 +62,8 @@ __device__ __forceinline__ int Swz(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
-// grid: (ceil(max_query_len / 64), num_heads, num_seqs).
+// grid: (num_heads, ceil(max_query_len / 64), num_seqs); query block gridDim.y - 1 - blockIdx.y
+// (see the launcher: the blocks with the most keys start first).
 template <typename T, int D>
 __global__ void __launch_bounds__(kMmaThreads) AttentionPrefillMmaKernel(PagedAttentionParams p) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim tile");
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kMmaThreads) AttentionPrefillMmaKernel(PagedAt
   __shared__ __align__(128) T k_s[kMmaBlockN * D];
   __shared__ __align__(128) T v_s[kMmaBlockN * D];
 
-  const int m_blk = blockIdx.x, h = blockIdx.y, seq = blockIdx.z;
+  const int m_blk = gridDim.y - 1 - blockIdx.y, h = blockIdx.x, seq = blockIdx.z;
   const int q_begin = p.query_start[seq], q_len = p.query_start[seq + 1] - q_begin;
   const int row0 = m_blk * kMmaBlockM;
   if (row0 >= q_len) return;

@@ -159,7 +159,12 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
   if constexpr (sizeof(T) == 2) {
     const bool mma_dim = p.head_dim == 64 || p.head_dim == 128;
     if (p.max_query_len > 1 && !options.force_simt && mma_dim) {
-      const dim3 grid((p.max_query_len + attention::kMmaBlockM - 1) / attention::kMmaBlockM, p.num_heads,
+      // Heads fastest, query blocks from the last (causal: the most keys) to the first: blocks
+      // start longest first, so the short ones fill in behind them instead of a long one
+      // starting last and running alone (the hardware dispatches in linear block order).
+      if (p.max_query_len > int64_t{attention::kMmaBlockM} * 65535)
+        return absl::InvalidArgumentError("Attention: prompt chunk too long for one prefill call");
+      const dim3 grid(p.num_heads, (p.max_query_len + attention::kMmaBlockM - 1) / attention::kMmaBlockM,
                       p.num_seqs);
       if (p.head_dim == 64)
         AttentionPrefillMmaKernel<T, 64><<<grid, attention::kMmaThreads, 0, stream>>>(p);

@@ -65,7 +65,7 @@ __device__ __forceinline__ int Swz(int row, int chunk) {
 // grid: (num_heads, ceil(max_query_len / 64), num_seqs); query block gridDim.y - 1 - blockIdx.y
 // (see the launcher: the blocks with the most keys start first).
 template <typename T, int D>
-__global__ void __launch_bounds__(kMmaThreads) AttentionPrefillMmaKernel(PagedAttentionParams p) {
+__global__ void __launch_bounds__(kMmaThreads, 4) AttentionPrefillMmaKernel(PagedAttentionParams p) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim tile");
   static_assert(sizeof(T) == 2, "16-bit operands");
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
@@ -121,33 +121,32 @@ __global__ void __launch_bounds__(kMmaThreads) AttentionPrefillMmaKernel(PagedAt
   float o[kTilesD][4];
 #pragma unroll
   for (int i = 0; i < kTilesD; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  uint32_t qf[kStepsD][4];
 
   for (int n0 = n_first; n0 < kv_end; n0 += kMmaBlockN) {
     load_kv(v_s, vc, n0);
     CpAsyncCommit();  // group: V(n0)
     CpAsyncWait<1>();  // K(n0) (and Q) have landed
     __syncthreads();
-    if (n0 == n_first) {
-#pragma unroll
-      for (int kk = 0; kk < kStepsD; ++kk) {
-        const int mi = lane >> 3;
-        LdMatrixX4(qf[kk], q_s + Swz<D>(warp * 16 + (mi & 1) * 8 + (lane & 7), kk * 2 + (mi >> 1)));
-      }
-    }
     // S = Q K^T for this warp's 16 rows x 64 keys.
     float s[kTilesN][4];
 #pragma unroll
     for (int i = 0; i < kTilesN; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < kStepsD; ++kk) {
+      // This warp's Q fragment for these 16 columns, re-read from shared memory every tile:
+      // holding all of them would take 32 registers and cost a block of occupancy.
+      uint32_t qf[4];
+      {
+        const int mi = lane >> 3;
+        LdMatrixX4(qf, q_s + Swz<D>(warp * 16 + (mi & 1) * 8 + (lane & 7), kk * 2 + (mi >> 1)));
+      }
 #pragma unroll
       for (int nt2 = 0; nt2 < kTilesN / 2; ++nt2) {
         const int mi = lane >> 3;
         uint32_t b[4];
         LdMatrixX4(b, k_s + Swz<D>(nt2 * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
-        MmaTraits<T>::Mma(s[2 * nt2], qf[kk], b[0], b[1]);
-        MmaTraits<T>::Mma(s[2 * nt2 + 1], qf[kk], b[2], b[3]);
+        MmaTraits<T>::Mma(s[2 * nt2], qf, b[0], b[1]);
+        MmaTraits<T>::Mma(s[2 * nt2 + 1], qf, b[2], b[3]);
       }
     }
     __syncthreads();  // every warp is done with k_s

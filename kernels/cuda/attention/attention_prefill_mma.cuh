@@ -154,19 +154,31 @@ __global__ void __launch_bounds__(kMmaThreads, 4) AttentionPrefillMmaKernel(Page
       load_kv(k_s, kc, n0 + kMmaBlockN);
       CpAsyncCommit();
     }
-    // Mask (causal, sliding window) and online softmax in the log2 domain.
+    // Mask (causal, sliding window) and online softmax in the log2 domain. Tiles wholly below
+    // the block's diagonal (every key before its first query, none past the context, no window)
+    // need no mask.
     float mx_a = -INFINITY, mx_b = -INFINITY;
+    if (p.sliding_window <= 0 && n0 + kMmaBlockN <= min(p0 + row0 + 1, kv_end)) {
 #pragma unroll
-    for (int nt = 0; nt < kTilesN; ++nt) {
+      for (int nt = 0; nt < kTilesN; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = n0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-        const int qp = e < 2 ? pos_a : pos_b;
-        const bool ok = key <= qp && key < kv_end && (p.sliding_window <= 0 || key > qp - p.sliding_window);
-        const float v = ok ? s[nt][e] * scale : -INFINITY;
-        s[nt][e] = v;
-        if (e < 2) mx_a = fmaxf(mx_a, v);
-        else mx_b = fmaxf(mx_b, v);
+        for (int e = 0; e < 4; ++e) s[nt][e] *= scale;
+        mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kTilesN; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+          const int qp = e < 2 ? pos_a : pos_b;
+          const bool ok = key <= qp && key < kv_end && (p.sliding_window <= 0 || key > qp - p.sliding_window);
+          const float v = ok ? s[nt][e] * scale : -INFINITY;
+          s[nt][e] = v;
+          if (e < 2) mx_a = fmaxf(mx_a, v);
+          else mx_b = fmaxf(mx_b, v);
+        }
       }
     }
 #pragma unroll

@@ -361,6 +361,13 @@ std::vector<AttnCase> AttentionCases() {
   return {
       {"decode_gqa", {{1, 1}, {1, 17}, {1, 300}, {1, 1000}}, 8, 2, 128},
       {"decode_batch_llama", {{1, 1024}, {1, 1024}, {1, 999}, {1, 1025}, {1, 64}, {1, 1}, {1, 513}, {1, 2}}, 32, 8, 128},
+      // 24 sequences x 8 KV heads: blocks enough to fill an H100/H200, so the decode kernel takes
+      // its 128-register variant (V through shared memory).
+      {"decode_batch_fills_gpu",
+       {{1, 700}, {1, 33}, {1, 1}, {1, 256}, {1, 257}, {1, 1000}, {1, 31}, {1, 64}, {1, 65}, {1, 500}, {1, 129},
+        {1, 2}, {1, 300}, {1, 301}, {1, 17}, {1, 800}, {1, 96}, {1, 97}, {1, 640}, {1, 5}, {1, 450}, {1, 255},
+        {1, 511}, {1, 512}},
+       32, 8, 128},
       {"prefill_single", {{100, 100}}, 32, 8, 128},
       {"prefill_hd64", {{130, 130}, {3, 3}}, 8, 8, 64},
       {"mixed_ragged", {{37, 37}, {1, 200}, {64, 129}, {5, 70}, {1, 1}}, 8, 2, 128},

@@ -45,8 +45,12 @@ using DecodeColVec = std::conditional_t<D == 128, uint2, uint32_t>;
 // grid: (num_tokens, num_kv_heads * head_tiles, splits); block: kDecodeThreads. Block (t, kvh,
 // tile, z) as in AttentionSimtKernel: token t == sequence t (one query token each), the G query heads
 // kvh * group + tile * G + [0, G), slice z of the visible keys.
-template <typename T, int G, int D>
-__global__ void __launch_bounds__(kDecodeThreads)
+// kVSmem: V rows go through the warp's shared-memory stage too (after the K rows, into the same
+// place) instead of registers: the V latency is no longer hidden behind the scores, but the
+// kernel fits 128 registers and two blocks per SM, which is what counts when the grid alone
+// fills the GPU (large batches).
+template <typename T, int G, int D, bool kVSmem>
+__global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
     AttentionDecodeKernel(PagedAttentionParams p, DecodeSplit split) {
   static_assert(sizeof(T) == 2 && (D == 64 || D == 128));
   constexpr int kCols = D / 32;
@@ -119,14 +123,16 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
     CpAsyncCommit();
     // V: this lane's columns of the group's 32 rows (zeros past the end: 0 * garbage could be NaN).
-    ColVec v[32];
+    ColVec v[kVSmem ? 1 : 32];
+    if constexpr (!kVSmem) {
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int64_t oj = __shfl_sync(0xffffffffu, off, j);
-      if (k0 + j < end) {
-        v[j] = *reinterpret_cast<const ColVec*>(vc + oj + lane * kCols);
-      } else {
-        v[j] = ColVec{};
+      for (int j = 0; j < 32; ++j) {
+        const int64_t oj = __shfl_sync(0xffffffffu, off, j);
+        if (k0 + j < end) {
+          v[j] = *reinterpret_cast<const ColVec*>(vc + oj + lane * kCols);
+        } else {
+          v[j] = ColVec{};
+        }
       }
     }
     // K: this lane's key row, then the G scores.
@@ -136,13 +142,20 @@ __global__ void __launch_bounds__(kDecodeThreads)
     CpAsyncWait<0>();
     __syncwarp();
     if (valid) {
-      uint4 kr[kRowVecs];
+      // The row from shared memory (all of it in registers first, or, in the 128-register
+      // variant, a few vectors at a time).
+      uint4 kr[kVSmem ? 1 : kRowVecs];
+      if constexpr (!kVSmem) {
 #pragma unroll
-      for (int i = 0; i < kRowVecs; ++i)
-        kr[i] = *reinterpret_cast<const uint4*>(k_stage + lane * Smem::kRowPitch + i * kVec);
-#pragma unroll
+        for (int i = 0; i < kRowVecs; ++i)
+          kr[i] = *reinterpret_cast<const uint4*>(k_stage + lane * Smem::kRowPitch + i * kVec);
+      }
+#pragma unroll(kVSmem ? 4 : kRowVecs)
       for (int i = 0; i < kRowVecs; ++i) {
-        const T* ke = reinterpret_cast<const T*>(&kr[i]);
+        uint4 kv;
+        if constexpr (kVSmem) kv = *reinterpret_cast<const uint4*>(k_stage + lane * Smem::kRowPitch + i * kVec);
+        else kv = kr[i];
+        const T* ke = reinterpret_cast<const T*>(&kv);
         float kf[kVec];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) kf[e] = ToFloat(ke[e]);
@@ -154,6 +167,17 @@ __global__ void __launch_bounds__(kDecodeThreads)
                   qb.z * kf[6] + qb.w * kf[7];
         }
       }
+    }
+    if constexpr (kVSmem) {
+      // Every lane has its scores: the stage takes the V rows (the softmax runs meanwhile).
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < kRowVecs; ++i) {
+        const int piece = i * 32 + lane, row = piece / kRowVecs, col = (piece % kRowVecs) * kVec;
+        const int64_t orow = __shfl_sync(0xffffffffu, off, row);
+        CpAsync16(k_stage + row * Smem::kRowPitch + col, vc + orow + col, k0 + row < end);
+      }
+      CpAsyncCommit();
     }
     // Online softmax over the group, then P·V.
     float pr[G];
@@ -169,9 +193,16 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
       for (int c = 0; c < kCols; ++c) acc[r][c] *= corr;
     }
+    if constexpr (kVSmem) {
+      CpAsyncWait<0>();
+      __syncwarp();
+    }
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-      const T* ve = reinterpret_cast<const T*>(&v[j]);
+      ColVec vj;
+      if constexpr (kVSmem) vj = *reinterpret_cast<const ColVec*>(k_stage + j * Smem::kRowPitch + lane * kCols);
+      else vj = v[j];
+      const T* ve = reinterpret_cast<const T*>(&vj);
       float vf[kCols];
 #pragma unroll
       for (int c = 0; c < kCols; ++c) vf[c] = ToFloat(ve[c]);
@@ -182,7 +213,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
         for (int c = 0; c < kCols; ++c) acc[r][c] += pj * vf[c];
       }
     }
-    __syncwarp();  // every lane has read its K row before the next group overwrites the stage
+    __syncwarp();  // every lane is done with the stage before the next group overwrites it
   }
   __syncthreads();  // the K stages are done with: the merge area aliases them
 

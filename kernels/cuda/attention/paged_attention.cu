@@ -131,8 +131,11 @@ DecodeSplit ChooseDecodeSplit(const PagedAttentionParams& p, const AttentionOpti
 
 template <typename T, int G, int D>
 absl::Status LaunchDecode(const PagedAttentionParams& p, DecodeSplit split, void* workspace, bool pdl,
-                          Stream stream) {
-  auto kernel = AttentionDecodeKernel<T, G, D>;
+                          int num_sms, Stream stream) {
+  // When the (token, KV head) blocks alone fill every SM, occupancy counts more than hiding each
+  // warp's V latency: the 128-register variant (two blocks per SM).
+  const bool v_smem = p.num_tokens * p.num_kv_heads * split.head_tiles >= num_sms;
+  auto kernel = v_smem ? AttentionDecodeKernel<T, G, D, true> : AttentionDecodeKernel<T, G, D, false>;
   constexpr size_t smem = DecodeSmem<T, G, D>::kBytes;
   CUDA_RETURN_IF_ERROR(AllowSmem(kernel, smem));
   PlacePartials(p, workspace, &split);
@@ -144,9 +147,9 @@ absl::Status LaunchDecode(const PagedAttentionParams& p, DecodeSplit split, void
 
 template <typename T, int G>
 absl::Status LaunchDecodeDim(const PagedAttentionParams& p, const DecodeSplit& split, void* workspace,
-                             bool pdl, Stream stream) {
-  if (p.head_dim == 64) return LaunchDecode<T, G, 64>(p, split, workspace, pdl, stream);
-  return LaunchDecode<T, G, 128>(p, split, workspace, pdl, stream);
+                             bool pdl, int num_sms, Stream stream) {
+  if (p.head_dim == 64) return LaunchDecode<T, G, 64>(p, split, workspace, pdl, num_sms, stream);
+  return LaunchDecode<T, G, 128>(p, split, workspace, pdl, num_sms, stream);
 }
 
 template <typename T>
@@ -179,13 +182,13 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
       const DecodeSplit split = ChooseDecodeSplit(p, options, head_tiles, workspace, workspace_bytes);
       switch (g) {
         case 1:
-          return LaunchDecodeDim<T, 1>(p, split, workspace, options.pdl, stream);
+          return LaunchDecodeDim<T, 1>(p, split, workspace, options.pdl, options.num_sms, stream);
         case 2:
-          return LaunchDecodeDim<T, 2>(p, split, workspace, options.pdl, stream);
+          return LaunchDecodeDim<T, 2>(p, split, workspace, options.pdl, options.num_sms, stream);
         case 4:
-          return LaunchDecodeDim<T, 4>(p, split, workspace, options.pdl, stream);
+          return LaunchDecodeDim<T, 4>(p, split, workspace, options.pdl, options.num_sms, stream);
         default:
-          return LaunchDecodeDim<T, 8>(p, split, workspace, options.pdl, stream);
+          return LaunchDecodeDim<T, 8>(p, split, workspace, options.pdl, options.num_sms, stream);
       }
     }
   }

@@ -12,10 +12,13 @@
 //           read coalesced, each key's probability shuffled from its lane).
 // The K rows of a group are staged in shared memory with coalesced cp.async copies (a lane reading
 // its own row straight from global memory would make every load touch 32 lines); its V rows are
-// loaded into registers at the same time, before the scores are computed.
+// loaded into registers at the same time, before the scores are computed (or, when the blocks
+// alone fill the GPU, staged like K once the scores are done: the kVSmem variant below).
 // Then the warps' (max, sum, output) are merged in shared memory. With a split context, each
 // block's merged result is a partial for AttentionCombineKernel (attention_simt.cuh).
 #pragma once
+
+#include <type_traits>
 
 #include "kernels/cuda/attention/attention_common.cuh"
 

@@ -233,26 +233,26 @@ int Main(int argc, char** argv) {
   const NcclOptions nccl_options{.device = device, .timeout = absl::Seconds(300)};
   auto nccl = CreateNcclCommunicator(world, stream, nccl_options);
   BENCH_CHECK(nccl.status());
-  auto nccl_for_nvlink = CreateNcclCommunicator(world, stream, nccl_options);
-  BENCH_CHECK(nccl_for_nvlink.status());
-  NvlinkSetup setup;
-  auto nvlink = CreateNvlinkCommunicator(world, std::move(*nccl_for_nvlink),
-                                         NvlinkOptions{.capacity_bytes = args.max_bytes,
-                                                       .blocks = args.blocks,
-                                                       .fuse_min_rows = 1,
-                                                       .push_capacity_bytes = 0},
-                                         &setup);
-  BENCH_CHECK(nvlink.status());
-  auto nccl_for_push = CreateNcclCommunicator(world, stream, nccl_options);
-  BENCH_CHECK(nccl_for_push.status());
-  NvlinkSetup push_setup;
-  auto push = CreateNvlinkCommunicator(world, std::move(*nccl_for_push),
-                                       NvlinkOptions{.blocks = args.blocks,
-                                                     .fuse_min_rows = 1,
-                                                     .push_capacity_bytes = args.push_bytes,
-                                                     .push_fuse_add_rms_norm = true},
-                                       &push_setup);
-  BENCH_CHECK(push.status());
+  // An NVLink communicator over an NCCL communicator of its own.
+  auto make_nvlink = [&](const NvlinkOptions& options, NvlinkSetup* setup) {
+    auto inner = CreateNcclCommunicator(world, stream, nccl_options);
+    BENCH_CHECK(inner.status());
+    auto made = CreateNvlinkCommunicator(world, std::move(*inner), options, setup);
+    BENCH_CHECK(made.status());
+    return std::move(*made);
+  };
+  // The one-shot kernel for every size up to --max-bytes; the push kernel up to --push-bytes.
+  NvlinkSetup setup, push_setup;
+  std::unique_ptr<DeviceCommunicator> nvlink = make_nvlink(NvlinkOptions{.capacity_bytes = args.max_bytes,
+                                                                         .blocks = args.blocks,
+                                                                         .fuse_min_rows = 1,
+                                                                         .push_capacity_bytes = 0},
+                                                           &setup);
+  std::unique_ptr<DeviceCommunicator> push = make_nvlink(NvlinkOptions{.blocks = args.blocks,
+                                                                       .fuse_min_rows = 1,
+                                                                       .push_capacity_bytes = args.push_bytes,
+                                                                       .push_fuse_add_rms_norm = true},
+                                                         &push_setup);
 
   cudaDeviceProp prop;
   BENCH_CUDA(cudaGetDeviceProperties(&prop, device));
@@ -282,9 +282,9 @@ int Main(int argc, char** argv) {
     const Timing nccl_t = Measure(world, **nccl, buf, count, args);
     const bool one_shot = setup.one_shot && bytes <= setup.capacity_bytes;
     Timing one_t, push_t;
-    if (one_shot) one_t = Measure(world, **nvlink, buf, count, args);
+    if (one_shot) one_t = Measure(world, *nvlink, buf, count, args);
     const bool pushed = bytes <= push_setup.push_capacity_bytes;
-    if (pushed) push_t = Measure(world, **push, buf, count, args);
+    if (pushed) push_t = Measure(world, *push, buf, count, args);
     auto gbps = [&](double us) { return static_cast<double>(bytes) / (us * 1e-6) / 1e9; };
     auto cell = [&](double v, const char* fmt) {
       return one_shot ? absl::StrFormat(fmt, v) : std::string("-");
@@ -310,13 +310,13 @@ int Main(int argc, char** argv) {
         "| push fused us |\n| --- | --- | --- | --- | --- |\n");
     for (size_t rows : {1, 4, 16, 64}) {
       const size_t hidden = 4096;
-      if (!(*nvlink)->CanAllReduceAddRmsNorm(rows, hidden, DType::kBF16)) continue;
-      const double two = MeasureEpilogue(world, **nvlink, rows, hidden, false, args);
-      const double one = MeasureEpilogue(world, **nvlink, rows, hidden, true, args);
+      if (!nvlink->CanAllReduceAddRmsNorm(rows, hidden, DType::kBF16)) continue;
+      const double two = MeasureEpilogue(world, *nvlink, rows, hidden, false, args);
+      const double one = MeasureEpilogue(world, *nvlink, rows, hidden, true, args);
       std::string push_cells = "- | -";
       if (rows * hidden * 2 <= push_setup.push_capacity_bytes) {
-        push_cells = absl::StrFormat("%.2f | %.2f", MeasureEpilogue(world, **push, rows, hidden, false, args),
-                                     MeasureEpilogue(world, **push, rows, hidden, true, args));
+        push_cells = absl::StrFormat("%.2f | %.2f", MeasureEpilogue(world, *push, rows, hidden, false, args),
+                                     MeasureEpilogue(world, *push, rows, hidden, true, args));
       }
       absl::StrAppend(
           &report, absl::StrFormat("| %zu x %zu | %.2f | %.2f | %s |\n", hidden, rows, two, one, push_cells));
@@ -335,8 +335,8 @@ int Main(int argc, char** argv) {
       std::fclose(f);
     }
   }
-  push->reset();  // each waits on a world barrier: before the world goes
-  nvlink->reset();
+  push.reset();  // each waits on a world barrier: before the world goes
+  nvlink.reset();
   nccl->reset();
   BENCH_CUDA(cudaStreamDestroy(stream));
   return 0;

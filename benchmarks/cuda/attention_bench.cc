@@ -31,7 +31,64 @@ constexpr int kCalls = 32;
 constexpr int kHeadDim = 128;
 constexpr int kBlockSize = 16;
 
-// Microseconds per call of `enqueue` in a graph of kCalls calls (median of `reps` replays).
+// One attention call's device inputs: `seqs` sequences of `query_len` new tokens each at the end
+// of `context` cached tokens, random bf16 cache and queries, block tables shuffled. Owns them.
+class AttentionInputs {
+ public:
+  AttentionInputs(int heads, int kv_heads, int seqs, int query_len, int context, uint64_t seed,
+                  std::mt19937& rng, cudaStream_t s) {
+    const int blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
+    const int64_t num_blocks = int64_t{seqs} * blocks_per_seq;
+    const int64_t cache_elems = num_blocks * kv_heads * kBlockSize * kHeadDim;
+    const int64_t tokens = int64_t{seqs} * query_len;
+    const int64_t q_elems = tokens * heads * kHeadDim;
+    for (auto [ptr, elems] :
+         {std::pair{&k_, cache_elems}, {&v_, cache_elems}, {&q_, q_elems}, {&out_, q_elems}})
+      BENCH_CUDA(cudaMalloc(ptr, elems * 2));
+    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, k_, cache_elems, seed, -1.0f, 1.0f, s));
+    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, v_, cache_elems, seed + 1, -1.0f, 1.0f, s));
+    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, q_, q_elems, seed + 2, -1.0f, 1.0f, s));
+    std::vector<int32_t> query_start(seqs + 1), context_lens(seqs, context), tables(num_blocks);
+    for (int i = 0; i <= seqs; ++i) query_start[i] = i * query_len;
+    std::iota(tables.begin(), tables.end(), 0);
+    std::shuffle(tables.begin(), tables.end(), rng);
+    for (auto [ptr, host] :
+         {std::pair{&query_start_, &query_start}, {&context_lens_, &context_lens}, {&tables_, &tables}}) {
+      BENCH_CUDA(cudaMalloc(ptr, host->size() * 4));
+      BENCH_CUDA(cudaMemcpy(*ptr, host->data(), host->size() * 4, cudaMemcpyHostToDevice));
+    }
+    p_.q = q_;
+    p_.out = out_;
+    p_.k_cache = k_;
+    p_.v_cache = v_;
+    p_.query_start = query_start_;
+    p_.context_lens = context_lens_;
+    p_.block_tables = tables_;
+    p_.num_tokens = tokens;
+    p_.num_seqs = seqs;
+    p_.max_query_len = query_len;
+    p_.max_context_len = context;
+    p_.num_heads = heads;
+    p_.num_kv_heads = kv_heads;
+    p_.head_dim = kHeadDim;
+    p_.block_size = kBlockSize;
+    p_.max_blocks_per_seq = blocks_per_seq;
+    p_.scale = 0.088f;
+  }
+  ~AttentionInputs() {
+    for (void* ptr : {k_, v_, q_, out_}) cudaFree(ptr);
+    for (int32_t* ptr : {query_start_, context_lens_, tables_}) cudaFree(ptr);
+  }
+  AttentionInputs(const AttentionInputs&) = delete;
+  AttentionInputs& operator=(const AttentionInputs&) = delete;
+
+  const cuda::PagedAttentionParams& params() const { return p_; }
+
+ private:
+  void *k_ = nullptr, *v_ = nullptr, *q_ = nullptr, *out_ = nullptr;
+  int32_t *query_start_ = nullptr, *context_lens_ = nullptr, *tables_ = nullptr;
+  cuda::PagedAttentionParams p_;
+};
 
 struct Case {
   const char* shape;
@@ -40,11 +97,9 @@ struct Case {
 
 int Main(int argc, char** argv) {
   const KernelBenchArgs args = ParseKernelBenchArgs(argc, argv, 20);
-  cudaStream_t s = nullptr;
-  BENCH_CUDA(cudaSetDevice(0));
-  BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaDeviceProp prop;
-  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const BenchDevice dev = OpenBenchDevice();
+  cudaStream_t s = dev.stream;
+  const cudaDeviceProp& prop = dev.prop;
 
   // Copy bandwidth (read + write), as in llm_cuda_bench.
   const double copy_bw = MeasureCopyBandwidth(s, size_t{1} << 30);
@@ -82,47 +137,8 @@ int Main(int argc, char** argv) {
                "one pass (no split) us", "SIMT kernel us", "x trivial kernel"});
   std::mt19937 rng(7);
   for (const Case& c : cases) {
-    const int blocks_per_seq = (c.context + kBlockSize - 1) / kBlockSize;
-    const int64_t num_blocks = int64_t{c.batch} * blocks_per_seq;
-    const int64_t cache_elems = num_blocks * c.kv_heads * kBlockSize * kHeadDim;
-    const int64_t q_elems = int64_t{c.batch} * c.heads * kHeadDim;
-    void *k = nullptr, *v = nullptr, *q = nullptr, *out = nullptr;
-    int32_t *qs = nullptr, *ctx = nullptr, *tables = nullptr;
-    BENCH_CUDA(cudaMalloc(&k, cache_elems * 2));
-    BENCH_CUDA(cudaMalloc(&v, cache_elems * 2));
-    BENCH_CUDA(cudaMalloc(&q, q_elems * 2));
-    BENCH_CUDA(cudaMalloc(&out, q_elems * 2));
-    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, k, cache_elems, 3, -1.0f, 1.0f, s));
-    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, v, cache_elems, 4, -1.0f, 1.0f, s));
-    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, q, q_elems, 5, -1.0f, 1.0f, s));
-    std::vector<int32_t> h_qs(c.batch + 1), h_ctx(c.batch, c.context), h_tables(num_blocks);
-    std::iota(h_qs.begin(), h_qs.end(), 0);
-    std::iota(h_tables.begin(), h_tables.end(), 0);
-    std::shuffle(h_tables.begin(), h_tables.end(), rng);
-    BENCH_CUDA(cudaMalloc(&qs, h_qs.size() * 4));
-    BENCH_CUDA(cudaMalloc(&ctx, h_ctx.size() * 4));
-    BENCH_CUDA(cudaMalloc(&tables, h_tables.size() * 4));
-    BENCH_CUDA(cudaMemcpy(qs, h_qs.data(), h_qs.size() * 4, cudaMemcpyHostToDevice));
-    BENCH_CUDA(cudaMemcpy(ctx, h_ctx.data(), h_ctx.size() * 4, cudaMemcpyHostToDevice));
-    BENCH_CUDA(cudaMemcpy(tables, h_tables.data(), h_tables.size() * 4, cudaMemcpyHostToDevice));
-    cuda::PagedAttentionParams p;
-    p.q = q;
-    p.out = out;
-    p.k_cache = k;
-    p.v_cache = v;
-    p.query_start = qs;
-    p.context_lens = ctx;
-    p.block_tables = tables;
-    p.num_tokens = c.batch;
-    p.num_seqs = c.batch;
-    p.max_query_len = 1;
-    p.max_context_len = c.context;
-    p.num_heads = c.heads;
-    p.num_kv_heads = c.kv_heads;
-    p.head_dim = kHeadDim;
-    p.block_size = kBlockSize;
-    p.max_blocks_per_seq = blocks_per_seq;
-    p.scale = 0.088f;
+    const AttentionInputs inputs(c.heads, c.kv_heads, c.batch, /*query_len=*/1, c.context, 3, rng, s);
+    const cuda::PagedAttentionParams& p = inputs.params();
     auto run = [&](int splits, bool simt = false) {
       cuda::AttentionOptions o;
       o.num_sms = prop.multiProcessorCount;
@@ -139,8 +155,6 @@ int Main(int argc, char** argv) {
     table.Row({c.shape, std::to_string(c.batch), std::to_string(c.context), Fmt("%.2f", kv_bytes / 1e6),
                Fmt("%.2f", floor_us), Fmt("%.2f", def_us), Fmt("%.0f%%", 100.0 * floor_us / def_us),
                Fmt("%.2f", one_us), Fmt("%.2f", simt_us), Fmt("%.1f", def_us / trivial_us)});
-    for (void* ptr : {k, v, q, out}) cudaFree(ptr);
-    for (int32_t* ptr : {qs, ctx, tables}) cudaFree(ptr);
     std::fprintf(stderr, "%s batch %d context %d: %.2f us\n", c.shape, c.batch, c.context, def_us);
   }
   cudaFree(ws);
@@ -155,48 +169,8 @@ int Main(int argc, char** argv) {
   for (const PrefillCase& c :
        {PrefillCase{"8B (32/8)", 32, 8, 1, 2048}, PrefillCase{"8B (32/8)", 32, 8, 1, 8192},
         PrefillCase{"8B (32/8)", 32, 8, 8, 512}, PrefillCase{"TP2 rank (16/4)", 16, 4, 1, 2048}}) {
-    const int blocks_per_seq = (c.len + kBlockSize - 1) / kBlockSize;
-    const int64_t num_blocks = int64_t{c.seqs} * blocks_per_seq;
-    const int64_t cache_elems = num_blocks * c.kv_heads * kBlockSize * kHeadDim;
-    const int64_t tokens = int64_t{c.seqs} * c.len;
-    const int64_t q_elems = tokens * c.heads * kHeadDim;
-    void *k = nullptr, *v = nullptr, *q = nullptr, *out = nullptr;
-    int32_t *qs = nullptr, *ctx = nullptr, *tables = nullptr;
-    BENCH_CUDA(cudaMalloc(&k, cache_elems * 2));
-    BENCH_CUDA(cudaMalloc(&v, cache_elems * 2));
-    BENCH_CUDA(cudaMalloc(&q, q_elems * 2));
-    BENCH_CUDA(cudaMalloc(&out, q_elems * 2));
-    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, k, cache_elems, 6, -1.0f, 1.0f, s));
-    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, v, cache_elems, 7, -1.0f, 1.0f, s));
-    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, q, q_elems, 8, -1.0f, 1.0f, s));
-    std::vector<int32_t> h_qs(c.seqs + 1), h_ctx(c.seqs, c.len), h_tables(num_blocks);
-    for (int i = 0; i <= c.seqs; ++i) h_qs[i] = i * c.len;
-    std::iota(h_tables.begin(), h_tables.end(), 0);
-    std::shuffle(h_tables.begin(), h_tables.end(), rng);
-    BENCH_CUDA(cudaMalloc(&qs, h_qs.size() * 4));
-    BENCH_CUDA(cudaMalloc(&ctx, h_ctx.size() * 4));
-    BENCH_CUDA(cudaMalloc(&tables, h_tables.size() * 4));
-    BENCH_CUDA(cudaMemcpy(qs, h_qs.data(), h_qs.size() * 4, cudaMemcpyHostToDevice));
-    BENCH_CUDA(cudaMemcpy(ctx, h_ctx.data(), h_ctx.size() * 4, cudaMemcpyHostToDevice));
-    BENCH_CUDA(cudaMemcpy(tables, h_tables.data(), h_tables.size() * 4, cudaMemcpyHostToDevice));
-    cuda::PagedAttentionParams p;
-    p.q = q;
-    p.out = out;
-    p.k_cache = k;
-    p.v_cache = v;
-    p.query_start = qs;
-    p.context_lens = ctx;
-    p.block_tables = tables;
-    p.num_tokens = tokens;
-    p.num_seqs = c.seqs;
-    p.max_query_len = c.len;
-    p.max_context_len = c.len;
-    p.num_heads = c.heads;
-    p.num_kv_heads = c.kv_heads;
-    p.head_dim = kHeadDim;
-    p.block_size = kBlockSize;
-    p.max_blocks_per_seq = blocks_per_seq;
-    p.scale = 0.088f;
+    const AttentionInputs inputs(c.heads, c.kv_heads, c.seqs, /*query_len=*/c.len, c.len, 6, rng, s);
+    const cuda::PagedAttentionParams& p = inputs.params();
     cuda::AttentionOptions o;
     o.num_sms = prop.multiProcessorCount;
     const auto ms = TimeOnStream(
@@ -205,8 +179,6 @@ int Main(int argc, char** argv) {
     const double flops = 4.0 * c.seqs * c.heads * kHeadDim * (static_cast<double>(c.len) * (c.len + 1) / 2);
     prefill.Row({c.shape, std::to_string(c.seqs) + " x " + std::to_string(c.len),
                  Fmt("%.0f", flops / (us * 1e-6) / 1e12), Fmt("%.1f", us), Fmt("%.1f", flops / peak * 1e6)});
-    for (void* ptr : {k, v, q, out}) cudaFree(ptr);
-    for (int32_t* ptr : {qs, ctx, tables}) cudaFree(ptr);
   }
   char head[1024];
   std::snprintf(

@@ -72,6 +72,20 @@ inline std::vector<double> TimeOnStream(cudaStream_t stream, int warmup, int rep
   return ms;
 }
 
+// GPU 0 and a non-blocking stream on it, for the single-GPU kernel benchmarks (the stream lives
+// until the process ends).
+struct BenchDevice {
+  cudaStream_t stream = nullptr;
+  cudaDeviceProp prop{};
+};
+inline BenchDevice OpenBenchDevice() {
+  BenchDevice d;
+  BENCH_CUDA(cudaSetDevice(0));
+  BENCH_CUDA(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking));
+  BENCH_CUDA(cudaGetDeviceProperties(&d.prop, 0));
+  return d;
+}
+
 // Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written.
 inline double MeasureCopyBandwidth(cudaStream_t s, size_t bytes = size_t{2} << 30) {
   void *src = nullptr, *dst = nullptr;

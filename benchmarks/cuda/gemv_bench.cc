@@ -36,11 +36,9 @@ struct Variant {
 
 int Main(int argc, char** argv) {
   const KernelBenchArgs args = ParseKernelBenchArgs(argc, argv, 10);
-  cudaStream_t s = nullptr;
-  BENCH_CUDA(cudaSetDevice(0));
-  BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaDeviceProp prop;
-  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const BenchDevice dev = OpenBenchDevice();
+  cudaStream_t s = dev.stream;
+  const cudaDeviceProp& prop = dev.prop;
 
   const double copy_bw = MeasureCopyBandwidth(s, size_t{1} << 30);
 

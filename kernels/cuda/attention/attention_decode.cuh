@@ -116,15 +116,19 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
     const bool valid = key < end;
     const int64_t off = next_off;
     if (k0 + kDecodeKeysPerBlockStep < end) next_off = row_offset(key + kDecodeKeysPerBlockStep);
-      // K rows into this warp's stage with coalesced 16-byte copies (lanes cover consecutive pieces
-      // of 32 / kRowVecs rows per instruction); a lane then reads its own row from shared memory.
+    // The group's 32 rows of `cache` into this warp's stage with coalesced 16-byte copies (lanes
+    // cover consecutive pieces of 32 / kRowVecs rows per instruction; rows past the end: zeros).
+    auto stage_rows = [&](const T* cache) {
 #pragma unroll
-    for (int i = 0; i < kRowVecs; ++i) {
-      const int piece = i * 32 + lane, row = piece / kRowVecs, col = (piece % kRowVecs) * kVec;
-      const int64_t orow = __shfl_sync(0xffffffffu, off, row);
-      CpAsync16(k_stage + row * Smem::kRowPitch + col, kc + orow + col, k0 + row < end);
-    }
-    CpAsyncCommit();
+      for (int i = 0; i < kRowVecs; ++i) {
+        const int piece = i * 32 + lane, row = piece / kRowVecs, col = (piece % kRowVecs) * kVec;
+        const int64_t orow = __shfl_sync(0xffffffffu, off, row);
+        CpAsync16(k_stage + row * Smem::kRowPitch + col, cache + orow + col, k0 + row < end);
+      }
+      CpAsyncCommit();
+    };
+    // K first: a lane then reads its own row from shared memory.
+    stage_rows(kc);
     // V: this lane's columns of the group's 32 rows (zeros past the end: 0 * garbage could be NaN).
     ColVec v[kVSmem ? 1 : 32];
     if constexpr (!kVSmem) {
@@ -174,13 +178,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
     if constexpr (kVSmem) {
       // Every lane has its scores: the stage takes the V rows (the softmax runs meanwhile).
       __syncwarp();
-#pragma unroll
-      for (int i = 0; i < kRowVecs; ++i) {
-        const int piece = i * 32 + lane, row = piece / kRowVecs, col = (piece % kRowVecs) * kVec;
-        const int64_t orow = __shfl_sync(0xffffffffu, off, row);
-        CpAsync16(k_stage + row * Smem::kRowPitch + col, vc + orow + col, k0 + row < end);
-      }
-      CpAsyncCommit();
+      stage_rows(vc);
     }
     // Online softmax over the group, then P·V.
     float pr[G];

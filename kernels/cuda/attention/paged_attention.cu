@@ -1,4 +1,7 @@
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "kernels/cuda/attention/attention_decode.cuh"
 #include "kernels/cuda/attention/attention_prefill_mma.cuh"
@@ -22,14 +25,28 @@ size_t PartialBytesPerSplit(int64_t num_tokens, int32_t num_heads, int32_t head_
          (static_cast<size_t>(head_dim) * sizeof(float) + sizeof(float2));
 }
 
-// Raises a kernel's dynamic shared-memory limit once (needed above 48 KiB).
+// Raises a kernel's dynamic shared-memory limit (needed above 48 KiB) once per kernel, device and
+// size: every eager decode step launches these kernels, and the attribute call costs microseconds
+// of host time where the lookup costs nanoseconds.
 template <typename Kernel>
 cudaError_t AllowSmem(Kernel kernel, size_t bytes) {
   if (bytes <= 48 * 1024) return cudaSuccess;
-  const cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (err != cudaSuccess) cudaGetLastError();  // reported here; not left for the next launch check
-  return err;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> allowed;  // (kernel, device) -> bytes set
+  const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), device};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = allowed.find(key);
+  if (it != allowed.end() && it->second >= bytes) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // reported here; not left for the next launch check
+    return err;
+  }
+  allowed[key] = bytes;
+  return cudaSuccess;
 }
 
 // The split-K partials of `splits` slices in the workspace.
@@ -84,8 +101,8 @@ absl::Status LaunchSimtVec(const PagedAttentionParams& p, bool vec, const Decode
 
 // SIMT decode: split the context so that the grid fills the GPU about four times, slices of at
 // least 128 keys (each block sizes its own slice from its sequence's length).
-DecodeSplit SimtSplit(const PagedAttentionParams& p, const AttentionOptions& options, int head_tiles,
-                      void* workspace, size_t workspace_bytes) {
+DecodeSplit ChooseSimtSplit(const PagedAttentionParams& p, const AttentionOptions& options, int head_tiles,
+                            void* workspace, size_t workspace_bytes) {
   DecodeSplit split;
   split.head_tiles = head_tiles;
   if (p.max_query_len != 1) return split;
@@ -192,7 +209,7 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
       }
     }
   }
-  const DecodeSplit split = SimtSplit(p, options, head_tiles, workspace, workspace_bytes);
+  const DecodeSplit split = ChooseSimtSplit(p, options, head_tiles, workspace, workspace_bytes);
   constexpr int kVec = Vec16<T>::kVec;
   const bool vec = p.head_dim % kVec == 0 && Aligned16(p.k_cache) && Aligned16(p.v_cache);
   switch (g) {

@@ -215,24 +215,12 @@ int64_t RowsPerBlock(const OneShotLayout& layout, size_t rows) {
 }
 
 absl::Status CheckPeers(const OneShotPeers& peers) {
-  if (peers.world_size < 2 || peers.world_size > kOneShotMaxRanks) {
-    return absl::InvalidArgumentError(absl::StrCat("OneShotAllReduce: world size ", peers.world_size,
-                                                   " outside [2, ", kOneShotMaxRanks, "]"));
-  }
-  if (peers.rank < 0 || peers.rank >= peers.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("OneShotAllReduce: rank ", peers.rank, " out of range"));
-  }
+  RETURN_IF_ERROR(peer::CheckPeerRegions("OneShotAllReduce", peers.regions, peers.world_size, kOneShotMaxRanks,
+                                         peers.rank, peers.timeout_ns));
   if (peers.layout.blocks < 1 || peers.layout.blocks > kOneShotMaxBlocks || peers.layout.slot_bytes == 0 ||
       peers.layout.slot_bytes % 16 != 0) {
     return absl::InvalidArgumentError("OneShotAllReduce: malformed layout");
   }
-  for (int r = 0; r < peers.world_size; ++r) {
-    if (peers.regions[r] == nullptr || !Aligned16(peers.regions[r])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("OneShotAllReduce: region of rank ", r, " missing or unaligned"));
-    }
-  }
-  if (peers.timeout_ns == 0) return absl::InvalidArgumentError("OneShotAllReduce: zero timeout");
   return absl::OkStatus();
 }
 
@@ -254,7 +242,7 @@ absl::StatusOr<OneShotLayout> MakeOneShotLayout(size_t capacity_bytes, int block
 }
 
 bool OneShotFits(const OneShotLayout& layout, DType dtype, size_t count) {
-  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) return false;
+  if (!peer::PeerReducible(dtype)) return false;
   // Chunks are ceil(count / blocks) elements rounded up to 16 bytes; slot_bytes is a multiple of
   // 16, so that fits a slot exactly when the byte size fits blocks * slot_bytes.
   return count <= layout.capacity_bytes() / DTypeSize(dtype);
@@ -277,7 +265,7 @@ absl::Status LaunchOneShotAllReduce(const OneShotPeers& peers, DType dtype, cons
 }
 
 bool OneShotFitsRows(const OneShotLayout& layout, DType dtype, size_t rows, size_t dim) {
-  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) return false;
+  if (!peer::PeerReducible(dtype)) return false;
   if (rows == 0 || dim == 0 || layout.blocks < 1) return false;
   return static_cast<size_t>(RowsPerBlock(layout, rows)) * dim * DTypeSize(dtype) <= layout.slot_bytes;
 }

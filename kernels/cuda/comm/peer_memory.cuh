@@ -1,11 +1,14 @@
-// Internal: device helpers shared by the NVLink all-reduce kernels (one_shot_all_reduce.cu,
+// Internal: helpers shared by the NVLink all-reduce kernels (one_shot_all_reduce.cu,
 // push_all_reduce.cu): system-scope flag accesses, loads and stores that bypass L1, the bounded
-// spin, and the dispatch over the rank count.
+// spin, the dispatch over the rank count, and the launchers' common argument checks.
 #pragma once
 
 #include <cstdio>
 #include <type_traits>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/core/dtype.h"
 #include "kernels/cuda/common/device_utils.cuh"
 
 namespace llm::cuda::peer {
@@ -97,6 +100,28 @@ __device__ __forceinline__ void ReportTimeoutAndTrap(const char* what, int rank,
          static_cast<int>(blockIdx.x), static_cast<unsigned long long>(timeout_ns), peer,
          static_cast<unsigned long long>(epoch));
   __trap();
+}
+
+// --- host side: what both kernels' launchers check ---
+
+// The dtypes the kernels sum (float32 accumulation).
+inline bool PeerReducible(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+// World size in [2, max_ranks], rank in range, a mapped 16-byte aligned region for every rank and
+// a positive spin timeout; `what` names the kernel in the message.
+inline absl::Status CheckPeerRegions(const char* what, void* const* regions, int world_size, int max_ranks, int rank,
+                                     uint64_t timeout_ns) {
+  if (world_size < 2 || world_size > max_ranks)
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": world size ", world_size, " outside [2, ", max_ranks, "]"));
+  if (rank < 0 || rank >= world_size)
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", rank, " out of range"));
+  for (int r = 0; r < world_size; ++r) {
+    if (regions[r] == nullptr || !Aligned16(regions[r]))
+      return absl::InvalidArgumentError(absl::StrCat(what, ": region of rank ", r, " missing or unaligned"));
+  }
+  if (timeout_ns == 0) return absl::InvalidArgumentError(absl::StrCat(what, ": zero timeout"));
+  return absl::OkStatus();
 }
 
 // Calls launch(std::integral_constant<int, world_size>) for world sizes 2..8: the kernels take

@@ -271,21 +271,12 @@ __global__ void __launch_bounds__(kPushThreads)
 
 absl::Status CheckPeers(const PushPeers& peers) {
   const PushLayout& l = peers.layout;
-  if (l.world_size < 2 || l.world_size > kPushMaxRanks || l.blocks < 1 || l.blocks > kPushMaxBlocks ||
-      l.capacity_bytes == 0 || l.capacity_bytes % 16 != 0)
+  RETURN_IF_ERROR(
+      peer::CheckPeerRegions("PushAllReduce", peers.regions, l.world_size, kPushMaxRanks, peers.rank, peers.timeout_ns));
+  if (l.blocks < 1 || l.blocks > kPushMaxBlocks || l.capacity_bytes == 0 || l.capacity_bytes % 16 != 0)
     return absl::InvalidArgumentError("PushAllReduce: malformed layout");
-  if (peers.rank < 0 || peers.rank >= l.world_size)
-    return absl::InvalidArgumentError(absl::StrCat("PushAllReduce: rank ", peers.rank, " out of range"));
-  for (int r = 0; r < l.world_size; ++r) {
-    if (peers.regions[r] == nullptr || !Aligned16(peers.regions[r]))
-      return absl::InvalidArgumentError(
-          absl::StrCat("PushAllReduce: region of rank ", r, " missing or unaligned"));
-  }
-  if (peers.timeout_ns == 0) return absl::InvalidArgumentError("PushAllReduce: zero timeout");
   return absl::OkStatus();
 }
-
-bool FloatingDType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
 }  // namespace
 
@@ -315,7 +306,7 @@ absl::Status InitPushRegion(void* region, const PushLayout& layout) {
 }
 
 bool PushFits(const PushLayout& layout, DType dtype, size_t count) {
-  return FloatingDType(dtype) && count <= layout.capacity_bytes / DTypeSize(dtype);
+  return peer::PeerReducible(dtype) && count <= layout.capacity_bytes / DTypeSize(dtype);
 }
 
 absl::Status LaunchPushAllReduce(const PushPeers& peers, DType dtype, const void* in, void* out, size_t count,

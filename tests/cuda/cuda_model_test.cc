@@ -5,6 +5,7 @@
 // and dummy weights generated on the GPU against the same weights generated on the host.
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <tuple>
 
@@ -12,36 +13,42 @@
 #include "engine/model/dummy_weights.h"
 #include "engine/runtime/model_runner.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/runtime/bf16_rounding_backend.h"
 #include "tests/runtime/fixture_reference.h"
 
 namespace llm {
 namespace {
 
 using testing::FixturePrompt;
+using Parity = ::llm::testing::LogitParity;
 
-int32_t Argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
-
-struct Parity {
-  int positions = 0, top1 = 0;
-  double max_err = 0, sum_err = 0;
-  void Add(const float* got, const float* want, int64_t vocab) {
-    const double err = ::llm::testing::RelativeError(got, want, vocab);
-    max_err = std::max(max_err, err);
-    sum_err += err;
-    ++positions;
-    top1 += Argmax(got, vocab) == Argmax(want, vocab);
-  }
-  double agreement() const { return positions ? double(top1) / positions : 1.0; }
+// float32 matches the reference to ~1e-6 and float16 meets the bar (2e-2, 99% top-1).
+// bfloat16 cannot, on these fixtures, for any engine: the same model on the float32 CPU backend
+// with bf16 rounding at the values a bf16 engine stores (bf16_rounding_backend.h) lands at
+// 96.2-99.2% top-1 and 2.2-3.6% max relative error, and the weights alone or the KV cache alone
+// already take some fixture under 99% (bf16_rounding_test prints the table). So each fixture's
+// bf16 result is held to that emulation of itself: a kernel error shows up as error beyond what
+// bf16's rounding explains. The margins cover a different (equally valid) rounding order: a few
+// top-1 flips among near-tied logits and 20-25% on the error.
+struct Band {
+  double max_err, mean_err, top1;
 };
-
-// float32 matches the reference to ~1e-6 and float16 meets the bar (2e-2, 99% top-1). In
-// bfloat16 every rounding (weights stored from float32 checkpoints, the bf16 residual stream,
-// bf16 activations between ops) costs about 1-2% relative on these tiny random models, whose top
-// logits are close: transformers' own bf16 run of a real-shape model against its float32 run
-// lands at 2.4-2.9% relative error and 93.75% top-1 (benchmarks/RESULTS.md), and ours at 2.0-2.5%
-// and 94.7%. The bf16 bands are therefore that yardstick's, not the 2e-2/99%.
-double LogitTolerance(DType t) { return t == DType::kF32 ? 1e-4 : t == DType::kF16 ? 2e-2 : 4e-2; }
-double Top1Floor(DType t) { return t == DType::kF32 ? 1.0 : t == DType::kF16 ? 0.99 : 0.95; }
+Band BandFor(const std::string& fixture, DType t) {
+  if (t == DType::kF32) return {1e-4, 1e-4, 1.0};
+  if (t == DType::kF16) return {2e-2, 2e-2, 0.99};
+  static std::map<std::string, ::llm::testing::LogitParity> emulated;
+  auto it = emulated.find(fixture);
+  if (it == emulated.end()) {
+    auto parity = ::llm::testing::Bf16EmulatedParity(fixture, ::llm::testing::kRoundAll);
+    EXPECT_TRUE(parity.ok()) << parity.status();
+    it = emulated.emplace(fixture, parity.ok() ? *parity : ::llm::testing::LogitParity{}).first;
+    std::printf("[parity] %-20s bf16 emulated on the CPU (yardstick)  positions %4d  top-1 %.4f  max rel err %.3g  mean %.3g\n",
+                fixture.c_str(), it->second.positions, it->second.agreement(), it->second.max_err,
+                it->second.mean_err());
+  }
+  const auto& e = it->second;
+  return {1.25 * e.max_err, 1.2 * e.mean_err(), e.agreement() - 0.03};
+}
 
 class CudaFixtureTest : public ::testing::TestWithParam<std::tuple<const char*, DType>> {
  protected:
@@ -99,9 +106,11 @@ class CudaFixtureTest : public ::testing::TestWithParam<std::tuple<const char*, 
   void Report(const char* what, const Parity& p) {
     std::printf("[parity] %-20s %-5s %-28s positions %4d  top-1 %.4f  max rel err %.3g  mean %.3g\n", name_.c_str(),
                 std::string(DTypeName(dtype_)).c_str(), what, p.positions, p.agreement(), p.max_err,
-                p.positions ? p.sum_err / p.positions : 0.0);
-    EXPECT_LE(p.max_err, LogitTolerance(dtype_)) << what;
-    EXPECT_GE(p.agreement(), Top1Floor(dtype_)) << what;
+                p.mean_err());
+    const Band band = BandFor(name_, dtype_);
+    EXPECT_LE(p.max_err, band.max_err) << what;
+    EXPECT_LE(p.mean_err(), band.mean_err) << what;
+    EXPECT_GE(p.agreement(), band.top1) << what;
   }
 
   std::string name_;

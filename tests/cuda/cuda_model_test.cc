@@ -13,7 +13,7 @@
 #include "engine/model/dummy_weights.h"
 #include "engine/runtime/model_runner.h"
 #include "tests/cuda/cuda_test_util.h"
-#include "tests/runtime/bf16_rounding_backend.h"
+#include "tests/runtime/rounding_backend.h"
 #include "tests/runtime/fixture_reference.h"
 
 namespace llm {
@@ -22,32 +22,33 @@ namespace {
 using testing::FixturePrompt;
 using Parity = ::llm::testing::LogitParity;
 
-// float32 matches the reference to ~1e-6 and float16 meets the bar (2e-2, 99% top-1).
-// bfloat16 cannot, on these fixtures, for any engine: the same model on the float32 CPU backend
-// with bf16 rounding at the values a bf16 engine stores (bf16_rounding_backend.h) lands at
-// 96.2-99.2% top-1 and 2.2-3.6% max relative error, and the weights alone or the KV cache alone
-// already take some fixture under 99% (bf16_rounding_test prints the table). So each fixture's
-// bf16 result is held to that emulation of itself: a kernel error shows up as error beyond what
-// bf16's rounding explains. The margins cover a different (equally valid) rounding order: a few
-// top-1 flips among near-tied logits and 20-25% on the error.
+// float32 matches the reference to ~1e-6. The 16-bit formats cannot match it on these fixtures,
+// for any engine: their small random models have near-tied top logits, and the same model on the
+// float32 CPU backend with rounding at the values a bf16 engine stores (rounding_backend.h) lands
+// at 96.2-99.2% top-1 and 2.2-3.6% max relative error, with the weights alone or the KV cache
+// alone already taking some fixture under 99% (rounding_emulation_test prints the table); fp16
+// has ~8x less error and still flips a near-tie now and then. So each fixture's 16-bit result is
+// held to the emulation of itself in that format: a kernel error shows up as error beyond what the
+// format's rounding explains. The margins cover a different (equally valid) rounding order: 20-25%
+// on the error and three more top-1 flips.
 struct Band {
   double max_err, mean_err, top1;
 };
-Band BandFor(const std::string& fixture, DType t) {
+Band BandFor(const std::string& fixture, DType t, int positions) {
   if (t == DType::kF32) return {1e-4, 1e-4, 1.0};
-  if (t == DType::kF16) return {2e-2, 2e-2, 0.99};
-  static std::map<std::string, ::llm::testing::LogitParity> emulated;
-  auto it = emulated.find(fixture);
+  static std::map<std::pair<std::string, DType>, ::llm::testing::LogitParity> emulated;
+  auto it = emulated.find({fixture, t});
   if (it == emulated.end()) {
-    auto parity = ::llm::testing::Bf16EmulatedParity(fixture, ::llm::testing::kRoundAll);
+    auto parity = ::llm::testing::EmulatedParity(fixture, t, ::llm::testing::kRoundAll);
     EXPECT_TRUE(parity.ok()) << parity.status();
-    it = emulated.emplace(fixture, parity.ok() ? *parity : ::llm::testing::LogitParity{}).first;
-    std::printf("[parity] %-20s bf16 emulated on the CPU (yardstick)  positions %4d  top-1 %.4f  max rel err %.3g  mean %.3g\n",
-                fixture.c_str(), it->second.positions, it->second.agreement(), it->second.max_err,
-                it->second.mean_err());
+    it = emulated.emplace(std::make_pair(fixture, t), parity.ok() ? *parity : ::llm::testing::LogitParity{}).first;
+    std::printf("[parity] %-20s %-5s emulated on the CPU (yardstick)  positions %4d  top-1 %.4f  max rel err %.3g  "
+                "mean %.3g\n",
+                fixture.c_str(), std::string(DTypeName(t)).c_str(), it->second.positions, it->second.agreement(),
+                it->second.max_err, it->second.mean_err());
   }
   const auto& e = it->second;
-  return {1.25 * e.max_err, 1.2 * e.mean_err(), e.agreement() - 0.03};
+  return {1.25 * e.max_err, 1.2 * e.mean_err(), e.agreement() - 3.0 / std::max(positions, 1)};
 }
 
 class CudaFixtureTest : public ::testing::TestWithParam<std::tuple<const char*, DType>> {
@@ -107,7 +108,7 @@ class CudaFixtureTest : public ::testing::TestWithParam<std::tuple<const char*, 
     std::printf("[parity] %-20s %-5s %-28s positions %4d  top-1 %.4f  max rel err %.3g  mean %.3g\n", name_.c_str(),
                 std::string(DTypeName(dtype_)).c_str(), what, p.positions, p.agreement(), p.max_err,
                 p.mean_err());
-    const Band band = BandFor(name_, dtype_);
+    const Band band = BandFor(name_, dtype_, p.positions);
     EXPECT_LE(p.max_err, band.max_err) << what;
     EXPECT_LE(p.mean_err(), band.mean_err) << what;
     EXPECT_GE(p.agreement(), band.top1) << what;

@@ -175,13 +175,14 @@ TEST_P(CudaOpsTest, Linear) {
         for (int64_t j = 0; j < c.n; ++j) ref_bias[i * c.n + j] += b[j];
       for (bool bias : {false, true}) {
         for (DType out_t : {dtype_, DType::kF32}) {
-          // GEMV (auto and one warp per row) and cuBLASLt for small M, then the timed choice
-          // between them (autotune_linear, the default); cuBLASLt beyond.
-          for (int variant = 0; variant < 4; ++variant) {
+          // For small M the GEMV (its own choice of warps per row, then 1, 2, 4 and 8) and
+          // cuBLASLt, then the timed choice among them (autotune_linear, the default); cuBLASLt
+          // beyond.
+          for (int variant = 0; variant < 7; ++variant) {
             if (variant > 0 && m > kGemvRows) continue;
-            gpu_->mutable_options().gemv_max_rows = variant == 2 ? 0 : kGemvRows;
-            gpu_->mutable_options().gemv_warps_per_row = variant == 1 ? 1 : 0;
-            gpu_->mutable_options().autotune_linear = variant == 3;
+            gpu_->mutable_options().gemv_max_rows = variant == 5 ? 0 : kGemvRows;
+            gpu_->mutable_options().gemv_warps_per_row = variant >= 1 && variant <= 4 ? 1 << (variant - 1) : 0;
+            gpu_->mutable_options().autotune_linear = variant == 6;
             LinearWeight dw;
             dw.weight = dwt.t;
             if (bias) dw.bias = dbt.t;

@@ -97,8 +97,9 @@ struct CudaBackend::Impl {
   DeviceMem gemm_workspace, attention_workspace;
   std::unique_ptr<cuda::CublasLtGemm> gemm;
   bool capturing = false;
-  // Linear shapes timed so far (see CudaBackendOptions::autotune_linear): true = GEMV wins.
-  std::map<std::tuple<int64_t, int64_t, int64_t, DType, bool>, bool> gemv_wins;
+  // Linear shapes timed so far (see CudaBackendOptions::autotune_linear): the GEMV's warps per
+  // row that won, or 0 when cuBLASLt did.
+  std::map<std::tuple<int64_t, int64_t, int64_t, DType, bool>, int> linear_choice;
 
   // Sampler buffers.
   DeviceMem sample_work, sample_params, sample_entries, sample_results;
@@ -321,11 +322,11 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
                 impl_->timing ? absl::StrCat(n, "x", k, m <= impl_->options.gemv_max_rows ? " gemv" : " cublasLt")
                               : std::string());
   const void* bias = w.bias.empty() ? nullptr : w.bias.data();
-  auto gemv = [&]() -> absl::Status {
+  auto gemv = [&](int warps_per_row) -> absl::Status {
     cuda::GemvOptions go;
     go.pdl = impl_->options.programmatic_launch;
     go.num_sms = impl_->prop.multiProcessorCount;
-    go.warps_per_row = impl_->options.gemv_warps_per_row;
+    go.warps_per_row = warps_per_row;
     return cuda::LaunchGemv(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k, go,
                             impl_->stream);
   };
@@ -338,69 +339,84 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
     return impl_->gemm->Run(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k, impl_->stream);
   };
   if (m > impl_->options.gemv_max_rows || m > cuda::kGemvMaxRows) return cublas();
-  if (!impl_->options.autotune_linear) return gemv();
+  if (!impl_->options.autotune_linear) return gemv(impl_->options.gemv_warps_per_row);
   const auto key = std::make_tuple(m, n, k, out.dtype(), bias != nullptr);
-  auto it = impl_->gemv_wins.find(key);
-  if (it == impl_->gemv_wins.end()) {
+  auto it = impl_->linear_choice.find(key);
+  if (it == impl_->linear_choice.end()) {
     // Not timed yet. While capturing a graph nothing can be timed (the eager run before every
-    // capture normally decided already): keep the GEMV.
-    if (impl_->capturing || impl_->timing) return gemv();
-    ASSIGN_OR_RETURN(bool gemv_faster, TimeGemvAgainstCublas(x, gemv, cublas));
-    it = impl_->gemv_wins.emplace(key, gemv_faster).first;
+    // capture normally decided already): keep the GEMV's own choice.
+    if (impl_->capturing || impl_->timing) return gemv(0);
+    ASSIGN_OR_RETURN(int choice, ChooseLinearKernel(x, n, k, gemv, cublas));
+    it = impl_->linear_choice.emplace(key, choice).first;
   }
-  return it->second ? gemv() : cublas();
+  return it->second > 0 ? gemv(it->second) : cublas();
 }
 
-// Runs both candidates on the call's own operands (a few warm-up runs, then the median of
-// interleaved timed runs, each after writing a buffer larger than L2 so that the weights come
-// from DRAM as they do in a real step, where every layer has its own). Each timed run is an
-// RMSNorm over x (into scratch) followed by the candidate, as in a decode step where a linear
-// follows a small kernel: the GEMV, launched with PDL, streams its first weights during its
+// Times the candidates on the call's own operands: the GEMV with 1, 2, 4 and 8 warps per output
+// row (which balances the SMs best depends on N, K and the GPU: on an H100 the 8B gate/up
+// projection takes 84 us with one warp a row and 80 with two) and cuBLASLt. A few warm-up runs,
+// then the median of interleaved timed runs, each after writing a buffer larger than L2 so that
+// the weights come from DRAM as they do in a real step, where every layer has its own. Each timed
+// run is an RMSNorm over x (into scratch) followed by the candidate, as in a decode step where a
+// linear follows a small kernel: the GEMV, launched with PDL, streams its first weights during its
 // predecessor's tail, and an isolated timing would not see that. Synchronizes the stream: first
-// call of a shape only.
-absl::StatusOr<bool> CudaBackend::TimeGemvAgainstCublas(Tensor x, const std::function<absl::Status()>& gemv,
-                                                        const std::function<absl::Status()>& cublas) {
+// call of a shape only. Returns the winning warps per row, or 0 for cuBLASLt.
+absl::StatusOr<int> CudaBackend::ChooseLinearKernel(Tensor x, int64_t n, int64_t k,
+                                                    const std::function<absl::Status(int)>& gemv,
+                                                    const std::function<absl::Status()>& cublas) {
   cudaStream_t st = impl_->stream;
   const size_t flush_bytes = std::max<size_t>(size_t{2} * impl_->prop.l2CacheSize, size_t{64} << 20);
   void* flush = nullptr;
   CUDA_RETURN_IF_ERROR(cudaMallocAsync(&flush, flush_bytes + x.bytes(), st));
   void* scratch = static_cast<char*>(flush) + flush_bytes;  // the norm's output (x is only read)
-  const int64_t k = x.rank() > 0 ? x.dim(x.rank() - 1) : x.numel();
   auto predecessor = [&]() -> absl::Status {
     // x's first row stands in for the norm weight: only the timing matters.
     return cuda::LaunchRmsNorm(activation_dtype(), x.data(), nullptr, nullptr, x.data(), scratch, x.numel() / k, k,
                                1e-5f, st, impl_->options.programmatic_launch);
   };
+  constexpr int kWarpsPerRow[] = {1, 2, 4, 8};
+  constexpr int kCandidates = 5;  // the four GEMV forms, then cuBLASLt
+  auto run = [&](int c) { return c < 4 ? gemv(kWarpsPerRow[c]) : cublas(); };
   cudaEvent_t start = nullptr, stop = nullptr;
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
   auto CudaStatusOf = [](cudaError_t err, const char* what) {
     return err == cudaSuccess ? absl::OkStatus() : cuda::CudaError(err, what, __FILE__, __LINE__);
   };
-  std::vector<float> times[2];
+  std::vector<float> times[kCandidates];
   absl::Status status;
   for (int i = 0; i < 13 && status.ok(); ++i) {
-    for (int v = 0; v < 2 && status.ok(); ++v) {
+    for (int c = 0; c < kCandidates && status.ok(); ++c) {
       status = CudaStatusOf(cudaMemsetAsync(flush, i & 0xff, flush_bytes, st), "cudaMemsetAsync");
       if (status.ok()) status = CudaStatusOf(cudaEventRecord(start, st), "cudaEventRecord");
       if (status.ok()) status = predecessor();
-      if (status.ok()) status = v == 0 ? gemv() : cublas();
+      if (status.ok()) status = run(c);
       if (status.ok()) status = CudaStatusOf(cudaEventRecord(stop, st), "cudaEventRecord");
       if (status.ok()) status = CudaStatusOf(cudaEventSynchronize(stop), "cudaEventSynchronize");
       float ms = 0;
       if (status.ok()) status = CudaStatusOf(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-      if (i >= 3) times[v].push_back(ms);  // the first runs warm up (module load, cuBLASLt heuristics)
+      if (i >= 3) times[c].push_back(ms);  // the first runs warm up (module load, cuBLASLt heuristics)
     }
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaFreeAsync(flush, st);
   RETURN_IF_ERROR(status);
-  for (auto& t : times) std::sort(t.begin(), t.end());
-  // The GEMV must win clearly: on a near tie the choice would flip between processes and ranks
-  // from timing noise, and bf16 outputs (rounded differently by the two kernels) with it.
-  constexpr float kGemvMargin = 0.97f;
-  return times[0][times[0].size() / 2] < kGemvMargin * times[1][times[1].size() / 2];
+  float median[kCandidates];
+  for (int c = 0; c < kCandidates; ++c) {
+    std::sort(times[c].begin(), times[c].end());
+    median[c] = times[c][times[c].size() / 2];
+  }
+  // A challenger must win clearly: on a near tie the choice would flip between processes and
+  // ranks from timing noise, and bf16 outputs (rounded differently by each kernel) with it. The
+  // GEMV's own rule is the incumbent among its forms; cuBLASLt must then lose clearly to it.
+  constexpr float kMargin = 0.97f;
+  const int auto_wpr = cuda::GemvAutoWarpsPerRow(activation_dtype(), n, k, impl_->prop.multiProcessorCount);
+  int best = 0;
+  while (kWarpsPerRow[best] != auto_wpr) ++best;
+  for (int c = 0; c < 4; ++c)
+    if (median[c] < kMargin * median[best]) best = c;
+  return median[best] < kMargin * median[4] ? kWarpsPerRow[best] : 0;
 }
 
 absl::Status CudaBackend::QkvRope(const QkvRopeArgs& a) {

@@ -32,8 +32,9 @@ struct CudaBackendOptions {
   // L1 for every weight vector, which stops paying off past a few rows.
   int gemv_max_rows = 4;
   int gemv_warps_per_row = 0;     // 0: auto (see GemvOptions)
-  // For Linear calls that may take the GEMV (M <= gemv_max_rows): time the GEMV against cuBLASLt
-  // on the first eager call of each shape (M, N, K, output dtype, bias) and keep the faster. The
+  // For Linear calls that may take the GEMV (M <= gemv_max_rows): time the GEMV (each number of
+  // warps per row) against cuBLASLt on the first eager call of each shape (M, N, K, output dtype,
+  // bias) and keep the fastest. The
   // winner depends on the GPU and the shape: on an H100 the GEMV is faster at batch 1, on an H200
   // cuBLASLt (4.76 against 5.19 ms per 8B decode step), and tensor-parallel shards are smaller
   // still. false: always the GEMV up to gemv_max_rows.
@@ -112,9 +113,9 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::vector<OpTiming>> CollectOpTimings();
 
  private:
-  // CudaBackendOptions::autotune_linear: true when the GEMV is at least as fast as cuBLASLt.
-  absl::StatusOr<bool> TimeGemvAgainstCublas(Tensor x, const std::function<absl::Status()>& gemv,
-                                             const std::function<absl::Status()>& cublas);
+  // CudaBackendOptions::autotune_linear: the GEMV's warps per row that wins, 0 for cuBLASLt.
+  absl::StatusOr<int> ChooseLinearKernel(Tensor x, int64_t n, int64_t k, const std::function<absl::Status(int)>& gemv,
+                                         const std::function<absl::Status()>& cublas);
   struct Impl;
   class OpScope;
   explicit CudaBackend(std::unique_ptr<Impl> impl);

@@ -135,6 +135,13 @@ __global__ void __launch_bounds__(kWarps * 32) GemvScalarKernel(const T* __restr
   }
 }
 
+// Enough blocks to balance the SMs, while each warp keeps >= 64 vectors.
+int AutoWarpsPerRow(int64_t n, int64_t k, int vec, int num_sms) {
+  int wpr = 1;
+  while (wpr < kWarps && n * wpr / kWarps < 12 * int64_t{num_sms} && k / vec / (2 * wpr) >= 64) wpr *= 2;
+  return wpr;
+}
+
 template <typename T, typename TOut>
 absl::Status LaunchTyped(const void* x, const void* w, const void* bias, void* out, int m, int n, int k,
                          const GemvOptions& o, Stream stream) {
@@ -151,12 +158,7 @@ absl::Status LaunchTyped(const void* x, const void* w, const void* bias, void* o
     CUDA_RETURN_IF_ERROR(err);
     return absl::OkStatus();
   }
-  int wpr = o.warps_per_row;
-  if (wpr <= 0) {  // enough blocks to balance the SMs, while each warp keeps >= 64 vectors
-    wpr = 1;
-    while (wpr < kWarps && int64_t{n} * wpr / kWarps < 12 * int64_t{o.num_sms} && k / kVec / (2 * wpr) >= 64)
-      wpr *= 2;
-  }
+  const int wpr = o.warps_per_row > 0 ? o.warps_per_row : AutoWarpsPerRow(n, k, kVec, o.num_sms);
   if (wpr != 1 && wpr != 2 && wpr != 4 && wpr != 8) return absl::InvalidArgumentError("Gemv: warps_per_row");
   const dim3 grid((n + kWarps / wpr - 1) / (kWarps / wpr));
   if (m == 1) {
@@ -173,6 +175,10 @@ absl::Status LaunchTyped(const void* x, const void* w, const void* bias, void* o
 }
 
 }  // namespace
+
+int GemvAutoWarpsPerRow(DType dtype, int64_t n, int64_t k, int num_sms) {
+  return AutoWarpsPerRow(n, k, static_cast<int>(16 / DTypeSize(dtype)), num_sms);
+}
 
 absl::Status LaunchGemv(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias, void* out,
                         int64_t m, int64_t n, int64_t k, const GemvOptions& options, Stream stream) {

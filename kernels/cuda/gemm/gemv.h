@@ -23,6 +23,9 @@ struct GemvOptions {
   int warps_per_row = 0;
 };
 
+// The warps per row that GemvOptions::warps_per_row = 0 picks for an N x K weight of `dtype`.
+int GemvAutoWarpsPerRow(DType dtype, int64_t n, int64_t k, int num_sms);
+
 // x, w, bias of `dtype`; out of `out_dtype` (== dtype, or f32).
 absl::Status LaunchGemv(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias, void* out,
                         int64_t m, int64_t n, int64_t k, const GemvOptions& options, Stream stream);

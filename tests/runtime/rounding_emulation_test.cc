@@ -1,9 +1,9 @@
-// bf16 rounding emulated on the float32 CPU backend (bf16_rounding_backend.h), against the
+// bf16 and fp16 rounding emulated on the float32 CPU backend (rounding_backend.h), against the
 // Hugging Face float32 reference of every fixture. The emulator is checked first (no rounding is
-// the oracle itself; a bf16 checkpoint survives weight rounding unchanged); then the table of what
-// each stored bf16 value costs on these models, which the CUDA bf16 parity test uses as its
-// yardstick (benchmarks/RESULTS.md quotes it).
-#include "tests/runtime/bf16_rounding_backend.h"
+// the oracle itself; a bf16 checkpoint survives bf16 weight rounding unchanged); then the table of
+// what each stored bf16 value costs on these models, and the fp16 totals: the yardsticks of the
+// CUDA backend's 16-bit parity test (benchmarks/RESULTS.md quotes them).
+#include "tests/runtime/rounding_backend.h"
 
 #include <cstdio>
 
@@ -12,9 +12,9 @@
 namespace llm::testing {
 namespace {
 
-TEST(Bf16RoundingTest, NoRoundingIsTheFloat32Oracle) {
+TEST(RoundingEmulationTest, NoRoundingIsTheFloat32Oracle) {
   for (const char* name : kFixtureModels) {
-    auto parity = Bf16EmulatedParity(name, 0);
+    auto parity = EmulatedParity(name, DType::kBF16, 0);
     ASSERT_TRUE(parity.ok()) << parity.status();
     EXPECT_EQ(parity->positions, 4 * 24 + 1 + 7 + 33 + 100) << name;
     EXPECT_LE(parity->max_err, 1e-4) << name;
@@ -22,13 +22,13 @@ TEST(Bf16RoundingTest, NoRoundingIsTheFloat32Oracle) {
   }
 }
 
-TEST(Bf16RoundingTest, Bf16CheckpointSurvivesWeightRounding) {
-  auto parity = Bf16EmulatedParity("llama3-tiny-bf16", kRoundWeights);
+TEST(RoundingEmulationTest, Bf16CheckpointSurvivesBf16WeightRounding) {
+  auto parity = EmulatedParity("llama3-tiny-bf16", DType::kBF16, kRoundWeights);
   ASSERT_TRUE(parity.ok()) << parity.status();
   EXPECT_LE(parity->max_err, 1e-4);
   EXPECT_EQ(parity->agreement(), 1.0);
   // A float32 checkpoint does not: the rounding moves its logits.
-  parity = Bf16EmulatedParity("llama-tiny", kRoundWeights);
+  parity = EmulatedParity("llama-tiny", DType::kBF16, kRoundWeights);
   ASSERT_TRUE(parity.ok()) << parity.status();
   EXPECT_GT(parity->max_err, 1e-3);
 }
@@ -37,19 +37,19 @@ TEST(Bf16RoundingTest, Bf16CheckpointSurvivesWeightRounding) {
 // models the top two logits are often close, so bf16 moves the top-1 choice: weights alone or the
 // KV cache alone already take at least one fixture under 99% top-1 agreement, which is why the
 // CUDA test's bf16 bar is this emulation's result on the same fixture, not a fixed 99%.
-TEST(Bf16RoundingTest, WhatEachRoundingPointCosts) {
+TEST(RoundingEmulationTest, WhatEachBf16RoundingPointCosts) {
   std::printf("| rounded in bf16 |");
   for (const char* name : kFixtureModels) std::printf(" %s: top-1 / max err / mean err |", name);
   std::printf("\n| --- |");
   for (size_t i = 0; i < std::size(kFixtureModels); ++i) std::printf(" --- |");
   std::printf("\n");
-  std::vector<Bf16PointName> rows(std::begin(kBf16PointNames), std::end(kBf16PointNames));
+  std::vector<RoundingPointName> rows(std::begin(kRoundingPointNames), std::end(kRoundingPointNames));
   rows.push_back({kRoundAll, "all of the above (a bf16 engine)"});
-  for (const Bf16PointName& row : rows) {
+  for (const RoundingPointName& row : rows) {
     double worst_top1 = 1.0, worst_err = 0.0;
     std::printf("| %s |", row.name);
     for (const char* name : kFixtureModels) {
-      auto parity = Bf16EmulatedParity(name, row.point);
+      auto parity = EmulatedParity(name, DType::kBF16, row.point);
       ASSERT_TRUE(parity.ok()) << parity.status();
       std::printf(" %.2f%% / %.4f / %.4f |", 100 * parity->agreement(), parity->max_err, parity->mean_err());
       worst_top1 = std::min(worst_top1, parity->agreement());
@@ -65,6 +65,20 @@ TEST(Bf16RoundingTest, WhatEachRoundingPointCosts) {
       EXPECT_GT(worst_err, 0.02);
       EXPECT_LT(worst_err, 0.05);
     }
+  }
+}
+
+// fp16 keeps 3 more mantissa bits: about 8x less error, and near-ties still flip now and then.
+TEST(RoundingEmulationTest, Fp16EngineCostsAnEighthOfBf16) {
+  for (const char* name : kFixtureModels) {
+    auto fp16 = EmulatedParity(name, DType::kF16, kRoundAll);
+    auto bf16 = EmulatedParity(name, DType::kBF16, kRoundAll);
+    ASSERT_TRUE(fp16.ok() && bf16.ok());
+    std::printf("%-20s fp16 engine: top-1 %.2f%% max err %.4f mean %.4f\n", name, 100 * fp16->agreement(),
+                fp16->max_err, fp16->mean_err());
+    EXPECT_GE(fp16->agreement(), 0.98) << name;
+    EXPECT_LT(fp16->mean_err(), bf16->mean_err() / 4) << name;
+    EXPECT_GT(fp16->mean_err(), bf16->mean_err() / 16) << name;
   }
 }
 

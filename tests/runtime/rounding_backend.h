@@ -1,8 +1,9 @@
-// The float32 CPU backend with bfloat16 rounding applied at chosen points of the forward pass:
-// what a bf16 engine stores between its ops (weights, the residual stream, each op's output, the
-// KV cache), computed otherwise exactly. It separates the error that bf16 itself costs from any
-// kernel's error, so the CUDA backend's bf16 parity is judged against what bf16 allows on the
-// same model, and it shows which stored value costs how much (bf16_rounding_test prints the table).
+// The float32 CPU backend with bfloat16 or float16 rounding applied at chosen points of the
+// forward pass: what a 16-bit engine stores between its ops (weights, the residual stream, each
+// op's output, the KV cache), computed otherwise exactly. It separates the error that the format
+// itself costs from any kernel's error, so the CUDA backend's 16-bit parity is judged against what
+// the format allows on the same model, and it shows which stored value costs how much
+// (rounding_emulation_test prints the table).
 #pragma once
 
 #include <algorithm>
@@ -18,8 +19,8 @@
 
 namespace llm::testing {
 
-// Where a bf16 engine rounds. Each point is a value it keeps in memory in bf16.
-enum Bf16Point : unsigned {
+// Where a 16-bit engine rounds. Each point is a value it keeps in memory in 16 bits.
+enum RoundingPoint : unsigned {
   kRoundWeights = 1u << 0,     // every weight (checkpoints stored in float32/float16)
   kRoundNormOut = 1u << 1,     // RMSNorm outputs (the linear layers' inputs)
   kRoundResidual = 1u << 2,    // the residual stream after each add
@@ -30,24 +31,28 @@ enum Bf16Point : unsigned {
   kRoundAll = (1u << 7) - 1,
 };
 
-struct Bf16PointName {
+struct RoundingPointName {
   unsigned point;
   const char* name;
 };
-inline constexpr Bf16PointName kBf16PointNames[] = {
+inline constexpr RoundingPointName kRoundingPointNames[] = {
     {kRoundWeights, "weights"},         {kRoundNormOut, "norm outputs"},        {kRoundResidual, "residual stream"},
     {kRoundLinearOut, "linear outputs"}, {kRoundQkvCache, "q and KV cache"},    {kRoundAttention, "attention outputs"},
     {kRoundActivation, "SiLU*up"}};
 
-inline void RoundToBf16(Tensor t) {
+// Rounds float32 values in place to the nearest `format` value (bf16 or f16).
+inline void RoundTo(DType format, Tensor t) {
   float* p = t.data_as<float>();
-  for (int64_t i = 0; !t.empty() && i < t.numel(); ++i) p[i] = Bf16ToFloat(FloatToBf16(p[i]));
+  for (int64_t i = 0; !t.empty() && i < t.numel(); ++i)
+    p[i] = format == DType::kBF16 ? Bf16ToFloat(FloatToBf16(p[i])) : Fp16ToFloat(FloatToFp16(p[i]));
 }
 
-class Bf16RoundingBackend final : public Backend {
+class RoundingBackend final : public Backend {
  public:
-  // `vocab`: the LM head's output rows, whose float32 logits are left unrounded.
-  Bf16RoundingBackend(unsigned points, int64_t vocab) : cpu_(2), points_(points), vocab_(vocab) {}
+  // `format`: kBF16 or kF16. `vocab`: the LM head's output rows, whose float32 logits are left
+  // unrounded.
+  RoundingBackend(DType format, unsigned points, int64_t vocab)
+      : cpu_(2), format_(format), points_(points), vocab_(vocab) {}
 
   Device device() const override { return cpu_.device(); }
   DType activation_dtype() const override { return cpu_.activation_dtype(); }
@@ -66,10 +71,10 @@ class Bf16RoundingBackend final : public Backend {
     return Then(cpu_.RmsNorm(x, weight, eps, out), kRoundNormOut, {out});
   }
   absl::Status AddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out) override {
-    // A bf16 kernel rounds the sum it stores, then normalizes that stored value.
+    // The CUDA kernel rounds the sum it stores, then normalizes that stored value.
     RETURN_IF_ERROR(cpu_.AddRmsNorm(residual, delta, weight, eps, out));
     if (!(points_ & kRoundResidual)) return Then(absl::OkStatus(), kRoundNormOut, {out});
-    RoundToBf16(residual);
+    RoundTo(format_, residual);
     return Then(cpu_.AddRmsNorm(residual, Tensor(), weight, eps, out), kRoundNormOut, {out});
   }
   absl::Status Add(Tensor x, Tensor y) override { return Then(cpu_.Add(x, y), kRoundResidual, {x}); }
@@ -93,11 +98,12 @@ class Bf16RoundingBackend final : public Backend {
  private:
   absl::Status Then(absl::Status s, unsigned point, std::initializer_list<Tensor> outputs) {
     if (s.ok() && (points_ & point))
-      for (const Tensor& t : outputs) RoundToBf16(t);
+      for (const Tensor& t : outputs) RoundTo(format_, t);
     return s;
   }
 
   CpuBackend cpu_;
+  DType format_;
   unsigned points_;
   int64_t vocab_;
 };
@@ -117,10 +123,10 @@ struct LogitParity {
   double mean_err() const { return positions ? sum_err / positions : 0.0; }
 };
 
-// Runs fixture `name` with bf16 rounding at `points`, teacher-forced over the positions the
+// Runs fixture `name` with rounding to `format` at `points`, teacher-forced over the positions the
 // CUDA parity test checks: every prompt position, and each of the 24 greedy positions (the
 // context plus the reference's greedy tokens, prefilled whole: the same math as decoding them).
-inline absl::StatusOr<LogitParity> Bf16EmulatedParity(const std::string& name, unsigned points) {
+inline absl::StatusOr<LogitParity> EmulatedParity(const std::string& name, DType format, unsigned points) {
   const std::string dir = ModelDir(name);
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(dir));
@@ -132,9 +138,9 @@ inline absl::StatusOr<LogitParity> Bf16EmulatedParity(const std::string& name, u
   options.num_kv_blocks = 16;
   options.max_context = 256;
   const int64_t vocab = config.vocab_size;
-  ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(config, *checkpoint,
-                                                    std::make_unique<Bf16RoundingBackend>(points, vocab), nullptr,
-                                                    options));
+  ASSIGN_OR_RETURN(auto runner,
+                   ModelRunner::Create(config, *checkpoint, std::make_unique<RoundingBackend>(format, points, vocab),
+                                       nullptr, options));
   LogitParity parity;
   std::vector<float> logits;
   for (const FixturePrompt& p : LoadFixturePrompts(name)) {

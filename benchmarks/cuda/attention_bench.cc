@@ -133,6 +133,7 @@ int Main(int argc, char** argv) {
   const size_t ws_bytes = size_t{32} << 20;  // the CUDA backend's default attention workspace
   void* ws = nullptr;
   BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
+  BENCH_CUDA(cudaMemset(ws, 0, ws_bytes));  // LaunchPagedAttention: zero-filled before first use
   Table table({"shape (heads/kv)", "batch", "context", "KV MB", "floor us", "default us", "% of floor",
                "one pass (no split) us", "SIMT kernel us", "x trivial kernel"});
   std::mt19937 rng(7);

@@ -177,6 +177,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
       impl->gemm_workspace.Ensure(*impl->arena, options.gemm_workspace_bytes, "the cuBLASLt workspace"));
   RETURN_IF_ERROR(impl->attention_workspace.Ensure(*impl->arena, options.attention_workspace_bytes,
                                                    "the attention workspace"));
+  if (impl->attention_workspace.bytes() > 0) {  // the decode kernel's counters start at zero
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl->attention_workspace.ptr(), 0, impl->attention_workspace.bytes(),
+                                         impl->stream));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl->stream));
+  }
   ASSIGN_OR_RETURN(impl->gemm,
                    cuda::CublasLtGemm::Create(impl->gemm_workspace.ptr(), impl->gemm_workspace.bytes()));
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));

@@ -45,9 +45,15 @@ __device__ __forceinline__ const T* KeyRow(const T* cache, const int32_t* table_
 struct DecodeSplit {
   int head_tiles = 1;  // blocks per KV head: ceil(group / G)
   int splits = 1;      // context slices per (token, KV head, head tile)
-  int chunk = 0;  // keys per slice (splits > 1): slice z starts z * chunk keys after the first visible key
+  // Decode kernel: the fewest keys a slice takes. Each sequence's slices are sized from its own
+  // context (a CUDA graph is captured for the longest one): chunk = max(min_chunk, keys / splits),
+  // slice z starting z * chunk keys after the first visible key; short contexts use fewer slices.
+  int min_chunk = 0;
   float* part_acc = nullptr;  // splits > 1: [token, head, split, head_dim] unnormalized outputs
   float2* part_ml = nullptr;  // [token, head, split]: running max (log2 units) and sum
+  // Decode kernel, splits > 1: one arrival counter per (token, KV head, head tile) block row, zero
+  // between calls (the last slice to finish merges the partials and resets it).
+  unsigned* arrivals = nullptr;
 };
 
 }  // namespace llm::cuda::attention

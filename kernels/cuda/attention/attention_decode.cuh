@@ -15,7 +15,9 @@
 // loaded into registers at the same time, before the scores are computed (or, when the blocks
 // alone fill the GPU, staged like K once the scores are done: the kVSmem variant below).
 // Then the warps' (max, sum, output) are merged in shared memory. With a split context, each
-// block's merged result is a partial for AttentionCombineKernel (attention_simt.cuh).
+// block's merged result is a partial, and the last slice of a (token, KV head) to finish merges
+// them all (an arrival counter; no separate combine kernel, whose launch cost as much as the
+// merge at short contexts).
 #pragma once
 
 #include <type_traits>
@@ -27,6 +29,9 @@ namespace llm::cuda::attention {
 constexpr int kDecodeWarps = 8;
 constexpr int kDecodeThreads = 32 * kDecodeWarps;
 constexpr int kDecodeKeysPerBlockStep = 32 * kDecodeWarps;
+// Slices per sequence the in-kernel merge handles (its maxima and weights, 2 x G x splits floats,
+// live in the merge area's kDecodeWarps x G x D).
+constexpr int kDecodeMaxSplits = kDecodeWarps * 64 / 2;
 
 // Dynamic shared memory: q_s [G][D] floats (scaled by scale * log2 e), then either the warps' K
 // stages (T [W][32][D + 8]: each warp's 32 rows, padded so that a lane reading its own row from
@@ -75,17 +80,25 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
   const int group = p.num_heads / p.num_kv_heads;
   const int h0 = kvh * group + tile * G;
   const int rows = min(G, group - tile * G);
-  const int splits = split.splits;
-
   // Metadata first, before waiting for the predecessor (the host wrote it; see the SIMT kernel).
   const int ctx = p.context_lens[t];
   const int32_t* table = p.block_tables + t * p.max_blocks_per_seq;
-  int start;
-  if (p.sliding_window > 0) {
-    start = max(0, ctx - p.sliding_window) + (splits > 1 ? z * split.chunk : 0);
-  } else {
-    start = splits > 1 ? z * split.chunk : 0;
+  const int first = p.sliding_window > 0 ? max(0, ctx - p.sliding_window) : 0;
+  // This sequence's slices: as many of the launched ones as its context needs.
+  // (Kept in shared memory, not a register, through the key loop: the 128-register variant
+  // has none to spare.)
+  __shared__ int seq_splits;
+  int chunk = ctx - first;
+  {
+    int splits = 1;
+    if (split.splits > 1) {
+      chunk = max(split.min_chunk, ((ctx - first + split.splits - 1) / split.splits + 31) / 32 * 32);
+      splits = max(1, (ctx - first + chunk - 1) / chunk);
+      if (z >= splits) return;
+    }
+    if (tid == 0) seq_splits = splits;
   }
+  const int start = first + z * chunk;
   const T* kc = static_cast<const T*>(p.k_cache);
   const T* vc = static_cast<const T*>(p.v_cache);
   // Element offset of key `key`'s row in the caches (clamped into the table row: keys past the
@@ -95,7 +108,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
     return ((page * p.num_kv_heads + kvh) * p.block_size + key % p.block_size) * static_cast<int64_t>(D);
   };
   int64_t next_off = row_offset(start + warp * 32 + lane);
-  const int end = splits > 1 ? min(ctx, start + split.chunk) : ctx;
+  const int end = min(ctx, start + chunk);
   GridDependencyWait();
 
   const float qscale = p.scale * kLog2e;
@@ -217,6 +230,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
     __syncwarp();  // every lane is done with the stage before the next group overwrites it
   }
   __syncthreads();  // the K stages are done with: the merge area aliases them
+  const int splits = seq_splits;
 
   // Merge the warps: every warp's (m, l, acc) into shared memory, then one output element per
   // thread and step.
@@ -247,9 +261,63 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
     if (splits == 1) {
       static_cast<T*>(p.out)[qh * D + c] = FromFloat<T>(sum > 0.0f ? o / sum : 0.0f);
     } else {
-      split.part_acc[(qh * splits + z) * D + c] = o;
-      if (c == 0) split.part_ml[qh * splits + z] = make_float2(mx, sum);
+      split.part_acc[(qh * split.splits + z) * D + c] = o;
+      if (c == 0) split.part_ml[qh * split.splits + z] = make_float2(mx, sum);
     }
+  }
+  if (splits == 1) return;
+
+  // Split: count this slice in; the last one to arrive merges every slice's partials. The
+  // block's partial stores are ordered before its count by the barrier and thread 0's fence (the
+  // release), and the merging block's reads after the count by its fence (the acquire); it reads
+  // them from L2 (__ldcg), where the other SMs' stores are.
+  __syncthreads();
+  __shared__ bool last;
+  if (tid == 0) {
+    __threadfence();
+    unsigned* arrivals = split.arrivals + (t * p.num_kv_heads + kvh) * split.head_tiles + tile;
+    last = atomicAdd(arrivals, 1u) == static_cast<unsigned>(splits - 1);
+    if (last) {
+      *arrivals = 0u;  // every slice has arrived: ready for the next call
+      __threadfence();
+    }
+  }
+  __syncthreads();
+  if (!last) return;
+  // Each slice's weight for each head first (its max and sum, into the merge area), then the
+  // output columns.
+  float* mz = acc_w;              // [rows][splits]; the host keeps splits <= kDecodeMaxSplits
+  float* wt = acc_w + G * splits;  // same
+  for (int i = tid; i < rows * splits; i += kDecodeThreads) {
+    const int r = i / splits, zz = i % splits;
+    const float2 part = __ldcg(&split.part_ml[(t * p.num_heads + h0 + r) * split.splits + zz]);
+    mz[i] = part.x;
+    wt[i] = part.y;
+  }
+  __syncthreads();
+  if (tid < rows) {
+    float mx = -INFINITY;
+    for (int zz = 0; zz < splits; ++zz) mx = fmaxf(mx, mz[tid * splits + zz]);
+    const float m_use = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f;
+    for (int zz = 0; zz < splits; ++zz) {
+      const float e = exp2f(mz[tid * splits + zz] - m_use);
+      mz[tid * splits + zz] = e;
+      sum += wt[tid * splits + zz] * e;
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    for (int zz = 0; zz < splits; ++zz) wt[tid * splits + zz] = mz[tid * splits + zz] * inv;
+  }
+  __syncthreads();
+  for (int i = tid; i < rows * D; i += kDecodeThreads) {
+    const int r = i / D, c = i % D;
+    const int64_t qh = t * p.num_heads + h0 + r;
+    float o = 0.0f;
+    for (int zz = 0; zz < splits; ++zz) {
+      const float w = wt[r * splits + zz];
+      if (w > 0.0f) o += __ldcg(&split.part_acc[(qh * split.splits + zz) * D + c]) * w;
+    }
+    static_cast<T*>(p.out)[qh * D + c] = FromFloat<T>(o);
   }
 }
 

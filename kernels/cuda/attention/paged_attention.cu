@@ -49,10 +49,15 @@ cudaError_t AllowSmem(Kernel kernel, size_t bytes) {
   return cudaSuccess;
 }
 
-// The split-K partials of `splits` slices in the workspace.
+// The workspace starts with the decode kernel's arrival counters (zero between calls), then the
+// split-K partials of `splits` slices.
+constexpr size_t kArrivalCounters = 4096;  // (token, KV head, head tile) rows a split launch may have
+constexpr size_t kArrivalBytes = kArrivalCounters * sizeof(unsigned);
+
 void PlacePartials(const PagedAttentionParams& p, void* workspace, DecodeSplit* split) {
   if (split->splits <= 1) return;
-  split->part_acc = static_cast<float*>(workspace);
+  split->arrivals = static_cast<unsigned*>(workspace);
+  split->part_acc = reinterpret_cast<float*>(static_cast<char*>(workspace) + kArrivalBytes);
   split->part_ml =
       reinterpret_cast<float2*>(split->part_acc + p.num_tokens * p.num_heads * split->splits * p.head_dim);
 }
@@ -72,8 +77,9 @@ absl::Status LaunchCombine(const PagedAttentionParams& p, const DecodeSplit& spl
 
 // Slices that fit the workspace (at least 1).
 int FitSplits(const PagedAttentionParams& p, int splits, void* workspace, size_t workspace_bytes) {
-  const size_t fit =
-      workspace ? workspace_bytes / PartialBytesPerSplit(p.num_tokens, p.num_heads, p.head_dim) : 0;
+  const size_t fit = workspace && workspace_bytes > kArrivalBytes
+                         ? (workspace_bytes - kArrivalBytes) / PartialBytesPerSplit(p.num_tokens, p.num_heads, p.head_dim)
+                         : 0;
   return static_cast<int>(std::max<size_t>(1, std::min<size_t>(std::min<size_t>(splits, fit), 65535)));
 }
 
@@ -119,30 +125,24 @@ DecodeSplit ChooseSimtSplit(const PagedAttentionParams& p, const AttentionOption
 // --- the decode kernel (16-bit, head_dim 64 or 128, one query token per sequence) ---
 
 // A block covers 256 keys per step (8 warps x 32); the split is for the GPU's idle SMs only: no
-// more slices than leave every (token, KV head) block an SM of its own, and none for contexts a
-// block covers in two steps (a slice's partials and the combine kernel cost about as much).
+// more slices than leave every (token, KV head) block an SM of its own, and none shorter than two
+// block steps (a slice's partials and their merge cost about as much). The count is for the
+// longest context the call may see (for a CUDA graph, the longest the graph serves); each
+// sequence uses as many of the slices as its own context needs (attention_decode.cuh).
 DecodeSplit ChooseDecodeSplit(const PagedAttentionParams& p, const AttentionOptions& options, int head_tiles,
                               void* workspace, size_t workspace_bytes) {
   DecodeSplit split;
   split.head_tiles = head_tiles;
   const int keys = p.sliding_window > 0 ? std::min(p.max_context_len, p.sliding_window) : p.max_context_len;
   const int64_t base = p.num_tokens * p.num_kv_heads * head_tiles;
+  const int min_chunk = options.force_splits > 0 ? 32 : 2 * attention::kDecodeKeysPerBlockStep;
   int splits = options.force_splits;
-  if (splits <= 0) {
-    const int per_block = 2 * attention::kDecodeKeysPerBlockStep;
-    splits = static_cast<int>(std::min<int64_t>(options.num_sms / base, (keys + per_block - 1) / per_block));
-  }
-  splits = FitSplits(p, splits, workspace, workspace_bytes);
-  if (splits > 1) {
-    // Slices of whole 32-key multiples, slice z starting z * chunk keys after the first visible
-    // key; no slice is empty for the longest sequence.
-    split.chunk = ((keys + splits - 1) / splits + 31) / 32 * 32;
-    split.splits = (keys + split.chunk - 1) / split.chunk;
-  }
-  if (split.splits <= 1) {
-    split.splits = 1;
-    split.chunk = 0;
-  }
+  if (splits <= 0) splits = static_cast<int>(std::min<int64_t>(options.num_sms / base, (keys + min_chunk - 1) / min_chunk));
+  splits = std::min(splits, std::max(1, (keys + min_chunk - 1) / min_chunk));
+  splits = std::min(splits, attention::kDecodeMaxSplits);
+  if (base > static_cast<int64_t>(kArrivalCounters)) splits = 1;
+  split.splits = FitSplits(p, splits, workspace, workspace_bytes);
+  split.min_chunk = min_chunk;
   return split;
 }
 
@@ -159,7 +159,7 @@ absl::Status LaunchDecode(const PagedAttentionParams& p, DecodeSplit split, void
   const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
   CUDA_RETURN_IF_ERROR(
       LaunchKernel(kernel, grid, dim3(attention::kDecodeThreads), smem, stream, pdl, p, split));
-  return LaunchCombine<T>(p, split, pdl, stream);
+  return absl::OkStatus();  // the kernel merges its own slices
 }
 
 template <typename T, int G>
@@ -227,7 +227,7 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
 }  // namespace
 
 size_t AttentionWorkspaceBytes(int64_t num_tokens, int32_t num_heads, int32_t head_dim, int32_t max_splits) {
-  return PartialBytesPerSplit(num_tokens, num_heads, head_dim) * static_cast<size_t>(max_splits);
+  return kArrivalBytes + PartialBytesPerSplit(num_tokens, num_heads, head_dim) * static_cast<size_t>(max_splits);
 }
 
 absl::Status LaunchPagedAttention(DType dtype, const PagedAttentionParams& p, void* workspace,

@@ -12,8 +12,8 @@
 //   decode  (one query token per sequence; bf16/fp16, head_dim 64 or 128): warp-per-32-keys
 //           kernel (attention_decode.cuh); a block owns one token, one KV head and the query
 //           heads of its GQA group (each K/V row is read once per group) and, for long
-//           contexts, a slice of them ("flash-decoding" split-K; a combine kernel merges the
-//           slices).
+//           contexts, a slice of them ("flash-decoding" split-K; the last slice to finish
+//           merges them).
 //   decode, other shapes: the same split-K over the SIMT kernel (64-key tiles).
 //   prefill (bf16/fp16, head_dim 64 or 128): FlashAttention-2 style tensor-core kernel
 //           (mma.sync m16n8k16), 64 queries x 64 keys per tile, online softmax, no score
@@ -62,7 +62,9 @@ struct AttentionOptions {
 size_t AttentionWorkspaceBytes(int64_t num_tokens, int32_t num_heads, int32_t head_dim, int32_t max_splits);
 
 // `workspace` (device, caller-owned) bounds the decode split: slices that would not fit are not
-// used. It may be null (no splitting).
+// used. It may be null (no splitting). Zero-fill it once before its first use (the decode kernel
+// keeps counters at its start, and every call leaves them zero again); calls sharing it must be
+// ordered (one stream).
 absl::Status LaunchPagedAttention(DType dtype, const PagedAttentionParams& p, void* workspace, size_t workspace_bytes,
                                   const AttentionOptions& options, Stream stream);
 

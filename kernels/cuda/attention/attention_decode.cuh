@@ -16,8 +16,9 @@
 // alone fill the GPU, staged like K once the scores are done: the kVSmem variant below).
 // Then the warps' (max, sum, output) are merged in shared memory. With a split context, each
 // block's merged result is a partial, and the last slice of a (token, KV head) to finish merges
-// them all (an arrival counter; no separate combine kernel, whose launch cost as much as the
-// merge at short contexts).
+// them all (an arrival counter instead of a combine kernel). A sequence uses only the slices its
+// own context needs: a CUDA graph is captured for the longest context it serves, and a short
+// context should not pay for the split that a long one needs.
 #pragma once
 
 #include <type_traits>

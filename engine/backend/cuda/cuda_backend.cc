@@ -322,10 +322,6 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
                          absl::StrCat("x ", x.shape().ToString(), " · W ", w.weight.shape().ToString(), " -> out ",
                                       out.shape().ToString())));
   const int64_t m = x.numel() / k;
-  OpScope scope(*impl_, "Linear", static_cast<double>(w.weight.bytes() + x.bytes() + out.bytes() + w.bias.bytes()),
-                2.0 * m * n * k,
-                impl_->timing ? absl::StrCat(n, "x", k, m <= impl_->options.gemv_max_rows ? " gemv" : " cublasLt")
-                              : std::string());
   const void* bias = w.bias.empty() ? nullptr : w.bias.data();
   auto gemv = [&](int warps_per_row) -> absl::Status {
     cuda::GemvOptions go;
@@ -343,18 +339,30 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
     }
     return impl_->gemm->Run(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k, impl_->stream);
   };
-  if (m > impl_->options.gemv_max_rows || m > cuda::kGemvMaxRows) return cublas();
-  if (!impl_->options.autotune_linear) return gemv(impl_->options.gemv_warps_per_row);
-  const auto key = std::make_tuple(m, n, k, out.dtype(), bias != nullptr);
-  auto it = impl_->linear_choice.find(key);
-  if (it == impl_->linear_choice.end()) {
-    // Not timed yet. While capturing a graph nothing can be timed (the eager run before every
-    // capture normally decided already): keep the GEMV's own choice.
-    if (impl_->capturing || impl_->timing) return gemv(0);
-    ASSIGN_OR_RETURN(int choice, ChooseLinearKernel(x, n, k, gemv, cublas));
-    it = impl_->linear_choice.emplace(key, choice).first;
+  // The kernel: cuBLASLt (0), or the GEMV with this many warps per row (its own choice: -1).
+  int kernel = 0;
+  if (m <= impl_->options.gemv_max_rows && m <= cuda::kGemvMaxRows) {
+    if (!impl_->options.autotune_linear) {
+      kernel = impl_->options.gemv_warps_per_row > 0 ? impl_->options.gemv_warps_per_row : -1;
+    } else {
+      const auto key = std::make_tuple(m, n, k, out.dtype(), bias != nullptr);
+      auto it = impl_->linear_choice.find(key);
+      if (it != impl_->linear_choice.end()) {
+        kernel = it->second;
+      } else if (impl_->capturing || impl_->timing) {
+        // Not timed yet, and nothing can be timed while capturing a graph (the eager run before
+        // every capture normally decided already): the GEMV's own choice.
+        kernel = -1;
+      } else {
+        ASSIGN_OR_RETURN(kernel, ChooseLinearKernel(x, n, k, gemv, cublas));
+        impl_->linear_choice.emplace(key, kernel);
+      }
+    }
   }
-  return it->second > 0 ? gemv(it->second) : cublas();
+  OpScope scope(*impl_, "Linear", static_cast<double>(w.weight.bytes() + x.bytes() + out.bytes() + w.bias.bytes()),
+                2.0 * m * n * k,
+                impl_->timing ? absl::StrCat(n, "x", k, kernel == 0 ? " cublasLt" : " gemv") : std::string());
+  return kernel == 0 ? cublas() : gemv(std::max(kernel, 0));
 }
 
 // Times the candidates on the call's own operands: the GEMV with 1, 2, 4 and 8 warps per output

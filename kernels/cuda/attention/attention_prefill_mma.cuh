@@ -1,5 +1,5 @@
 // Internal: FlashAttention-2 style prefill on the tensor cores (mma.sync.m16n8k16, fp32
-// accumulation) over the paged cache. 4 warps; each warp owns 16 of the block's 64 query rows.
+// accumulation) over the paged cache. 4 warps; each warp owns 32 of the block's 128 query rows.
 #pragma once
 
 #include "kernels/cuda/attention/attention_common.cuh"
@@ -7,7 +7,6 @@
 namespace llm::cuda::attention {
 
 constexpr int kMmaThreads = 128;
-constexpr int kMmaBlockM = 64;  // query rows per block
 constexpr int kMmaBlockN = 64;  // keys per tile
 
 template <typename T>
@@ -41,6 +40,14 @@ struct MmaTraits<__half> {
   }
 };
 
+// 2^x on the SFU in one instruction (exp2f adds a denormal-range fix-up around it): the
+// probabilities it yields are in [0, 1], where flushing a denormal to zero changes nothing.
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ void LdMatrixX4(uint32_t r[4], const void* smem) {
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -62,26 +69,41 @@ __device__ __forceinline__ int Swz(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
-// grid: (num_heads, ceil(max_query_len / 64), num_seqs); query block gridDim.y - 1 - blockIdx.y
-// (see the launcher: the blocks with the most keys start first).
+// Rows per warp: kMmaMTiles m16 tiles (each K/V fragment read from shared memory feeds that many
+// MMAs, and each warp has that many independent accumulator chains).
+constexpr int kMmaMTiles = 2;
+constexpr int kMmaBlockRows = 4 * 16 * kMmaMTiles;  // query rows per block (4 warps)
+
+// Dynamic shared memory: Q [kMmaBlockRows][D], K and V [kMmaBlockN][D], all swizzled (Swz).
 template <typename T, int D>
-__global__ void __launch_bounds__(kMmaThreads, 4) AttentionPrefillMmaKernel(PagedAttentionParams p) {
+constexpr size_t PrefillSmemBytes() {
+  return sizeof(T) * static_cast<size_t>(kMmaBlockRows + 2 * kMmaBlockN) * D;
+}
+
+// grid: (num_heads, ceil(max_query_len / kMmaBlockRows), num_seqs); query block
+// gridDim.y - 1 - blockIdx.y (see the launcher: the blocks with the most keys start first).
+// Warp w owns rows [w * 16 * kMmaMTiles, (w + 1) * 16 * kMmaMTiles) of the block, m-tile mt the
+// 16 of them from mt * 16; per m-tile each thread holds rows ra = .. + lane / 4 and rb = ra + 8.
+template <typename T, int D>
+__global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(PagedAttentionParams p) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim tile");
   static_assert(sizeof(T) == 2, "16-bit operands");
+  constexpr int MT = kMmaMTiles, BM = kMmaBlockRows;
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr int kTilesN = kMmaBlockN / 8, kTilesD = D / 8, kStepsD = D / 16;
   AllowDependentLaunch();
-  __shared__ __align__(128) T q_s[kMmaBlockM * D];
-  __shared__ __align__(128) T k_s[kMmaBlockN * D];
-  __shared__ __align__(128) T v_s[kMmaBlockN * D];
+  extern __shared__ __align__(128) unsigned char prefill_smem[];
+  T* const q_s = reinterpret_cast<T*>(prefill_smem);
+  T* const k_s = q_s + BM * D;
+  T* const v_s = k_s + kMmaBlockN * D;
 
   const int m_blk = gridDim.y - 1 - blockIdx.y, h = blockIdx.x, seq = blockIdx.z;
   const int q_begin = p.query_start[seq], q_len = p.query_start[seq + 1] - q_begin;
-  const int row0 = m_blk * kMmaBlockM;
+  const int row0 = m_blk * BM;
   if (row0 >= q_len) return;
   const int ctx = p.context_lens[seq];
   const int p0 = ctx - q_len;  // position of the sequence's first query
-  const int rows_here = min(kMmaBlockM, q_len - row0);
+  const int rows_here = min(BM, q_len - row0);
   const int kv_end = min(ctx, p0 + row0 + rows_here);  // exclusive
   const int kv_begin = p.sliding_window > 0 ? max(0, p0 + row0 - p.sliding_window + 1) : 0;
   const int n_first = kv_begin / kMmaBlockN * kMmaBlockN;
@@ -94,7 +116,7 @@ __global__ void __launch_bounds__(kMmaThreads, 4) AttentionPrefillMmaKernel(Page
   // Q tile -> shared (rows past the sequence: zeros).
   {
     const T* q = static_cast<const T*>(p.q);
-    for (int i = tid; i < kMmaBlockM * kChunks; i += kMmaThreads) {
+    for (int i = tid; i < BM * kChunks; i += kMmaThreads) {
       const int r = i / kChunks, c = i % kChunks;
       const bool valid = r < rows_here;
       const T* src = q + ((static_cast<int64_t>(q_begin) + row0 + (valid ? r : 0)) * p.num_heads + h) * D + c * 8;
@@ -113,40 +135,47 @@ __global__ void __launch_bounds__(kMmaThreads, 4) AttentionPrefillMmaKernel(Page
   load_kv(k_s, kc, n_first);
   CpAsyncCommit();  // group: Q + K(first)
 
-  // Per thread: rows ra = warp*16 + lane/4 and rb = ra + 8 of the block.
-  const int ra = warp * 16 + (lane >> 2), rb = ra + 8;
-  const int pos_a = p0 + row0 + ra, pos_b = p0 + row0 + rb;
+  const int warp_row = warp * 16 * MT;
   const float scale = p.scale * kLog2e;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
-  float o[kTilesD][4];
+  float m_a[MT], m_b[MT], l_a[MT], l_b[MT];
+  float o[MT][kTilesD][4];
 #pragma unroll
-  for (int i = 0; i < kTilesD; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  for (int mt = 0; mt < MT; ++mt) {
+    m_a[mt] = m_b[mt] = -INFINITY;
+    l_a[mt] = l_b[mt] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTilesD; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+  }
 
   for (int n0 = n_first; n0 < kv_end; n0 += kMmaBlockN) {
     load_kv(v_s, vc, n0);
     CpAsyncCommit();  // group: V(n0)
     CpAsyncWait<1>();  // K(n0) (and Q) have landed
     __syncthreads();
-    // S = Q K^T for this warp's 16 rows x 64 keys.
-    float s[kTilesN][4];
+    // S = Q K^T for this warp's rows x 64 keys.
+    float s[MT][kTilesN][4];
 #pragma unroll
-    for (int i = 0; i < kTilesN; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < kTilesN; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < kStepsD; ++kk) {
-      // This warp's Q fragment for these 16 columns, re-read from shared memory every tile:
-      // holding all of them would take 32 registers and cost a block of occupancy.
-      uint32_t qf[4];
-      {
-        const int mi = lane >> 3;
-        LdMatrixX4(qf, q_s + Swz<D>(warp * 16 + (mi & 1) * 8 + (lane & 7), kk * 2 + (mi >> 1)));
-      }
+      // This warp's Q fragments for these 16 columns, re-read from shared memory every tile:
+      // holding all of them would take too many registers.
+      const int mi = lane >> 3;
+      uint32_t qf[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        LdMatrixX4(qf[mt], q_s + Swz<D>(warp_row + mt * 16 + (mi & 1) * 8 + (lane & 7), kk * 2 + (mi >> 1)));
 #pragma unroll
       for (int nt2 = 0; nt2 < kTilesN / 2; ++nt2) {
-        const int mi = lane >> 3;
         uint32_t b[4];
         LdMatrixX4(b, k_s + Swz<D>(nt2 * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
-        MmaTraits<T>::Mma(s[2 * nt2], qf, b[0], b[1]);
-        MmaTraits<T>::Mma(s[2 * nt2 + 1], qf, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          MmaTraits<T>::Mma(s[mt][2 * nt2], qf[mt], b[0], b[1]);
+          MmaTraits<T>::Mma(s[mt][2 * nt2 + 1], qf[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with k_s
@@ -157,58 +186,64 @@ __global__ void __launch_bounds__(kMmaThreads, 4) AttentionPrefillMmaKernel(Page
     // Mask (causal, sliding window) and online softmax in the log2 domain. Tiles wholly below
     // the block's diagonal (every key before its first query, none past the context, no window)
     // need no mask.
-    float mx_a = -INFINITY, mx_b = -INFINITY;
-    if (p.sliding_window <= 0 && n0 + kMmaBlockN <= min(p0 + row0 + 1, kv_end)) {
+    const bool unmasked = p.sliding_window <= 0 && n0 + kMmaBlockN <= min(p0 + row0 + 1, kv_end);
 #pragma unroll
-      for (int nt = 0; nt < kTilesN; ++nt) {
+    for (int mt = 0; mt < MT; ++mt) {
+      // Maxima over the raw scores (scale > 0), scaled once: exp2(s * scale - max) is one FFMA
+      // and one EX2 per element.
+      float mx_a = -INFINITY, mx_b = -INFINITY;
+      if (!unmasked) {
+        const int ra = warp_row + mt * 16 + (lane >> 2);
+        const int pos_a = p0 + row0 + ra, pos_b = pos_a + 8;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] *= scale;
-        mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
-        mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
-      }
-    } else {
+        for (int nt = 0; nt < kTilesN; ++nt) {
 #pragma unroll
-      for (int nt = 0; nt < kTilesN; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = n0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-          const int qp = e < 2 ? pos_a : pos_b;
-          const bool ok = key <= qp && key < kv_end && (p.sliding_window <= 0 || key > qp - p.sliding_window);
-          const float v = ok ? s[nt][e] * scale : -INFINITY;
-          s[nt][e] = v;
-          if (e < 2) mx_a = fmaxf(mx_a, v);
-          else mx_b = fmaxf(mx_b, v);
+          for (int e = 0; e < 4; ++e) {
+            const int key = n0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+            const int qp = e < 2 ? pos_a : pos_b;
+            const bool ok = key <= qp && key < kv_end && (p.sliding_window <= 0 || key > qp - p.sliding_window);
+            if (!ok) s[mt][nt][e] = -INFINITY;
+          }
         }
       }
-    }
 #pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-    }
-    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-    const float mu_a = mn_a == -INFINITY ? 0.0f : mn_a, mu_b = mn_b == -INFINITY ? 0.0f : mn_b;
-    const float corr_a = exp2f(m_a - mu_a), corr_b = exp2f(m_b - mu_b);
-    m_a = mn_a;
-    m_b = mn_b;
-    float sum_a = 0.0f, sum_b = 0.0f;
+      for (int nt = 0; nt < kTilesN; ++nt) {
+        mx_a = fmaxf(mx_a, fmaxf(s[mt][nt][0], s[mt][nt][1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[mt][nt][2], s[mt][nt][3]));
+      }
 #pragma unroll
-    for (int nt = 0; nt < kTilesN; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - mu_a);
-      s[nt][1] = exp2f(s[nt][1] - mu_a);
-      s[nt][2] = exp2f(s[nt][2] - mu_b);
-      s[nt][3] = exp2f(s[nt][3] - mu_b);
-      sum_a += s[nt][0] + s[nt][1];
-      sum_b += s[nt][2] + s[nt][3];
-    }
-    l_a = l_a * corr_a + sum_a;
-    l_b = l_b * corr_b + sum_b;
+      for (int off = 1; off <= 2; off <<= 1) {
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
+      }
+      const float mn_a = fmaxf(m_a[mt], mx_a * scale), mn_b = fmaxf(m_b[mt], mx_b * scale);
+      const float mu_a = mn_a == -INFINITY ? 0.0f : mn_a, mu_b = mn_b == -INFINITY ? 0.0f : mn_b;
+      const float corr_a = FastExp2(m_a[mt] - mu_a), corr_b = FastExp2(m_b[mt] - mu_b);
+      m_a[mt] = mn_a;
+      m_b[mt] = mn_b;
+      float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kTilesD; ++i) {
-      o[i][0] *= corr_a;
-      o[i][1] *= corr_a;
-      o[i][2] *= corr_b;
-      o[i][3] *= corr_b;
+      for (int nt = 0; nt < kTilesN; ++nt) {
+        s[mt][nt][0] = FastExp2(fmaf(s[mt][nt][0], scale, -mu_a));
+        s[mt][nt][1] = FastExp2(fmaf(s[mt][nt][1], scale, -mu_a));
+        s[mt][nt][2] = FastExp2(fmaf(s[mt][nt][2], scale, -mu_b));
+        s[mt][nt][3] = FastExp2(fmaf(s[mt][nt][3], scale, -mu_b));
+        sum_a += s[mt][nt][0] + s[mt][nt][1];
+        sum_b += s[mt][nt][2] + s[mt][nt][3];
+      }
+      l_a[mt] = l_a[mt] * corr_a + sum_a;
+      l_b[mt] = l_b[mt] * corr_b + sum_b;
+      // Once a row's maximum settles (most tiles of a long prompt) its correction is 1: skip
+      // the rescale when it is for every row of the warp.
+      if (__any_sync(0xffffffffu, corr_a != 1.0f || corr_b != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < kTilesD; ++i) {
+          o[mt][i][0] *= corr_a;
+          o[mt][i][1] *= corr_a;
+          o[mt][i][2] *= corr_b;
+          o[mt][i][3] *= corr_b;
+        }
+      }
     }
     if (n0 + kMmaBlockN < kv_end) CpAsyncWait<1>();  // V(n0) has landed (K(next) may be in flight)
     else CpAsyncWait<0>();
@@ -216,18 +251,24 @@ __global__ void __launch_bounds__(kMmaThreads, 4) AttentionPrefillMmaKernel(Page
     // O += P V: P's accumulator fragments become the A operand directly.
 #pragma unroll
     for (int kk = 0; kk < kMmaBlockN / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = MmaTraits<T>::Pack(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = MmaTraits<T>::Pack(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = MmaTraits<T>::Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = MmaTraits<T>::Pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        a[mt][0] = MmaTraits<T>::Pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = MmaTraits<T>::Pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = MmaTraits<T>::Pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = MmaTraits<T>::Pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dt2 = 0; dt2 < kTilesD / 2; ++dt2) {
         const int mi = lane >> 3;
         uint32_t b[4];
         LdMatrixX4Trans(b, v_s + Swz<D>(kk * 16 + (mi & 1) * 8 + (lane & 7), dt2 * 2 + (mi >> 1)));
-        MmaTraits<T>::Mma(o[2 * dt2], a, b[0], b[1]);
-        MmaTraits<T>::Mma(o[2 * dt2 + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          MmaTraits<T>::Mma(o[mt][2 * dt2], a[mt], b[0], b[1]);
+          MmaTraits<T>::Mma(o[mt][2 * dt2 + 1], a[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with v_s
@@ -235,23 +276,28 @@ __global__ void __launch_bounds__(kMmaThreads, 4) AttentionPrefillMmaKernel(Page
   CpAsyncWait<0>();
 
   // Normalize and store (two adjacent columns per register pair).
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
-  }
-  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f, inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
   T* out = static_cast<T*>(p.out);
 #pragma unroll
-  for (int dt = 0; dt < kTilesD; ++dt) {
-    const int c = dt * 8 + 2 * (lane & 3);
-    if (ra < rows_here) {
-      T* dst = out + ((static_cast<int64_t>(q_begin) + row0 + ra) * p.num_heads + h) * D + c;
-      *reinterpret_cast<uint32_t*>(dst) = MmaTraits<T>::Pack(o[dt][0] * inv_a, o[dt][1] * inv_a);
+  for (int mt = 0; mt < MT; ++mt) {
+    float la = l_a[mt], lb = l_b[mt];
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      la += __shfl_xor_sync(0xffffffffu, la, off);
+      lb += __shfl_xor_sync(0xffffffffu, lb, off);
     }
-    if (rb < rows_here) {
-      T* dst = out + ((static_cast<int64_t>(q_begin) + row0 + rb) * p.num_heads + h) * D + c;
-      *reinterpret_cast<uint32_t*>(dst) = MmaTraits<T>::Pack(o[dt][0 + 2] * inv_b, o[dt][1 + 2] * inv_b);
+    const float inv_a = la > 0.0f ? 1.0f / la : 0.0f, inv_b = lb > 0.0f ? 1.0f / lb : 0.0f;
+    const int ra = warp_row + mt * 16 + (lane >> 2), rb = ra + 8;
+#pragma unroll
+    for (int dt = 0; dt < kTilesD; ++dt) {
+      const int c = dt * 8 + 2 * (lane & 3);
+      if (ra < rows_here) {
+        T* dst = out + ((static_cast<int64_t>(q_begin) + row0 + ra) * p.num_heads + h) * D + c;
+        *reinterpret_cast<uint32_t*>(dst) = MmaTraits<T>::Pack(o[mt][dt][0] * inv_a, o[mt][dt][1] * inv_a);
+      }
+      if (rb < rows_here) {
+        T* dst = out + ((static_cast<int64_t>(q_begin) + row0 + rb) * p.num_heads + h) * D + c;
+        *reinterpret_cast<uint32_t*>(dst) = MmaTraits<T>::Pack(o[mt][dt][2] * inv_b, o[mt][dt][3] * inv_b);
+      }
     }
   }
 }

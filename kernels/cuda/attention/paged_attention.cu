@@ -183,16 +183,19 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
       // Heads fastest, query blocks from the last (causal: the most keys) to the first: blocks
       // start longest first, so the short ones fill in behind them instead of a long one
       // starting last and running alone (the hardware dispatches in linear block order).
-      if (p.max_query_len > int64_t{attention::kMmaBlockM} * 65535)
+      constexpr int kRows = attention::kMmaBlockRows;
+      if (p.max_query_len > int64_t{kRows} * 65535)
         return absl::InvalidArgumentError("Attention: prompt chunk too long for one prefill call");
-      const dim3 grid(p.num_heads, (p.max_query_len + attention::kMmaBlockM - 1) / attention::kMmaBlockM,
-                      p.num_seqs);
+      const dim3 grid(p.num_heads, (p.max_query_len + kRows - 1) / kRows, p.num_seqs);
+      auto launch = [&](auto kernel, size_t smem) -> absl::Status {
+        CUDA_RETURN_IF_ERROR(AllowSmem(kernel, smem));
+        kernel<<<grid, attention::kMmaThreads, smem, stream>>>(p);
+        CUDA_RETURN_IF_LAUNCH_ERROR();
+        return absl::OkStatus();
+      };
       if (p.head_dim == 64)
-        AttentionPrefillMmaKernel<T, 64><<<grid, attention::kMmaThreads, 0, stream>>>(p);
-      else
-        AttentionPrefillMmaKernel<T, 128><<<grid, attention::kMmaThreads, 0, stream>>>(p);
-      CUDA_RETURN_IF_LAUNCH_ERROR();
-      return absl::OkStatus();
+        return launch(AttentionPrefillMmaKernel<T, 64>, attention::PrefillSmemBytes<T, 64>());
+      return launch(AttentionPrefillMmaKernel<T, 128>, attention::PrefillSmemBytes<T, 128>());
     }
     // One query token per sequence (token t is sequence t), aligned rows: the decode kernel.
     if (p.max_query_len == 1 && p.num_seqs == p.num_tokens && !options.force_simt && mma_dim &&

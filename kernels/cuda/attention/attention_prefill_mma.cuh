@@ -123,12 +123,26 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
       CpAsync16(q_s + Swz<D>(r, c), src, valid);
     }
   }
+  // Each thread copies one 16-byte chunk column of every kMmaThreads / kChunks-th row of a tile.
+  // Cache pages are a power of two in practice: the page and slot of a key then take a shift and
+  // a mask instead of an integer division (which, for 16 rows a tile, cost as much as the tile's
+  // softmax).
+  const int page_shift = (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1;
   auto load_kv = [&](T* dst, const T* cache, int n0) {
-    for (int i = tid; i < kMmaBlockN * kChunks; i += kMmaThreads) {
-      const int j = i / kChunks, c = i % kChunks;
+    const int c = tid % kChunks;
+#pragma unroll
+    for (int j = tid / kChunks; j < kMmaBlockN; j += kMmaThreads / kChunks) {
       const int key = n0 + j;
       const bool valid = key < kv_end;
-      const T* src = valid ? KeyRow(cache, table, key, kvh, p.num_kv_heads, p.block_size, D) + c * 8 : cache;
+      const T* src = cache;
+      if (valid) {
+        if (page_shift >= 0) {
+          const int64_t page = table[key >> page_shift];
+          src = cache + (((page * p.num_kv_heads + kvh) << page_shift) + (key & (p.block_size - 1))) * D + c * 8;
+        } else {
+          src = KeyRow(cache, table, key, kvh, p.num_kv_heads, p.block_size, D) + c * 8;
+        }
+      }
       CpAsync16(dst + Swz<D>(j, c), src, valid);
     }
   };

@@ -104,9 +104,19 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
   const T* vc = static_cast<const T*>(p.v_cache);
   // Element offset of key `key`'s row in the caches (clamped into the table row: keys past the
   // context are never read).
+  // (Power-of-two pages, the usual case: a shift and a mask instead of an integer division.)
   auto row_offset = [&](int key) -> int64_t {
-    const int64_t page = table[min(key / p.block_size, p.max_blocks_per_seq - 1)];
-    return ((page * p.num_kv_heads + kvh) * p.block_size + key % p.block_size) * static_cast<int64_t>(D);
+    int block, slot;
+    if ((p.block_size & (p.block_size - 1)) == 0) {
+      const int shift = __ffs(p.block_size) - 1;
+      block = key >> shift;
+      slot = key & (p.block_size - 1);
+    } else {
+      block = key / p.block_size;
+      slot = key % p.block_size;
+    }
+    const int64_t page = table[min(block, p.max_blocks_per_seq - 1)];
+    return ((page * p.num_kv_heads + kvh) * p.block_size + slot) * static_cast<int64_t>(D);
   };
   int64_t next_off = row_offset(start + warp * 32 + lane);
   const int end = min(ctx, start + chunk);

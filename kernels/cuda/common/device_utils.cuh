@@ -59,6 +59,7 @@ __device__ __forceinline__ Vec16<T> LoadVecStreaming(const T* p) {
 }
 
 inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+inline bool Aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; }
 
 // --- reductions ---
 __device__ __forceinline__ float WarpSum(float v) {

@@ -1,5 +1,7 @@
 #include "kernels/cuda/rope/qkv_rope.h"
 
+#include <type_traits>
+
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 
@@ -81,6 +83,79 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeKernel(QkvRopeParams p) {
   }
 }
 
+// The common shape (head_dim 64 or 128, rotary over all of it). grid: (tokens, head groups): a
+// block computes its token's cos/sin and its 8 warps take the group's heads in turn (one group of
+// all heads for long prefills, so that cos/sin are computed once a token; a group per 8 heads for
+// decode steps, where latency counts and the blocks are few); each lane holds E = head_dim / 32
+// consecutive elements (one 4- or 8-byte access), and element i's rotation partner i +- half sits
+// in lane ^ 16 at the same place (a shuffle instead of a round trip through shared memory). The
+// arithmetic is the general kernel's, in the same order.
+template <typename T, int E>
+__global__ void __launch_bounds__(kWarps * 32) QkvRopeFullKernel(QkvRopeParams p) {
+  static_assert(E == 2 || E == 4, "head_dim 64 or 128");
+  using Chunk = std::conditional_t<E == 4, uint2, uint32_t>;
+  constexpr int kD = 32 * E, kHalf = kD / 2;
+  AllowDependentLaunch();
+  GridDependencyWait();
+  __shared__ float cos_s[kHalf], sin_s[kHalf];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.x;
+  const float pos = static_cast<float>(p.positions[t]);
+  for (int i = threadIdx.x; i < kHalf; i += blockDim.x) {
+    float s, c;
+    sincosf(pos * p.inv_freq[i], &s, &c);  // accurate sincos: matches the float32 reference
+    cos_s[i] = c * p.attention_scaling;
+    sin_s[i] = s * p.attention_scaling;
+  }
+  __syncthreads();
+  const int heads = p.num_heads, kv_heads = p.num_kv_heads;
+  const int32_t slot = p.slot_mapping[t];
+  const int64_t page = slot >= 0 ? slot / p.block_size : 0, offset = slot >= 0 ? slot % p.block_size : 0;
+  for (int hh = blockIdx.y * kWarps + warp; hh < heads + 2 * kv_heads; hh += kWarps * gridDim.y) {
+    const bool is_q = hh < heads, is_k = !is_q && hh < heads + kv_heads;
+    if (!is_q && slot < 0) continue;  // K/V of a token whose write is skipped
+    const T* src = static_cast<const T*>(p.qkv) + (t * (heads + 2 * kv_heads) + hh) * kD + lane * E;
+    T* dst;
+    if (is_q) {
+      dst = static_cast<T*>(p.q_out) + (t * heads + hh) * kD + lane * E;
+    } else {
+      const int h = is_k ? hh - heads : hh - heads - kv_heads;
+      T* cache = static_cast<T*>(is_k ? p.k_cache : p.v_cache);
+      dst = cache + ((page * kv_heads + h) * p.block_size + offset) * kD + lane * E;
+    }
+    const Chunk in = *reinterpret_cast<const Chunk*>(src);
+    if (!is_q && !is_k) {  // V: plain copy
+      *reinterpret_cast<Chunk*>(dst) = in;
+      continue;
+    }
+    const T* xe = reinterpret_cast<const T*>(&in);
+    float x[E];
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      x[e] = ToFloat(xe[e]);
+      sum_sq += x[e] * x[e];
+    }
+    const T* norm_w = static_cast<const T*>(is_q ? p.q_norm : p.k_norm);
+    if (norm_w) {
+      const float inv = rsqrtf(WarpSum(sum_sq) / static_cast<float>(kD) + p.norm_eps);
+#pragma unroll
+      for (int e = 0; e < E; ++e) x[e] = ToFloat(norm_w[lane * E + e]) * (x[e] * inv);
+    }
+    Chunk out;
+    T* oe = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const float partner = __shfl_xor_sync(0xffffffffu, x[e], 16);
+      const int i = lane * E + e;
+      const float o = lane < 16 ? x[e] * cos_s[i] - partner * sin_s[i]
+                                : x[e] * cos_s[i - kHalf] + partner * sin_s[i - kHalf];
+      oe[e] = FromFloat<T>(o);
+    }
+    *reinterpret_cast<Chunk*>(dst) = out;
+  }
+}
+
 }  // namespace
 
 absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream, bool pdl) {
@@ -94,6 +169,19 @@ absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream, b
   const size_t smem = (static_cast<size_t>(p.rotary_dim) + kWarps * p.head_dim) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_tokens), (p.num_heads + 2 * p.num_kv_heads + kWarps - 1) / kWarps);
   if (grid.y > 65535) return absl::InvalidArgumentError("QkvRope: too many heads");
+  const bool full = (p.head_dim == 64 || p.head_dim == 128) && p.rotary_dim == p.head_dim && dtype != DType::kF32 &&
+                    Aligned8(p.qkv) && Aligned8(p.q_out) && Aligned8(p.k_cache) && Aligned8(p.v_cache);
+  if (full) {
+    // Fewer tokens than would keep the GPU busy (decode steps): a group per 8 heads.
+    const dim3 full_grid(grid.x, p.num_tokens >= 256 ? 1u : grid.y);
+    auto launch = [&](auto kernel) -> absl::Status {
+      CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, full_grid, dim3(kWarps * 32), 0, stream, pdl, p));
+      return absl::OkStatus();
+    };
+    if (dtype == DType::kBF16)
+      return p.head_dim == 128 ? launch(QkvRopeFullKernel<__nv_bfloat16, 4>) : launch(QkvRopeFullKernel<__nv_bfloat16, 2>);
+    return p.head_dim == 128 ? launch(QkvRopeFullKernel<__half, 4>) : launch(QkvRopeFullKernel<__half, 2>);
+  }
   return LLM_DISPATCH_FLOAT(dtype, "QkvRope", [&] {
     CUDA_RETURN_IF_ERROR(LaunchKernel(QkvRopeKernel<scalar_t>, grid, dim3(kWarps * 32), smem, stream, pdl, p));
     return absl::OkStatus();

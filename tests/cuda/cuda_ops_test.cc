@@ -378,6 +378,9 @@ std::vector<AttnCase> AttentionCases() {
       {"mha_hd16", {{1, 50}, {33, 40}}, 4, 4, 16},
       {"group3_hd80", {{1, 300}, {40, 90}}, 6, 2, 80},
       {"hd96_block8", {{1, 77}, {9, 140}}, 4, 2, 96, 8},
+      // Pages that are not a power of two: the kernels' division path.
+      {"prefill_block12", {{70, 70}, {1, 40}, {130, 300}}, 8, 2, 128, 12},
+      {"decode_block12", {{1, 77}, {1, 500}}, 8, 2, 64, 12},
       {"hd32_qwen", {{1, 100}, {33, 33}}, 4, 2, 32},
       {"hd256", {{1, 200}, {17, 60}}, 4, 2, 256},
       {"window_prefill", {{90, 200}}, 8, 2, 128, 16, 50},

@@ -84,7 +84,9 @@ constexpr size_t PrefillSmemBytes() {
 // gridDim.y - 1 - blockIdx.y (see the launcher: the blocks with the most keys start first).
 // Warp w owns rows [w * 16 * kMmaMTiles, (w + 1) * 16 * kMmaMTiles) of the block, m-tile mt the
 // 16 of them from mt * 16; per m-tile each thread holds rows ra = .. + lane / 4 and rb = ra + 8.
-template <typename T, int D>
+// kPow2Pages: the cache's page size is a power of two (the usual case), so a key's page and slot
+// take a shift and a mask instead of an integer division.
+template <typename T, int D, bool kPow2Pages>
 __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(PagedAttentionParams p) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim tile");
   static_assert(sizeof(T) == 2, "16-bit operands");
@@ -124,26 +126,25 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
     }
   }
   // Each thread copies one 16-byte chunk column of every kMmaThreads / kChunks-th row of a tile.
-  // Cache pages are a power of two in practice: the page and slot of a key then take a shift and
-  // a mask instead of an integer division (which, for 16 rows a tile, cost as much as the tile's
-  // softmax).
-  const int page_shift = (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1;
+  // Rows past the context are zero-filled; their address is the last key's (always mapped), so
+  // that the copy needs no branch. The page lookup is the loop's main integer work: a division
+  // here cost as much as the tile's softmax.
+  const int page_shift = kPow2Pages ? __ffs(p.block_size) - 1 : 0;
   auto load_kv = [&](T* dst, const T* cache, int n0) {
     const int c = tid % kChunks;
 #pragma unroll
     for (int j = tid / kChunks; j < kMmaBlockN; j += kMmaThreads / kChunks) {
-      const int key = n0 + j;
-      const bool valid = key < kv_end;
-      const T* src = cache;
-      if (valid) {
-        if (page_shift >= 0) {
-          const int64_t page = table[key >> page_shift];
-          src = cache + (((page * p.num_kv_heads + kvh) << page_shift) + (key & (p.block_size - 1))) * D + c * 8;
-        } else {
-          src = KeyRow(cache, table, key, kvh, p.num_kv_heads, p.block_size, D) + c * 8;
-        }
+      const int key = min(n0 + j, kv_end - 1);
+      int64_t page, slot;
+      if constexpr (kPow2Pages) {
+        page = table[key >> page_shift];
+        slot = key & (p.block_size - 1);
+      } else {
+        page = table[key / p.block_size];
+        slot = key % p.block_size;
       }
-      CpAsync16(dst + Swz<D>(j, c), src, valid);
+      const T* src = cache + ((page * p.num_kv_heads + kvh) * p.block_size + slot) * D + c * 8;
+      CpAsync16(dst + Swz<D>(j, c), src, n0 + j < kv_end);
     }
   };
   load_kv(k_s, kc, n_first);

@@ -193,9 +193,13 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
         CUDA_RETURN_IF_LAUNCH_ERROR();
         return absl::OkStatus();
       };
-      if (p.head_dim == 64)
-        return launch(AttentionPrefillMmaKernel<T, 64>, attention::PrefillSmemBytes<T, 64>());
-      return launch(AttentionPrefillMmaKernel<T, 128>, attention::PrefillSmemBytes<T, 128>());
+      const bool pow2 = (p.block_size & (p.block_size - 1)) == 0;
+      if (p.head_dim == 64) {
+        return pow2 ? launch(AttentionPrefillMmaKernel<T, 64, true>, attention::PrefillSmemBytes<T, 64>())
+                    : launch(AttentionPrefillMmaKernel<T, 64, false>, attention::PrefillSmemBytes<T, 64>());
+      }
+      return pow2 ? launch(AttentionPrefillMmaKernel<T, 128, true>, attention::PrefillSmemBytes<T, 128>())
+                  : launch(AttentionPrefillMmaKernel<T, 128, false>, attention::PrefillSmemBytes<T, 128>());
     }
     // One query token per sequence (token t is sequence t), aligned rows: the decode kernel.
     if (p.max_query_len == 1 && p.num_seqs == p.num_tokens && !options.force_simt && mma_dim &&

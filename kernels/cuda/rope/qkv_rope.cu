@@ -11,6 +11,19 @@ namespace {
 constexpr int kWarps = 8;  // heads per block: one warp each
 constexpr int kMaxHeadDim = 512;
 
+// cos/sin of token t's position times each frequency, times the attention scaling, into shared
+// memory (the whole block calls it; it ends with a barrier).
+__device__ __forceinline__ void TokenCosSin(const QkvRopeParams& p, int64_t t, int half, float* cos_s, float* sin_s) {
+  const float pos = static_cast<float>(p.positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float s, c;
+    sincosf(pos * p.inv_freq[i], &s, &c);  // accurate sincos: matches the float32 reference
+    cos_s[i] = c * p.attention_scaling;
+    sin_s[i] = s * p.attention_scaling;
+  }
+  __syncthreads();
+}
+
 // grid: (tokens, ceil((H + 2 KVH) / kWarps)); warp w of block (t, g) handles head g * kWarps + w
 // of token t: q heads, then k heads, then v heads. Shared memory: cos/sin [rotary_dim/2] and
 // one head buffer per warp [head_dim] floats (the rotation pairs elements of different lanes).
@@ -26,14 +39,7 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeKernel(QkvRopeParams p) {
   float* buf = smem + 2 * half + warp * d;  // [d]
 
   const int64_t t = blockIdx.x;
-  const float pos = static_cast<float>(p.positions[t]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float s, c;
-    sincosf(pos * p.inv_freq[i], &s, &c);  // accurate sincos: matches the float32 reference
-    cos_s[i] = c * p.attention_scaling;
-    sin_s[i] = s * p.attention_scaling;
-  }
-  __syncthreads();
+  TokenCosSin(p, t, half, cos_s, sin_s);
 
   const int heads = p.num_heads, kv_heads = p.num_kv_heads;
   const int hh = blockIdx.y * kWarps + warp;
@@ -100,14 +106,7 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeFullKernel(QkvRopeParams p
   __shared__ float cos_s[kHalf], sin_s[kHalf];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t = blockIdx.x;
-  const float pos = static_cast<float>(p.positions[t]);
-  for (int i = threadIdx.x; i < kHalf; i += blockDim.x) {
-    float s, c;
-    sincosf(pos * p.inv_freq[i], &s, &c);  // accurate sincos: matches the float32 reference
-    cos_s[i] = c * p.attention_scaling;
-    sin_s[i] = s * p.attention_scaling;
-  }
-  __syncthreads();
+  TokenCosSin(p, t, kHalf, cos_s, sin_s);
   const int heads = p.num_heads, kv_heads = p.num_kv_heads;
   const int32_t slot = p.slot_mapping[t];
   const int64_t page = slot >= 0 ? slot / p.block_size : 0, offset = slot >= 0 ? slot % p.block_size : 0;

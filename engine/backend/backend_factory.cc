@@ -37,9 +37,6 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
   cuda.dtype = options.dtype.value_or(DType::kBF16);
   cuda.memory_fraction = options.gpu_memory_fraction;
   cuda.autotune_linear = options.time_linear_kernels;
-  // Untimed, the GEMV takes every linear up to 4 rows (where it wins on the GPUs measured) and
-  // cuBLASLt the rest; timed, the GEMV is a candidate up to its 8-row limit.
-  if (!options.time_linear_kernels) cuda.gemv_max_rows = 4;
   ASSIGN_OR_RETURN(auto backend, CudaBackend::Create(cuda));
   return std::unique_ptr<Backend>(std::move(backend));
 #else

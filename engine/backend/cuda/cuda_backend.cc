@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -429,7 +431,22 @@ absl::StatusOr<int> CudaBackend::ChooseLinearKernel(Tensor x, int64_t n, int64_t
   while (kWarpsPerRow[best] != auto_wpr) ++best;
   for (int c = 0; c < 4; ++c)
     if (median[c] < kMargin * median[best]) best = c;
-  return median[best] < kMargin * median[4] ? kWarpsPerRow[best] : 0;
+  const int choice = median[best] < kMargin * median[4] ? kWarpsPerRow[best] : 0;
+  // LLM_LOG_LINEAR_CHOICE=1: one line per timed shape on stderr, for comparing processes or ranks
+  // whose speed differs (a near tie can fall either way).
+  static const bool log_choice = [] {
+    const char* v = std::getenv("LLM_LOG_LINEAR_CHOICE");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  if (log_choice) {
+    std::fprintf(stderr,
+                 "linear %lld x %lld, %lld rows: GEMV 1/2/4/8 warps a row %.1f/%.1f/%.1f/%.1f us, cuBLASLt %.1f us "
+                 "(with a norm before each) -> %s\n",
+                 static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(x.numel() / k),
+                 1e3 * median[0], 1e3 * median[1], 1e3 * median[2], 1e3 * median[3], 1e3 * median[4],
+                 choice > 0 ? absl::StrCat("GEMV, ", choice, " warps a row").c_str() : "cuBLASLt");
+  }
+  return choice;
 }
 
 absl::Status CudaBackend::QkvRope(const QkvRopeArgs& a) {

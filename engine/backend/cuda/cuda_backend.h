@@ -30,9 +30,9 @@ struct CudaBackendOptions {
   size_t attention_workspace_bytes = size_t{32} << 20;  // bounds the decode split-K partials
   // Linear with M <= this may take the GEMV kernel (timed per shape against cuBLASLt, see
   // autotune_linear), else cuBLASLt (0: never; at most cuda::kGemvMaxRows). The GEMV re-reads x
-  // from L1 for every weight vector, which stops paying off past a few rows: on an H100 at batch
-  // 8 it still wins some 8B shapes (6.92 against 6.97 ms per step).
-  int gemv_max_rows = 8;
+  // from L1 for every weight vector, which stops paying off past a few rows: on an H100 at 8 rows
+  // cuBLASLt took every 8B shape in about half the GEMV's time (LLM_LOG_LINEAR_CHOICE).
+  int gemv_max_rows = 4;
   int gemv_warps_per_row = 0;     // 0: auto (see GemvOptions)
   // For Linear calls that may take the GEMV (M <= gemv_max_rows): time the GEMV (each number of
   // warps per row) against cuBLASLt on the first eager call of each shape (M, N, K, output dtype,

@@ -137,10 +137,9 @@ DecodeSplit ChooseDecodeSplit(const PagedAttentionParams& p, const AttentionOpti
   const int keys = p.sliding_window > 0 ? std::min(p.max_context_len, p.sliding_window) : p.max_context_len;
   const int64_t base = p.num_tokens * p.num_kv_heads * head_tiles;
   const int min_chunk = options.force_splits > 0 ? 32 : attention::kDecodeKeysPerBlockStep;
-  int splits = options.force_splits;
-  if (splits <= 0) splits = static_cast<int>(std::min<int64_t>(options.num_sms / base, (keys + min_chunk - 1) / min_chunk));
-  splits = std::min(splits, std::max(1, (keys + min_chunk - 1) / min_chunk));
-  splits = std::min(splits, attention::kDecodeMaxSplits);
+  const int wanted = options.force_splits > 0 ? options.force_splits
+                                             : static_cast<int>(std::min<int64_t>(options.num_sms / base, 65535));
+  int splits = std::min({wanted, (keys + min_chunk - 1) / min_chunk, attention::kDecodeMaxSplits});
   if (base > static_cast<int64_t>(kArrivalCounters)) splits = 1;
   split.splits = FitSplits(p, splits, workspace, workspace_bytes);
   split.min_chunk = min_chunk;

@@ -166,31 +166,16 @@ __global__ void __launch_bounds__(kOneShotThreads)
 
   const T* slots[kRanks];
   SlotsAt<T, kRanks>(peers, slot_offset, slots);
-  const int tid = threadIdx.x;
   for (int64_t row = row_begin; row < row_end; ++row) {
     const size_t staged = static_cast<size_t>((row - row_begin) * dim);
     T* res = residual + row * dim;
-    float sum_sq = 0.0f;
-    if constexpr (kVec16) {
-      for (int64_t c = tid; c < dim / kVec; c += kOneShotThreads) {
-        const Vec16<T> d = SumVec<T, kRanks>(slots, staged / kVec + c);
-        Vec16<T> x = LoadVec(res + c * kVec);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          x.v[e] = FromFloat<T>(ToFloat(x.v[e]) + ToFloat(d.v[e]));
-          const float f = ToFloat(x.v[e]);
-          sum_sq += f * f;
-        }
-        StoreVec(res + c * kVec, x);
+    const float sum_sq = AddToRowSumSquares<T, kVec16>(res, dim, [&](int64_t c) {
+      if constexpr (kVec16) {
+        return SumVec<T, kRanks>(slots, staged / kVec + c);
+      } else {
+        return SumScalar<T, kRanks>(slots, staged + c);
       }
-    } else {
-      for (int64_t c = tid; c < dim; c += kOneShotThreads) {
-        const T x = FromFloat<T>(ToFloat(res[c]) + ToFloat(SumScalar<T, kRanks>(slots, staged + c)));
-        res[c] = x;
-        const float f = ToFloat(x);
-        sum_sq += f * f;
-      }
-    }
+    });
     FinishRmsNormRow<T, kVec16>(res, weight, out + row * dim, dim, sum_sq, eps, scratch);
   }
 }

@@ -242,29 +242,15 @@ __global__ void __launch_bounds__(kPushThreads)
   for (int64_t row = row_begin; row < row_end; ++row) {
     T* res = residual + row * dim;
     const size_t row_start = static_cast<size_t>(row * dim);
-    float sum_sq = 0.0f;
-    if constexpr (kVec16) {
-      for (int64_t c = threadIdx.x; c < dim / kVec; c += kPushThreads) {
+    const float sum_sq = AddToRowSumSquares<T, kVec16>(res, dim, [&](int64_t c) {
+      if constexpr (kVec16) {
         const size_t e = row_start + c * kVec;
-        const Vec16<T> d = GatherVec<T, kRanks>(peers, call, delta + e, e);
-        Vec16<T> x = LoadVec(res + c * kVec);
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) {
-          x.v[i] = FromFloat<T>(ToFloat(x.v[i]) + ToFloat(d.v[i]));
-          const float f = ToFloat(x.v[i]);
-          sum_sq += f * f;
-        }
-        StoreVec(res + c * kVec, x);
-      }
-    } else {
-      for (int64_t c = threadIdx.x; c < dim; c += kPushThreads) {
+        return GatherVec<T, kRanks>(peers, call, delta + e, e);
+      } else {
         const size_t e = row_start + c;
-        const T x = FromFloat<T>(ToFloat(res[c]) + ToFloat(GatherElem<T, kRanks>(peers, call, delta + e, e)));
-        res[c] = x;
-        const float f = ToFloat(x);
-        sum_sq += f * f;
+        return GatherElem<T, kRanks>(peers, call, delta + e, e);
       }
-    }
+    });
     FinishRmsNormRow<T, kVec16>(res, weight, out + row * dim, dim, sum_sq, eps, scratch);
   }
 }

@@ -21,16 +21,18 @@ __global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual,
   const T* del = delta ? delta + row * dim : nullptr;
   T* o = out + row * dim;
   float sum_sq = 0.0f;
-  if constexpr (kVec16) {
+  if (del) {
+    sum_sq = AddToRowSumSquares<T, kVec16>(res, dim, [&](int64_t c) {
+      if constexpr (kVec16) {
+        return LoadVec(del + c * Vec16<T>::kVec);
+      } else {
+        return del[c];
+      }
+    });
+  } else if constexpr (kVec16) {
     constexpr int kVec = Vec16<T>::kVec;
     for (int64_t c = threadIdx.x; c < dim / kVec; c += blockDim.x) {
-      Vec16<T> v = LoadVec(src + c * kVec);
-      if (del) {
-        const Vec16<T> d = LoadVec(del + c * kVec);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) v.v[e] = FromFloat<T>(ToFloat(v.v[e]) + ToFloat(d.v[e]));
-        StoreVec(res + c * kVec, v);
-      }
+      const Vec16<T> v = LoadVec(src + c * kVec);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         const float f = ToFloat(v.v[e]);
@@ -39,12 +41,7 @@ __global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual,
     }
   } else {
     for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
-      T v = src[c];
-      if (del) {
-        v = FromFloat<T>(ToFloat(v) + ToFloat(del[c]));
-        res[c] = v;
-      }
-      const float f = ToFloat(v);
+      const float f = ToFloat(src[c]);
       sum_sq += f * f;
     }
   }

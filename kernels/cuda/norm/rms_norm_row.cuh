@@ -9,6 +9,37 @@
 
 namespace llm::cuda {
 
+// The first half of an add + RMSNorm over one row, for the norm kernel and the fused all-reduce
+// epilogues alike: res = T(res + delta), where `delta_at(c)` gives the delta of 16-byte chunk c
+// (a Vec16<T>) when kVec16, else of element c (a T) — read from memory, or reduced across ranks.
+// Returns this thread's sum of squares of the stored row, over the walk FinishRmsNormRow repeats.
+template <typename T, bool kVec16, typename DeltaAt>
+__device__ __forceinline__ float AddToRowSumSquares(T* res, int64_t dim, DeltaAt delta_at) {
+  float sum_sq = 0.0f;
+  if constexpr (kVec16) {
+    constexpr int kVec = Vec16<T>::kVec;
+    for (int64_t c = threadIdx.x; c < dim / kVec; c += blockDim.x) {
+      const Vec16<T> d = delta_at(c);
+      Vec16<T> x = LoadVec(res + c * kVec);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        x.v[e] = FromFloat<T>(ToFloat(x.v[e]) + ToFloat(d.v[e]));
+        const float f = ToFloat(x.v[e]);
+        sum_sq += f * f;
+      }
+      StoreVec(res + c * kVec, x);
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+      const T x = FromFloat<T>(ToFloat(res[c]) + ToFloat(delta_at(c)));
+      res[c] = x;
+      const float f = ToFloat(x);
+      sum_sq += f * f;
+    }
+  }
+  return sum_sq;
+}
+
 // out = T(weight * (x * rsqrt(mean(x^2) + eps))) over a row of `dim`; every thread of the block
 // calls it (the sum is block-wide). `scratch` holds 32 floats of shared memory.
 template <typename T, bool kVec16>

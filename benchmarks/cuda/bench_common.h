@@ -118,10 +118,12 @@ inline double GraphMicrosPerCall(cudaStream_t s, int calls, int reps, const std:
   return 1e3 * Median(ms) / calls;
 }
 
-// The flags of the single-GPU kernel benchmarks: --out FILE.md, --reps N.
+// The flags of the single-GPU kernel benchmarks: --out FILE.md, --reps N, --rows M (input rows,
+// for the benchmarks that take it).
 struct KernelBenchArgs {
   std::string out;
   int reps = 10;
+  int rows = 1;
 };
 inline KernelBenchArgs ParseKernelBenchArgs(int argc, char** argv, int default_reps) {
   KernelBenchArgs a;
@@ -132,8 +134,10 @@ inline KernelBenchArgs ParseKernelBenchArgs(int argc, char** argv, int default_r
       a.out = NextArg(argc, argv, &i);
     } else if (k == "--reps") {
       a.reps = std::max(1, std::atoi(NextArg(argc, argv, &i).c_str()));
+    } else if (k == "--rows") {
+      a.rows = std::max(1, std::atoi(NextArg(argc, argv, &i).c_str()));
     } else {
-      std::fprintf(stderr, "usage: %s [--out FILE.md] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--out FILE.md] [--reps N] [--rows M]\n", argv[0]);
       std::exit(2);
     }
   }

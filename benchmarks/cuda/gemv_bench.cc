@@ -1,11 +1,11 @@
-// gemv_bench: the decode linears (M = 1) of Llama-3-8B and of its TP2 / TP4 ranks, in isolation
-// on one GPU, for every GEMV configuration (warps per row) and cuBLASLt, beside the floor (weight bytes /
+// gemv_bench: the decode linears (M = 1, or --rows M) of Llama-3-8B and of its TP2 / TP4 ranks, in isolation
+// on one GPU, for every GEMV configuration (warps per row, shared-memory ring) and cuBLASLt, beside the floor (weight bytes /
 // measured copy bandwidth). Each call follows a small kernel (RMSNorm of one row), as in a decode step,
 // inside a CUDA graph of kCalls such pairs (programmatic dependent launch on, so the GEMV's weight prefetch
 // overlaps the norm as it does in the engine); the weights rotate over enough copies to exceed twice the L2
 // cache, so they come from DRAM. Times are per pair, minus the norm alone in the same kind of graph.
 //
-//   gemv_bench [--out FILE.md] [--reps 10]
+//   gemv_bench [--out FILE.md] [--reps 10] [--rows 1]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include "benchmarks/cuda/bench_common.h"
 #include "kernels/cuda/elementwise/elementwise.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
+#include "benchmarks/cuda/spin_kernel.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/norm/rms_norm.h"
 
@@ -32,6 +33,7 @@ struct Shape {
 struct Variant {
   std::string name;
   int wpr;  // < 0: cuBLASLt; 0: the GEMV's automatic choice
+  int ring_kb = 0;  // != 0: the shared-memory ring form with this ring per block (< 0: its default)
 };
 
 int Main(int argc, char** argv) {
@@ -54,20 +56,31 @@ int Main(int argc, char** argv) {
       {"TP4 qkv", 1536, 4096}, {"TP4 o", 4096, 1024}, {"TP4 gate_up", 7168, 4096},  {"TP4 down", 4096, 3584},
   };
   const std::vector<Variant> variants = {{"GEMV auto", 0},  {"GEMV wpr 1", 1}, {"GEMV wpr 2", 2},
-                                         {"GEMV wpr 4", 4}, {"GEMV wpr 8", 8}, {"cuBLASLt", -1}};
+                                         {"GEMV wpr 4", 4}, {"GEMV wpr 8", 8}, {"ring 96 KB", 0, 96},
+                                         {"ring (default: all free shared memory)", 0, -1}, {"cuBLASLt", -1}};
   std::vector<std::string> header = {"linear", "N x K", "MB", "floor us"};
   for (const Variant& v : variants) header.push_back(v.name + " us");
   header.push_back("best % of floor");
   Table table(header);
+  std::vector<std::string> overlap_header = {"linear", "floor us"};
+  for (const Variant& v : variants) overlap_header.push_back(v.name + " us");
+  Table overlap(overlap_header);
+  constexpr int kSpinNs = 10000;  // the report says 10 us
+  const double spin_us = GraphMicrosPerCall(s, kCalls, args.reps, [&](int) { BENCH_CUDA(LaunchSpin(kSpinNs, s)); });
 
   // The predecessor: RMSNorm of the input row (its output is the GEMV's input).
   const int64_t max_k = 14336;
   void *x = nullptr, *xn = nullptr, *nw = nullptr, *y = nullptr;
-  BENCH_CUDA(cudaMalloc(&x, max_k * 2));
-  BENCH_CUDA(cudaMalloc(&xn, max_k * 2));
+  const int rows = args.rows;
+  if (rows > cuda::kGemvMaxRows) {
+    std::fprintf(stderr, "--rows: at most %d\n", cuda::kGemvMaxRows);
+    return 2;
+  }
+  BENCH_CUDA(cudaMalloc(&x, rows * max_k * 2));
+  BENCH_CUDA(cudaMalloc(&xn, rows * max_k * 2));
   BENCH_CUDA(cudaMalloc(&nw, max_k * 2));
-  BENCH_CUDA(cudaMalloc(&y, 28672 * 2));
-  BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, x, max_k, 1, -1.0f, 1.0f, s));
+  BENCH_CUDA(cudaMalloc(&y, rows * 28672 * 2));
+  BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, x, rows * max_k, 1, -1.0f, 1.0f, s));
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, nw, max_k, 2, 0.5f, 1.5f, s));
   for (const Shape& sh : shapes) {
     const size_t bytes = static_cast<size_t>(sh.n) * sh.k * 2;
@@ -80,33 +93,45 @@ int Main(int argc, char** argv) {
     }
     auto norm = [&] {
       BENCH_CHECK(
-          cuda::LaunchRmsNorm(DType::kBF16, x, nullptr, nullptr, nw, xn, 1, sh.k, 1e-5f, s, /*pdl=*/true));
+          cuda::LaunchRmsNorm(DType::kBF16, x, nullptr, nullptr, nw, xn, rows, sh.k, 1e-5f, s, /*pdl=*/true));
     };
     const double norm_us = GraphMicrosPerCall(s, kCalls, args.reps, [&](int) { norm(); });
     const double floor_us = static_cast<double>(bytes) / copy_bw * 1e6;
     std::vector<std::string> row = {sh.what, std::to_string(sh.n) + " x " + std::to_string(sh.k),
                                     Fmt("%.1f", bytes / 1e6), Fmt("%.2f", floor_us)};
+    auto linear = [&](const Variant& v, int i) {
+      if (v.wpr < 0) {
+        BENCH_CHECK((*gemm)->Run(DType::kBF16, DType::kBF16, xn, w[i % copies], nullptr, y, rows, sh.n, sh.k, s));
+      } else {
+        cuda::GemvOptions o;
+        o.num_sms = prop.multiProcessorCount;
+        o.warps_per_row = v.wpr;
+        o.smem_ring = v.ring_kb != 0;
+        o.ring_bytes = v.ring_kb > 0 ? static_cast<size_t>(v.ring_kb) << 10 : 0;
+        BENCH_CHECK(cuda::LaunchGemv(DType::kBF16, DType::kBF16, xn, w[i % copies], nullptr, y, rows, sh.n, sh.k, o, s));
+      }
+    };
     double best = 1e30;
+    std::vector<std::string> overlap_row = {sh.what, Fmt("%.2f", floor_us)};
     for (const Variant& v : variants) {
-      const double us =
-          GraphMicrosPerCall(s, kCalls, args.reps,
-                             [&](int i) {
-                               norm();
-                               if (v.wpr < 0) {
-                                 BENCH_CHECK((*gemm)->Run(DType::kBF16, DType::kBF16, xn, w[i % copies],
-                                                          nullptr, y, 1, sh.n, sh.k, s));
-                               } else {
-                                 cuda::GemvOptions o;
-                                 o.num_sms = prop.multiProcessorCount;
-                                 o.warps_per_row = v.wpr;
-                                 BENCH_CHECK(cuda::LaunchGemv(DType::kBF16, DType::kBF16, xn, w[i % copies],
-                                                              nullptr, y, 1, sh.n, sh.k, o, s));
-                               }
-                             }) -
-          norm_us;
+      const double us = GraphMicrosPerCall(s, kCalls, args.reps,
+                                           [&](int i) {
+                                             norm();
+                                             linear(v, i);
+                                           }) -
+                        norm_us;
       best = std::min(best, us);
       row.push_back(Fmt("%.2f", us));
+      // The same after a 10 us predecessor: how much of the linear hides behind it.
+      const double spun_us = GraphMicrosPerCall(s, kCalls, args.reps,
+                                                [&](int i) {
+                                                  BENCH_CUDA(LaunchSpin(kSpinNs, s));
+                                                  linear(v, i);
+                                                }) -
+                             spin_us;
+      overlap_row.push_back(Fmt("%.2f", spun_us));
     }
+    overlap.Row(overlap_row);
     row.push_back(Fmt("%.0f%%", 100.0 * floor_us / best));
     table.Row(row);
     for (void* p : w) cudaFree(p);
@@ -115,12 +140,16 @@ int Main(int argc, char** argv) {
   char head[1024];
   std::snprintf(
       head, sizeof(head),
-      "## Decode linears (M = 1, bf16) in isolation, %s\n\nTime per GEMV in a CUDA graph of %d (RMSNorm, "
+      "## Decode linears (M = %d, bf16) in isolation, %s\n\nTime per GEMV in a CUDA graph of %d (RMSNorm, "
       "linear) pairs with PDL, minus the norm alone; weights rotate over copies exceeding 2x L2. Copy "
       "bandwidth %.2f TB/s. GEMV auto = the GEMV's own choice of warps per row (the engine times it against "
       "cuBLASLt per shape and keeps the faster).\n\n",
-      prop.name, kCalls, copy_bw / 1e12);
-  const std::string report = std::string(head) + table.Markdown();
+      rows, prop.name, kCalls, copy_bw / 1e12);
+  const std::string report =
+      std::string(head) + table.Markdown() +
+      "\nThe same linears after a kernel that lets them launch and then spins for 10 us (" + Fmt("%.2f", spin_us) +
+      " us a call alone), minus that kernel: the part of each linear that does not overlap a long predecessor.\n\n" +
+      overlap.Markdown();
   std::printf("%s", report.c_str());
   if (!WriteReport(args.out, report)) return 1;
 

@@ -298,20 +298,25 @@ int main(int argc, char** argv) {
       int gemv;
       bool pdl;
       bool autotune;
+      bool ring = true;
       int attention_splits = 0;  // 0: the kernel's own choice
     };
-    for (const Variant& v : {Variant{"GEMV or cuBLASLt per shape, timed at first use (default)", 0, true, true},
-                             Variant{"GEMV (auto warps per row) + PDL", 0, true, false},
-                             Variant{"GEMV (auto warps per row), no PDL", 0, false, false},
-                             Variant{"GEMV one warp per row + PDL", 1, true, false},
-                             Variant{"cuBLASLt for every linear", -1, true, false},
-                             Variant{"cuBLASLt for every linear, no PDL in any kernel", -1, false, false},
-                             Variant{"default, decode attention in one pass (no split-K)", 0, true, true, 1},
-                             Variant{"default, decode attention split 8 ways", 0, true, true, 8}}) {
+    for (const Variant& v :
+         {Variant{"ring GEMV where it fits, else GEMV or cuBLASLt timed per shape (default)", 0, true, true},
+          Variant{"ring GEMV, no PDL in any kernel", 0, false, true},
+          Variant{"GEMV or cuBLASLt per shape, timed at first use (ring off)", 0, true, true, false},
+          Variant{"GEMV (auto warps per row) + PDL", 0, true, false},
+          Variant{"GEMV (auto warps per row), no PDL", 0, false, false},
+          Variant{"GEMV one warp per row + PDL", 1, true, false},
+          Variant{"cuBLASLt for every linear", -1, true, false},
+          Variant{"cuBLASLt for every linear, no PDL in any kernel", -1, false, false},
+          Variant{"default, decode attention in one pass (no split-K)", 0, true, true, true, 1},
+          Variant{"default, decode attention split 8 ways", 0, true, true, true, 8}}) {
       be.mutable_options().gemv_max_rows = v.gemv < 0 ? 0 : 4;
       be.mutable_options().gemv_warps_per_row = v.gemv < 0 ? 0 : v.gemv;
       be.mutable_options().programmatic_launch = v.pdl;
       be.mutable_options().autotune_linear = v.autotune;
+      be.mutable_options().gemv_smem_ring = v.ring;
       be.mutable_options().attention_splits = v.attention_splits;
       m.runner->ClearGraphs();
       const DecodeTiming t = RunDecode(m, 1, 128, std::max(16, args.steps / 2));
@@ -321,6 +326,7 @@ int main(int argc, char** argv) {
     be.mutable_options().gemv_warps_per_row = 0;
     be.mutable_options().programmatic_launch = true;
     be.mutable_options().autotune_linear = true;
+    be.mutable_options().gemv_smem_ring = true;
     be.mutable_options().attention_splits = 0;
     m.runner->ClearGraphs();
     md += "\n### Decode variants\n\n" + ab.Markdown();

@@ -154,7 +154,10 @@ TEST_P(CudaOpsTest, Linear) {
   struct Case {
     int64_t n, k;
   };
-  const Case cases[] = {{64, 64}, {100, 96}, {257, 72}, {384, 128}, {1000, 4096}, {129, 101}, {6144, 4096}};
+  // 512 x 7168 and 3000 x 2048: the ring GEMV splits rows into segments and balances uneven rows
+  // over its warps.
+  const Case cases[] = {{64, 64},    {100, 96},   {257, 72},    {384, 128}, {1000, 4096},
+                        {129, 101},  {6144, 4096}, {512, 7168}, {3000, 2048}};
   const int64_t ms[] = {1, 2, 3, 4, 5, 8, 9, 16, 33, 128, 1024};
   for (const Case& c : cases) {
     // Weights once per shape, on both backends.
@@ -175,13 +178,17 @@ TEST_P(CudaOpsTest, Linear) {
         for (int64_t j = 0; j < c.n; ++j) ref_bias[i * c.n + j] += b[j];
       for (bool bias : {false, true}) {
         for (DType out_t : {dtype_, DType::kF32}) {
-          // For small M the GEMV (its own choice of warps per row, then 1, 2, 4 and 8) and
-          // cuBLASLt, then the timed choice among them (autotune_linear, the default); cuBLASLt
-          // beyond.
-          for (int variant = 0; variant < 7; ++variant) {
+          // For small M the GEMV (its own choice of warps per row, then 1, 2, 4 and 8), cuBLASLt,
+          // the timed choice among them (autotune_linear, the default), and the GEMV's
+          // shared-memory ring form (default ring, then a 16 KB one: 1 KB units, two stages a
+          // warp, so every stage is refilled many times); cuBLASLt beyond.
+          for (int variant = 0; variant < 9; ++variant) {
             if (variant > 0 && m > kGemvRows) continue;
             gpu_->mutable_options().gemv_max_rows = variant == 5 ? 0 : kGemvRows;
-            gpu_->mutable_options().gemv_warps_per_row = variant >= 1 && variant <= 4 ? 1 << (variant - 1) : 0;
+            gpu_->mutable_options().gemv_warps_per_row = variant >= 1 && variant <= 4 ? 1 << (variant - 1)
+                                                         : variant >= 7 ? CudaBackendOptions::kGemvRingForm
+                                                                        : 0;
+            gpu_->mutable_options().gemv_ring_bytes = variant == 8 ? size_t{16} << 10 : 0;
             gpu_->mutable_options().autotune_linear = variant == 6;
             LinearWeight dw;
             dw.weight = dwt.t;
@@ -201,6 +208,7 @@ TEST_P(CudaOpsTest, Linear) {
   }
   gpu_->mutable_options().gemv_max_rows = kGemvRows;
   gpu_->mutable_options().gemv_warps_per_row = 0;
+  gpu_->mutable_options().gemv_ring_bytes = 0;
   gpu_->mutable_options().autotune_linear = true;
 }
 

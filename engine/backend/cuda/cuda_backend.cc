@@ -87,6 +87,9 @@ class CudaStepGraph final : public StepGraph {
 };
 
 constexpr int kMaxTimedOps = 8192;
+// Linear's kernel code for the GEMV's shared-memory ring form (cuBLASLt is 0, the register GEMV
+// its warps per row, or -1 for its own choice).
+constexpr int kLinearSmemRing = -2;
 
 }  // namespace
 
@@ -167,6 +170,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
         absl::StrCat("CUDA backend: device ", options.device_index, " does not exist (", count, " GPUs)"));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  // Benchmark knobs for the GEMV's shared-memory ring form (launch/README.md lists them).
+  if (const char* v = std::getenv("LLM_GEMV_SMEM_RING"); v != nullptr && v[0] == '0') impl->options.gemv_smem_ring = false;
+  if (const char* v = std::getenv("LLM_GEMV_RING_KB"); v != nullptr && std::atoi(v) > 0)
+    impl->options.gemv_ring_bytes = static_cast<size_t>(std::atoi(v)) << 10;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device_index));
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&impl->prop, options.device_index));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
@@ -325,11 +332,14 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
                                       out.shape().ToString())));
   const int64_t m = x.numel() / k;
   const void* bias = w.bias.empty() ? nullptr : w.bias.data();
-  auto gemv = [&](int warps_per_row) -> absl::Status {
+  // form: the GEMV with this many warps per row (0: its own choice), or kLinearSmemRing.
+  auto gemv = [&](int form) -> absl::Status {
     cuda::GemvOptions go;
     go.pdl = impl_->options.programmatic_launch;
     go.num_sms = impl_->prop.multiProcessorCount;
-    go.warps_per_row = warps_per_row;
+    go.warps_per_row = form > 0 ? form : 0;
+    go.smem_ring = form == kLinearSmemRing;
+    go.ring_bytes = impl_->options.gemv_ring_bytes;
     return cuda::LaunchGemv(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k, go,
                             impl_->stream);
   };
@@ -341,11 +351,18 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
     }
     return impl_->gemm->Run(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k, impl_->stream);
   };
-  // The kernel: cuBLASLt (0), or the GEMV with this many warps per row (its own choice: -1).
+  // The kernel: cuBLASLt (0), the GEMV with this many warps per row (its own choice: -1), or its
+  // shared-memory ring form (kLinearSmemRing).
   int kernel = 0;
   if (m <= impl_->options.gemv_max_rows && m <= cuda::kGemvMaxRows) {
     if (!impl_->options.autotune_linear) {
-      kernel = impl_->options.gemv_warps_per_row > 0 ? impl_->options.gemv_warps_per_row : -1;
+      const int wpr = impl_->options.gemv_warps_per_row;
+      kernel = wpr > 0 ? wpr : wpr == CudaBackendOptions::kGemvRingForm ? kLinearSmemRing : -1;
+    } else if (impl_->options.gemv_smem_ring && m <= impl_->options.gemv_ring_max_rows &&
+               cuda::GemvRingFits(dt, m, n, k, impl_->options.gemv_ring_bytes, impl_->prop.multiProcessorCount)) {
+      // Not timed: an isolated timing cannot see what makes the ring form win in a step, its
+      // weights streaming during the kernels before it (see CudaBackendOptions::gemv_smem_ring).
+      kernel = kLinearSmemRing;
     } else {
       const auto key = std::make_tuple(m, n, k, out.dtype(), bias != nullptr);
       auto it = impl_->linear_choice.find(key);
@@ -363,8 +380,12 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
   }
   OpScope scope(*impl_, "Linear", static_cast<double>(w.weight.bytes() + x.bytes() + out.bytes() + w.bias.bytes()),
                 2.0 * m * n * k,
-                impl_->timing ? absl::StrCat(n, "x", k, kernel == 0 ? " cublasLt" : " gemv") : std::string());
-  return kernel == 0 ? cublas() : gemv(std::max(kernel, 0));
+                impl_->timing ? absl::StrCat(n, "x", k,
+                                             kernel == 0                 ? " cublasLt"
+                                             : kernel == kLinearSmemRing ? " gemv ring"
+                                                                         : " gemv")
+                              : std::string());
+  return kernel == 0 ? cublas() : gemv(kernel == kLinearSmemRing ? kLinearSmemRing : std::max(kernel, 0));
 }
 
 // Times the candidates on the call's own operands: the GEMV with 1, 2, 4 and 8 warps per output

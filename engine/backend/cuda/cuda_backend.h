@@ -33,7 +33,24 @@ struct CudaBackendOptions {
   // from L1 for every weight vector, which stops paying off past a few rows: on an H100 at 8 rows
   // cuBLASLt took every 8B shape in about half the GEMV's time (LLM_LOG_LINEAR_CHOICE).
   int gemv_max_rows = 4;
-  int gemv_warps_per_row = 0;     // 0: auto (see GemvOptions)
+  // With autotune_linear off: the GEMV's warps per row (0: its own choice; kGemvRingForm: the
+  // shared-memory ring form).
+  static constexpr int kGemvRingForm = -1;
+  int gemv_warps_per_row = 0;
+  // With autotune_linear on, every linear of M <= gemv_ring_max_rows that the GEMV's
+  // shared-memory ring form fits (cuda::GemvRingFits) takes that form, untimed; the timed choice
+  // below covers the rest. The ring streams up to ~200 KB an SM of weights by bulk copies during
+  // the kernels before it (attention, all-reduce, norm) and lets the next linear start its own
+  // stream as soon as its copies are issued, so DRAM stays busy across the small kernels:
+  // H100, 8B batch-1 step 6.03 -> 5.50 ms (benchmarks/RESULTS.md). Mixed with the register forms
+  // (whose successors launch only after their whole stream) it was slower than either alone, and
+  // a per-shape timing after one norm cannot see that, so it is not a candidate there.
+  // LLM_GEMV_SMEM_RING=0 turns it off; LLM_GEMV_RING_KB sets gemv_ring_bytes.
+  bool gemv_smem_ring = true;
+  // At 4 rows cuBLASLt beats both GEMV forms by 30-45% on every 8B shape (H100, gemv_bench
+  // --rows 4): the ring form re-reads and converts x for every weight vector.
+  int gemv_ring_max_rows = 1;
+  size_t gemv_ring_bytes = 0;  // per block; 0: all the shared memory x and the partial sums leave
   // For Linear calls that may take the GEMV (M <= gemv_max_rows): time the GEMV (each number of
   // warps per row) against cuBLASLt on the first eager call of each shape (M, N, K, output dtype,
   // bias) and keep the fastest. The

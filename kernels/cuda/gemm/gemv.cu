@@ -2,6 +2,10 @@
 
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/gemm/gemv_smem_ring.cuh"
+
+#include <algorithm>
+#include <mutex>
 
 namespace llm::cuda {
 namespace {
@@ -135,6 +139,23 @@ __global__ void __launch_bounds__(kWarps * 32) GemvScalarKernel(const T* __restr
   }
 }
 
+// The ring kernel's M (rows of x) instantiation for m rows.
+int RingRowsTemplate(int64_t m) { return m == 1 ? 1 : m == 2 ? 2 : m <= 4 ? 4 : 8; }
+
+template <typename T, typename TOut, int M>
+cudaError_t LaunchRing(const T* x, const T* w, const T* bias, TOut* out, int m, int n, int k,
+                       const GemvRingPlan& plan, bool pdl, cudaStream_t stream) {
+  static std::once_flag attribute_set;
+  static cudaError_t attribute_err = cudaSuccess;
+  std::call_once(attribute_set, [] {
+    attribute_err = cudaFuncSetAttribute(GemvRingKernel<T, TOut, M>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         227 * 1024);
+  });
+  if (attribute_err != cudaSuccess) return attribute_err;
+  return LaunchKernel(GemvRingKernel<T, TOut, M>, dim3(plan.blocks), dim3(kRingWarps * 32), plan.smem_bytes,
+                      stream, pdl, x, w, bias, out, m, n, k, plan);
+}
+
 // Enough blocks to balance the SMs, while each warp keeps >= 64 vectors.
 int AutoWarpsPerRow(int64_t n, int64_t k, int vec, int num_sms) {
   int wpr = 1;
@@ -158,6 +179,23 @@ absl::Status LaunchTyped(const void* x, const void* w, const void* bias, void* o
     CUDA_RETURN_IF_ERROR(err);
     return absl::OkStatus();
   }
+  if (o.smem_ring) {
+    const int m_template = RingRowsTemplate(m);
+    GemvRingPlan plan;
+    if (PlanGemvRing(n, k, sizeof(T), m_template, o.num_sms, o.ring_bytes, &plan)) {
+      if (m_template == 1) {
+        err = LaunchRing<T, TOut, 1>(xt, wt, bt, ot, m, n, k, plan, o.pdl, stream);
+      } else if (m_template == 2) {
+        err = LaunchRing<T, TOut, 2>(xt, wt, bt, ot, m, n, k, plan, o.pdl, stream);
+      } else if (m_template == 4) {
+        err = LaunchRing<T, TOut, 4>(xt, wt, bt, ot, m, n, k, plan, o.pdl, stream);
+      } else {
+        err = LaunchRing<T, TOut, 8>(xt, wt, bt, ot, m, n, k, plan, o.pdl, stream);
+      }
+      CUDA_RETURN_IF_ERROR(err);
+      return absl::OkStatus();
+    }
+  }
   const int wpr = o.warps_per_row > 0 ? o.warps_per_row : AutoWarpsPerRow(n, k, kVec, o.num_sms);
   if (wpr != 1 && wpr != 2 && wpr != 4 && wpr != 8) return absl::InvalidArgumentError("Gemv: warps_per_row");
   const dim3 grid((n + kWarps / wpr - 1) / (kWarps / wpr));
@@ -175,6 +213,12 @@ absl::Status LaunchTyped(const void* x, const void* w, const void* bias, void* o
 }
 
 }  // namespace
+
+bool GemvRingFits(DType dtype, int64_t m, int64_t n, int64_t k, size_t ring_bytes, int num_sms) {
+  GemvRingPlan plan;
+  return m >= 1 && m <= kGemvMaxRows && n <= 0x7fffffff && k <= 0x7fffffff &&
+         PlanGemvRing(n, k, static_cast<int>(DTypeSize(dtype)), RingRowsTemplate(m), num_sms, ring_bytes, &plan);
+}
 
 int GemvAutoWarpsPerRow(DType dtype, int64_t n, int64_t k, int num_sms) {
   return AutoWarpsPerRow(n, k, static_cast<int>(16 / DTypeSize(dtype)), num_sms);

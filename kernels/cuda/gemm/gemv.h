@@ -21,7 +21,17 @@ struct GemvOptions {
   // Warps that share one output row, each summing a contiguous slice of K (1, 2, 4 or 8; 0:
   // chosen so that the grid has enough blocks to balance the SMs for small N).
   int warps_per_row = 0;
+  // Stream the weights through a ring of shared-memory stages filled by bulk copies instead
+  // (gemv_smem_ring.cuh): deeper prefetch before the dependency wait, no registers held, and the
+  // next kernel may launch as soon as the copies are issued. Shapes the form cannot take (see
+  // GemvRingFits; unaligned pointers) use the register form.
+  bool smem_ring = false;
+  size_t ring_bytes = 0;  // ring per block (0: all the shared memory that x and the partials leave)
 };
+
+// Whether the shared-memory ring form takes an M x K input against an N x K weight of `dtype`
+// with `ring_bytes` (0: as much as fits) of ring a block.
+bool GemvRingFits(DType dtype, int64_t m, int64_t n, int64_t k, size_t ring_bytes, int num_sms);
 
 // The warps per row that GemvOptions::warps_per_row = 0 picks for an N x K weight of `dtype`.
 int GemvAutoWarpsPerRow(DType dtype, int64_t n, int64_t k, int num_sms);

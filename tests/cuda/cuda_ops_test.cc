@@ -178,10 +178,11 @@ TEST_P(CudaOpsTest, Linear) {
         for (int64_t j = 0; j < c.n; ++j) ref_bias[i * c.n + j] += b[j];
       for (bool bias : {false, true}) {
         for (DType out_t : {dtype_, DType::kF32}) {
-          // For small M the GEMV (its own choice of warps per row, then 1, 2, 4 and 8), cuBLASLt,
-          // the timed choice among them (autotune_linear, the default), and the GEMV's
-          // shared-memory ring form (default ring, then a 16 KB one: 1 KB units, two stages a
-          // warp, so every stage is refilled many times); cuBLASLt beyond.
+          // For small M the GEMV's fixed rule (the ring form at one row, else its own choice of
+          // warps per row), then 1, 2, 4 and 8 warps per row, cuBLASLt, the default (the ring at
+          // one row, else the timed choice among the others), and the shared-memory ring form
+          // forced (default ring, then a 16 KB one: 1 KB units, two stages a warp, so every stage
+          // is refilled many times); cuBLASLt beyond.
           for (int variant = 0; variant < 9; ++variant) {
             if (variant > 0 && m > kGemvRows) continue;
             gpu_->mutable_options().gemv_max_rows = variant == 5 ? 0 : kGemvRows;

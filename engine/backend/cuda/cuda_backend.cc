@@ -355,14 +355,16 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
   // shared-memory ring form (kLinearSmemRing).
   int kernel = 0;
   if (m <= impl_->options.gemv_max_rows && m <= cuda::kGemvMaxRows) {
-    if (!impl_->options.autotune_linear) {
-      const int wpr = impl_->options.gemv_warps_per_row;
-      kernel = wpr > 0 ? wpr : wpr == CudaBackendOptions::kGemvRingForm ? kLinearSmemRing : -1;
+    const int wpr = impl_->options.gemv_warps_per_row;
+    if (!impl_->options.autotune_linear && wpr != 0) {
+      kernel = wpr > 0 ? wpr : kLinearSmemRing;  // a form forced (tests, benchmarks)
     } else if (impl_->options.gemv_smem_ring && m <= impl_->options.gemv_ring_max_rows &&
                cuda::GemvRingFits(dt, m, n, k, impl_->options.gemv_ring_bytes, impl_->prop.multiProcessorCount)) {
       // Not timed: an isolated timing cannot see what makes the ring form win in a step, its
       // weights streaming during the kernels before it (see CudaBackendOptions::gemv_smem_ring).
       kernel = kLinearSmemRing;
+    } else if (!impl_->options.autotune_linear) {
+      kernel = -1;
     } else {
       const auto key = std::make_tuple(m, n, k, out.dtype(), bias != nullptr);
       auto it = impl_->linear_choice.find(key);

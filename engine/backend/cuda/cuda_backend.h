@@ -33,13 +33,13 @@ struct CudaBackendOptions {
   // from L1 for every weight vector, which stops paying off past a few rows: on an H100 at 8 rows
   // cuBLASLt took every 8B shape in about half the GEMV's time (LLM_LOG_LINEAR_CHOICE).
   int gemv_max_rows = 4;
-  // With autotune_linear off: the GEMV's warps per row (0: its own choice; kGemvRingForm: the
-  // shared-memory ring form).
+  // With autotune_linear off: a GEMV form forced for every linear it may take, its warps per row
+  // or kGemvRingForm (0: the ring where gemv_smem_ring takes it, else the GEMV's own choice).
   static constexpr int kGemvRingForm = -1;
   int gemv_warps_per_row = 0;
-  // With autotune_linear on, every linear of M <= gemv_ring_max_rows that the GEMV's
-  // shared-memory ring form fits (cuda::GemvRingFits) takes that form, untimed; the timed choice
-  // below covers the rest. The ring streams up to ~200 KB an SM of weights by bulk copies during
+  // Every linear of M <= gemv_ring_max_rows that the GEMV's shared-memory ring form fits
+  // (cuda::GemvRingFits) takes that form, untimed; the timed choice (autotune_linear) or the
+  // GEMV's own rule covers the rest. The ring streams up to ~200 KB an SM of weights by bulk copies during
   // the kernels before it (attention, all-reduce, norm) and lets the next linear start its own
   // stream as soon as its copies are issued, so DRAM stays busy across the small kernels:
   // H100, 8B batch-1 step 6.03 -> 5.50 ms (benchmarks/RESULTS.md). Mixed with the register forms

@@ -33,12 +33,27 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
-// Address of key `pos` of sequence `seq`, KV head `kvh`, in a paged cache.
-template <typename T>
-__device__ __forceinline__ const T* KeyRow(const T* cache, const int32_t* table_row, int pos, int kvh,
-                                           int kv_heads, int block_size, int head_dim) {
-  const int64_t page = table_row[pos / block_size];
-  return cache + ((page * kv_heads + kvh) * block_size + pos % block_size) * static_cast<int64_t>(head_dim);
+// A key's place in a paged cache ([page][kv_heads][block_size][head_dim]): its block-table
+// entry and slot. kPow2Pages: block_size is a power of two and page_shift its log2, so this takes a
+// shift and a mask (in the attention loops a division cost as much as a tile's softmax).
+struct PagedKeySlot {
+  int block, slot;
+};
+template <bool kPow2Pages>
+__device__ __forceinline__ PagedKeySlot LocateKey(int key, int block_size, int page_shift) {
+  if constexpr (kPow2Pages) return {key >> page_shift, key & (block_size - 1)};
+  return {key / block_size, key % block_size};
+}
+
+inline constexpr int kNoBlockClamp = 0x7fffffff;  // last_block for callers whose keys are in range
+
+// Element offset of that key's row for KV head `kvh`, through the sequence's block-table row. The
+// table index is clamped to last_block, so that callers may compute addresses for keys past the
+// context without a branch (they must not read them).
+__device__ __forceinline__ int64_t PagedRowOffset(const int32_t* table_row, PagedKeySlot at, int kvh, int kv_heads,
+                                                  int block_size, int last_block, int head_dim) {
+  const int64_t page = table_row[min(at.block, last_block)];
+  return ((page * kv_heads + kvh) * block_size + at.slot) * static_cast<int64_t>(head_dim);
 }
 
 // How a decode launch splits the work (chosen on the host, paged_attention.cu).

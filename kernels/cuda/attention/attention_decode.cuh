@@ -102,21 +102,12 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
   const int start = first + z * chunk;
   const T* kc = static_cast<const T*>(p.k_cache);
   const T* vc = static_cast<const T*>(p.v_cache);
-  // Element offset of key `key`'s row in the caches (clamped into the table row: keys past the
-  // context are never read).
-  // (Power-of-two pages, the usual case: a shift and a mask instead of an integer division.)
+  // Element offset of key `key`'s row in the caches (keys past the context are never read).
   auto row_offset = [&](int key) -> int64_t {
-    int block, slot;
-    if ((p.block_size & (p.block_size - 1)) == 0) {
-      const int shift = __ffs(p.block_size) - 1;
-      block = key >> shift;
-      slot = key & (p.block_size - 1);
-    } else {
-      block = key / p.block_size;
-      slot = key % p.block_size;
-    }
-    const int64_t page = table[min(block, p.max_blocks_per_seq - 1)];
-    return ((page * p.num_kv_heads + kvh) * p.block_size + slot) * static_cast<int64_t>(D);
+    const PagedKeySlot at = (p.block_size & (p.block_size - 1)) == 0
+                                ? LocateKey<true>(key, p.block_size, __ffs(p.block_size) - 1)
+                                : LocateKey<false>(key, p.block_size, 0);
+    return PagedRowOffset(table, at, kvh, p.num_kv_heads, p.block_size, p.max_blocks_per_seq - 1, D);
   };
   int64_t next_off = row_offset(start + warp * 32 + lane);
   const int end = min(ctx, start + chunk);

@@ -135,15 +135,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
 #pragma unroll
     for (int j = tid / kChunks; j < kMmaBlockN; j += kMmaThreads / kChunks) {
       const int key = min(n0 + j, kv_end - 1);
-      int64_t page, slot;
-      if constexpr (kPow2Pages) {
-        page = table[key >> page_shift];
-        slot = key & (p.block_size - 1);
-      } else {
-        page = table[key / p.block_size];
-        slot = key % p.block_size;
-      }
-      const T* src = cache + ((page * p.num_kv_heads + kvh) * p.block_size + slot) * D + c * 8;
+      // key is already clamped into the context: no table clamp (kNoBlockClamp folds it away).
+      const T* src = cache +
+                     PagedRowOffset(table, LocateKey<kPow2Pages>(key, p.block_size, page_shift), kvh, p.num_kv_heads,
+                                    p.block_size, kNoBlockClamp, D) +
+                     c * 8;
       CpAsync16(dst + Swz<D>(j, c), src, n0 + j < kv_end);
     }
   };

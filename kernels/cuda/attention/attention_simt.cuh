@@ -100,7 +100,11 @@ __global__ void __launch_bounds__(kSimtThreads) AttentionSimtKernel(PagedAttenti
       T* kd = ks + j * dp + c;
       T* vd = vs + j * dp + c;
       const bool valid = key < end;
-      const int64_t off = valid ? KeyRow(kc, table, key, kvh, p.num_kv_heads, p.block_size, d) - kc + c : 0;
+      const int64_t off =
+          valid ? PagedRowOffset(table, LocateKey<false>(key, p.block_size, 0), kvh, p.num_kv_heads, p.block_size,
+                                 kNoBlockClamp, d) +
+                      c
+                : 0;
       if constexpr (Smem::kAsync) {
         CpAsync16(kd, kc + off, valid);
         CpAsync16(vd, vc + off, valid);

@@ -149,7 +149,7 @@ cudaError_t LaunchRing(const T* x, const T* w, const T* bias, TOut* out, int m, 
   static cudaError_t attribute_err = cudaSuccess;
   std::call_once(attribute_set, [] {
     attribute_err = cudaFuncSetAttribute(GemvRingKernel<T, TOut, M>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         227 * 1024);
+                                         static_cast<int>(kRingMaxSmemBytes));
   });
   if (attribute_err != cudaSuccess) return attribute_err;
   return LaunchKernel(GemvRingKernel<T, TOut, M>, dim3(plan.blocks), dim3(kRingWarps * 32), plan.smem_bytes,

@@ -17,9 +17,12 @@
 //
 // The block lets its successors launch (programmatic dependent launch; the first call in a block
 // counts) as soon as one of its warps has issued its last copy: the small kernel that follows
-// launches and lets the next linear launch in turn, whose blocks then fill their own rings while
-// this one drains, where shared memory allows two rings an SM. There is one block an SM, so
-// successors never hold slots this grid's blocks still need.
+// launches and lets the next linear launch in turn, whose blocks take each SM as this kernel's
+// block leaves it (the default ring uses all the shared memory its x and partials leave, so one
+// block fits an SM) and start their own stream during the small kernels. There is one block an
+// SM, so successors never hold slots this grid's blocks still need. A 96 KB ring (two blocks an
+// SM, the next stream starting during this one) was slower in the step: prefetch depth matters
+// more (benchmarks/RESULTS.md).
 #pragma once
 
 #include "kernels/cuda/common/bulk_copy.cuh"
@@ -29,7 +32,7 @@ namespace llm::cuda {
 
 inline constexpr int kRingWarps = 8;
 inline constexpr int kRingMaxStages = 16;
-inline constexpr int64_t kMaxSmem = 227 * 1024;  // per block on sm_90
+inline constexpr int64_t kRingMaxSmemBytes = 227 * 1024;  // dynamic shared memory a block may have on sm_90
 
 // The host's choice of a ring for one shape (see PlanGemvRing).
 struct GemvRingPlan {
@@ -161,13 +164,13 @@ inline bool PlanGemvRing(int64_t n, int64_t k, int elem_bytes, int m_template, i
   if (k % vec != 0 || n <= 0 || k <= 0) return false;
   const int64_t kvecs = k / vec;
   const int64_t x_bytes = int64_t{m_template} * k * elem_bytes;
-  if (x_bytes > kMaxSmem / 2) return false;
+  if (x_bytes > kRingMaxSmemBytes / 2) return false;
   GemvRingPlan p;
   p.rows_per_block = static_cast<int>((n + num_sms - 1) / num_sms);
   p.blocks = static_cast<int>((n + p.rows_per_block - 1) / p.rows_per_block);
   // The default ring takes what x and (about) the partial sums leave; the layout below trims it.
   const int64_t ring_budget =
-      ring_bytes > 0 ? static_cast<int64_t>(ring_bytes) : kMaxSmem - x_bytes - (int64_t{8} << 10);
+      ring_bytes > 0 ? static_cast<int64_t>(ring_bytes) : kRingMaxSmemBytes - x_bytes - (int64_t{8} << 10);
   const int64_t max_chunk_bytes = ring_budget / (kRingWarps * 2);
   // Cost of a split in bytes the busiest warp streams, plus a per-unit overhead (barrier wait,
   // reduction) worth ~256 bytes of streaming.
@@ -198,8 +201,8 @@ inline bool PlanGemvRing(int64_t n, int64_t k, int elem_bytes, int m_template, i
     p.smem_bytes = static_cast<size_t>(p.ring_offset + int64_t{kRingWarps} * p.stages * chunk_bytes);
   };
   // x and the partials come first; the ring gives up stages to fit (at least one a warp).
-  for (layout(); p.smem_bytes > kMaxSmem && p.stages > 1; layout()) --p.stages;
-  if (p.smem_bytes > kMaxSmem) return false;
+  for (layout(); p.smem_bytes > kRingMaxSmemBytes && p.stages > 1; layout()) --p.stages;
+  if (p.smem_bytes > kRingMaxSmemBytes) return false;
   *plan = p;
   return true;
 }

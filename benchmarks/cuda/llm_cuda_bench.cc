@@ -342,6 +342,21 @@ int main(int argc, char** argv) {
     be.mutable_options().gemv_max_rows = 4;
     m.runner->ClearGraphs();
     md += "\n" + b8.Markdown();
+    // Batches 2 and 4: the ring GEMV (default at one row) against the timed choice among the
+    // register GEMV forms and cuBLASLt.
+    Table b24({"variant (context 1024)", "batch", "step ms", "tokens/s"});
+    for (int batch : {2, 4}) {
+      for (int ring_rows : {batch, 1}) {
+        be.mutable_options().gemv_ring_max_rows = ring_rows;
+        m.runner->ClearGraphs();
+        const DecodeTiming t = RunDecode(m, batch, 1024, std::max(16, args.steps / 2));
+        b24.Row({ring_rows > 1 ? "ring GEMV" : "GEMV or cuBLASLt timed per shape", std::to_string(batch),
+                 Fmt("%.3f", t.step_ms), Fmt("%.1f", batch * 1e3 / t.step_ms)});
+      }
+    }
+    be.mutable_options().gemv_ring_max_rows = CudaBackendOptions{}.gemv_ring_max_rows;
+    m.runner->ClearGraphs();
+    md += "\n" + b24.Markdown();
   }
 
   // --- prefill ---

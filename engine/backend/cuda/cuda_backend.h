@@ -47,9 +47,11 @@ struct CudaBackendOptions {
   // a per-shape timing after one norm cannot see that, so it is not a candidate there.
   // LLM_GEMV_SMEM_RING=0 turns it off; LLM_GEMV_RING_KB sets gemv_ring_bytes.
   bool gemv_smem_ring = true;
-  // At 4 rows cuBLASLt beats both GEMV forms by 30-45% on every 8B shape (H100, gemv_bench
-  // --rows 4): the ring form re-reads and converts x for every weight vector.
-  int gemv_ring_max_rows = 1;
+  // Up to 2 rows: at 2 the ring about ties cuBLASLt in isolation and wins in the step (H100 8B
+  // batch 2: 6.11-6.14 against 6.50-6.79 ms); at 4 cuBLASLt beats both GEMV forms by 30-45% on
+  // every 8B shape (gemv_bench --rows 4; the ring re-reads and converts x for every weight
+  // vector) and the step is 33% slower with the ring.
+  int gemv_ring_max_rows = 2;
   size_t gemv_ring_bytes = 0;  // per block; 0: all the shared memory x and the partial sums leave
   // For Linear calls that may take the GEMV (M <= gemv_max_rows): time the GEMV (each number of
   // warps per row) against cuBLASLt on the first eager call of each shape (M, N, K, output dtype,

@@ -215,6 +215,9 @@ class Backend {
   // Graph capture: the ops issued between BeginCapture and EndCapture are recorded, not run, and
   // EndCapture returns them as a StepGraph. Backends without graphs say Unimplemented.
   virtual bool SupportsGraphs() const { return false; }
+  // Brackets an eager step run just before a graph capture of the same shapes (ModelRunner): a
+  // backend may time its kernel choices there, once per shape (it may synchronize).
+  virtual void SetTuningPass(bool on) {}
   virtual absl::Status BeginCapture() { return absl::UnimplementedError("this backend has no graph capture"); }
   virtual absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture() {
     return absl::UnimplementedError("this backend has no graph capture");

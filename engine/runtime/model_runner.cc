@@ -156,7 +156,10 @@ absl::StatusOr<Tensor> ModelRunner::ForwardGraph(const StepPlan& plan, int32_t b
     RETURN_IF_ERROR(it->second.graph->Replay());
     return it->second.output.Rows(0, n);
   }
-  ASSIGN_OR_RETURN(Tensor eager, decoder_->Forward(meta_, kv_cache_->layers()));
+  backend_->SetTuningPass(true);
+  absl::StatusOr<Tensor> eager_or = decoder_->Forward(meta_, kv_cache_->layers());
+  backend_->SetTuningPass(false);
+  ASSIGN_OR_RETURN(Tensor eager, std::move(eager_or));
   RETURN_IF_ERROR(backend_->Synchronize());
   // Capture. A failure turns graphs off for good (graph_status() says why); this step's result
   // is the eager one either way.

@@ -182,10 +182,13 @@ TEST_P(CudaOpsTest, Linear) {
           // warps per row), then 1, 2, 4 and 8 warps per row, cuBLASLt, the default (the ring at
           // one row, else the timed choice among the others), and the shared-memory ring form
           // forced (default ring, then a 16 KB one: 1 KB units, two stages a warp, so every stage
-          // is refilled many times); cuBLASLt beyond.
-          for (int variant = 0; variant < 9; ++variant) {
-            if (variant > 0 && m > kGemvRows) continue;
-            gpu_->mutable_options().gemv_max_rows = variant == 5 ? 0 : kGemvRows;
+          // is refilled many times); cuBLASLt beyond, then tuned (9).
+          for (int variant = 0; variant < 10; ++variant) {
+            if (variant > 0 && variant < 9 && m > kGemvRows) continue;
+            gpu_->mutable_options().gemv_max_rows = variant == 5 || variant == 9 ? 0 : kGemvRows;
+            // 9: cuBLASLt in a tuning pass, so that the shape's heuristic picks are timed and the
+            // fastest kept (CublasLtGemm::Tune) before this call runs it.
+            gpu_->SetTuningPass(variant == 9);
             gpu_->mutable_options().gemv_warps_per_row = variant >= 1 && variant <= 4 ? 1 << (variant - 1)
                                                          : variant >= 7 ? CudaBackendOptions::kGemvRingForm
                                                                         : 0;
@@ -211,6 +214,7 @@ TEST_P(CudaOpsTest, Linear) {
   gpu_->mutable_options().gemv_warps_per_row = 0;
   gpu_->mutable_options().gemv_ring_bytes = 0;
   gpu_->mutable_options().autotune_linear = true;
+  gpu_->SetTuningPass(false);
 }
 
 std::vector<float> InvFreq(int rotary_dim, double theta) {

@@ -9,10 +9,12 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/cuda/attention/paged_attention.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/elementwise/elementwise.h"
@@ -105,6 +107,10 @@ struct CudaBackend::Impl {
   // Linear shapes timed so far (see CudaBackendOptions::autotune_linear): the GEMV's warps per
   // row that won, or 0 when cuBLASLt did.
   std::map<std::tuple<int64_t, int64_t, int64_t, DType, bool>, int> linear_choice;
+  // Shapes whose cuBLASLt algorithm was timed (tune_cublas_max_rows), and whether this is a
+  // tuning pass (SetTuningPass).
+  std::set<std::tuple<int64_t, int64_t, int64_t, DType, bool>> cublas_tuned;
+  bool tuning_pass = false;
 
   // Sampler buffers.
   DeviceMem sample_work, sample_params, sample_entries, sample_results;
@@ -172,6 +178,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   impl->options = options;
   // Benchmark knobs for the GEMV's shared-memory ring form (launch/README.md lists them).
   if (const char* v = std::getenv("LLM_GEMV_SMEM_RING"); v != nullptr && v[0] == '0') impl->options.gemv_smem_ring = false;
+  if (const char* v = std::getenv("LLM_TUNE_CUBLAS"); v != nullptr && v[0] == '0') impl->options.tune_cublas_max_rows = 0;
   if (const char* v = std::getenv("LLM_GEMV_RING_KB"); v != nullptr && std::atoi(v) > 0)
     impl->options.gemv_ring_bytes = static_cast<size_t>(std::atoi(v)) << 10;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device_index));
@@ -380,6 +387,11 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
       }
     }
   }
+  if (kernel == 0 && impl_->tuning_pass && m <= impl_->options.tune_cublas_max_rows && !impl_->capturing &&
+      !impl_->timing && impl_->cublas_tuned.insert(std::make_tuple(m, n, k, out.dtype(), bias != nullptr)).second) {
+    // The same form as cublas() below runs: the bias goes into cuBLASLt only in the output's type.
+    RETURN_IF_ERROR(TuneCublas(x, w.weight.data(), bias && out.dtype() != dt ? nullptr : bias, out, m, n, k));
+  }
   OpScope scope(*impl_, "Linear", static_cast<double>(w.weight.bytes() + x.bytes() + out.bytes() + w.bias.bytes()),
                 2.0 * m * n * k,
                 impl_->timing ? absl::StrCat(n, "x", k,
@@ -388,6 +400,41 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
                                                                          : " gemv")
                               : std::string());
   return kernel == 0 ? cublas() : gemv(kernel == kLinearSmemRing ? kLinearSmemRing : std::max(kernel, 0));
+}
+
+void CudaBackend::SetTuningPass(bool on) { impl_->tuning_pass = on; }
+
+absl::Status CudaBackend::TuneCublas(Tensor x, const void* w, const void* bias, Tensor out, int64_t m, int64_t n,
+                                     int64_t k) {
+  cudaStream_t st = impl_->stream;
+  // As in ChooseLinearKernel: each timed call after writing more than L2 holds, so that the
+  // weights come from DRAM as in a step.
+  const size_t flush_bytes = std::max<size_t>(size_t{2} * impl_->prop.l2CacheSize, size_t{64} << 20);
+  void* flush = nullptr;
+  if (cudaMallocAsync(&flush, flush_bytes, st) != cudaSuccess) {
+    // No room beside the arena (--gpu-memory-fraction near 1): keep the heuristic's pick.
+    cudaGetLastError();
+    return absl::OkStatus();
+  }
+  int round = 0;
+  auto before_each = [&]() -> absl::Status {
+    const cudaError_t err = cudaMemsetAsync(flush, ++round & 0xff, flush_bytes, st);
+    return err == cudaSuccess ? absl::OkStatus() : cuda::CudaError(err, "cudaMemsetAsync", __FILE__, __LINE__);
+  };
+  absl::StatusOr<std::vector<float>> us =
+      impl_->gemm->Tune(activation_dtype(), out.dtype(), x.data(), w, bias, out.data(), m, n, k, st, 8, before_each);
+  cudaFreeAsync(flush, st);
+  RETURN_IF_ERROR(us.status());
+  static const bool log_choice = [] {
+    const char* v = std::getenv("LLM_LOG_LINEAR_CHOICE");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  if (log_choice) {
+    std::string line = absl::StrCat("cuBLASLt ", n, " x ", k, ", ", m, " rows, heuristic picks (us):");
+    for (float t : *us) absl::StrAppend(&line, " ", std::isinf(t) ? std::string("-") : absl::StrFormat("%.1f", t));
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  return absl::OkStatus();
 }
 
 // Times the candidates on the call's own operands: the GEMV with 1, 2, 4 and 8 warps per output

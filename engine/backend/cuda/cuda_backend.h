@@ -60,6 +60,11 @@ struct CudaBackendOptions {
   // cuBLASLt (4.76 against 5.19 ms per 8B decode step), and tensor-parallel shards are smaller
   // still. false: always the GEMV up to gemv_max_rows.
   bool autotune_linear = true;
+  // Linears that take cuBLASLt with M <= this (decode steps): in the eager step before a graph
+  // capture (Backend::SetTuningPass), time cuBLASLt's first heuristic picks on the call's operands
+  // and keep the fastest for the shape (CublasLtGemm::Tune). 0: the heuristic's first pick
+  // (LLM_TUNE_CUBLAS=0 sets that).
+  int tune_cublas_max_rows = 256;
   // Programmatic dependent launch for the GEMV (its weight prefetch overlaps the previous op) and
   // the small per-layer kernels (norm, RoPE/KV write, decode attention, SiLU: their launch
   // overlaps the previous kernel's tail). The NVLink all-reduce kernels always use it.
@@ -113,6 +118,7 @@ class CudaBackend final : public Backend {
   absl::Status FillUniform(Tensor dst, uint64_t seed, float low, float high) override;
   absl::Status PrepareSampler(int32_t max_rows, int64_t vocab) override;
   bool SupportsGraphs() const override { return true; }
+  void SetTuningPass(bool on) override;
   absl::Status BeginCapture() override;
   absl::StatusOr<std::unique_ptr<StepGraph>> EndCapture() override;
 
@@ -135,6 +141,8 @@ class CudaBackend final : public Backend {
 
  private:
   // CudaBackendOptions::autotune_linear: the GEMV's warps per row that wins, 0 for cuBLASLt.
+  // CudaBackendOptions::tune_cublas_max_rows: times cuBLASLt's candidates for this call's shape.
+  absl::Status TuneCublas(Tensor x, const void* w, const void* bias, Tensor out, int64_t m, int64_t n, int64_t k);
   absl::StatusOr<int> ChooseLinearKernel(Tensor x, int64_t n, int64_t k, const std::function<absl::Status(int)>& gemv,
                                          const std::function<absl::Status()>& cublas);
   struct Impl;

@@ -3,8 +3,10 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/common/cuda_status.h"
@@ -34,6 +36,7 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's picks, best first
   bool has_bias = false;
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -45,6 +48,8 @@ struct Plan {
     if (c) cublasLtMatrixLayoutDestroy(c);
   }
 };
+
+constexpr int kMaxCandidates = 8;
 
 using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, int, bool, uint32_t, uint32_t, uint32_t, uint32_t>;
 
@@ -59,6 +64,18 @@ struct CublasLtGemm::Impl {
   ~Impl() {
     plans.clear();
     if (handle) cublasLtDestroy(handle);
+  }
+
+  absl::Status Matmul(Plan& plan, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w, const void* bias,
+                      void* out, Stream stream) {
+    if (bias)
+      CUBLAS_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    const float alpha = 1.0f, beta = 0.0f;
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle, plan.desc, &alpha, w, plan.a, x, plan.b, &beta, out, plan.c, out,
+                                          plan.c, &algo, workspace, workspace_bytes,
+                                          reinterpret_cast<cudaStream_t>(stream)));
+    return absl::OkStatus();
   }
 
   absl::StatusOr<Plan*> GetPlan(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias,
@@ -108,15 +125,16 @@ struct CublasLtGemm::Impl {
                                                                 &align_c, sizeof(align_c)));
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                                 &align_c, sizeof(align_c)));
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
     int found = 0;
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->c, plan->c, pref,
-                                                          1, &result, &found));
+                                                          kMaxCandidates, results, &found));
     if (found == 0)
       return absl::UnimplementedError(absl::StrCat("Linear: cuBLASLt has no algorithm for m ", m, " n ", n, " k ", k,
                                                    " ", std::string(DTypeName(dtype)), " -> ",
                                                    std::string(DTypeName(out_dtype)), bias ? " with bias" : ""));
-    plan->algo = result.algo;
+    plan->algo = results[0].algo;
+    for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
     Plan* raw = plan.get();
     plans.emplace(key, std::move(plan));
     return raw;
@@ -145,14 +163,58 @@ absl::Status CublasLtGemm::Run(DType dtype, DType out_dtype, const void* x, cons
   if (out_dtype != dtype && out_dtype != DType::kF32)
     return absl::InvalidArgumentError("Linear: output dtype must be the input dtype or float32");
   ASSIGN_OR_RETURN(Plan* plan, impl_->GetPlan(dtype, out_dtype, x, w, bias, out, m, n, k));
-  if (bias)
-    CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  const float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(impl_->handle, plan->desc, &alpha, w, plan->a, x, plan->b, &beta, out,
-                                        plan->c, out, plan->c, &plan->algo, impl_->workspace, impl_->workspace_bytes,
-                                        reinterpret_cast<cudaStream_t>(stream)));
-  return absl::OkStatus();
+  return impl_->Matmul(*plan, plan->algo, x, w, bias, out, stream);
+}
+
+absl::StatusOr<std::vector<float>> CublasLtGemm::Tune(DType dtype, DType out_dtype, const void* x, const void* w,
+                                                      const void* bias, void* out, int64_t m, int64_t n, int64_t k,
+                                                      Stream stream, int candidates,
+                                                      const std::function<absl::Status()>& before_each) {
+  if (m <= 0 || n <= 0 || k <= 0) return absl::InvalidArgumentError("Linear: bad shape to tune");
+  ASSIGN_OR_RETURN(Plan* plan, impl_->GetPlan(dtype, out_dtype, x, w, bias, out, m, n, k));
+  const int count = std::min<int>(candidates, static_cast<int>(plan->candidates.size()));
+  cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
+  struct EventGuard {
+    cudaEvent_t a, b;
+    ~EventGuard() {
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+    }
+  } guard{start, stop};
+  constexpr int kWarmup = 2, kTimed = 7;
+  std::vector<std::vector<float>> times(count);
+  std::vector<bool> failed(count, false);
+  for (int i = 0; i < kWarmup + kTimed; ++i) {
+    for (int c = 0; c < count; ++c) {
+      if (failed[c]) continue;
+      RETURN_IF_ERROR(before_each());
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(start, st));
+      if (!impl_->Matmul(*plan, plan->candidates[c], x, w, bias, out, stream).ok()) {
+        failed[c] = true;  // e.g. a workspace the algorithm cannot use: not a candidate
+        CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, st));
+        continue;
+      }
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, st));
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
+      float ms = 0.0f;
+      CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
+      if (i >= kWarmup) times[c].push_back(1e3f * ms);
+    }
+  }
+  std::vector<float> median(count, std::numeric_limits<float>::infinity());
+  int best = 0;
+  for (int c = 0; c < count; ++c) {
+    if (failed[c] || times[c].empty()) continue;
+    std::sort(times[c].begin(), times[c].end());
+    median[c] = times[c][times[c].size() / 2];
+    // A challenger must win clearly (3%), so that near ties do not flip between processes.
+    if (median[c] < 0.97f * median[best]) best = c;
+  }
+  plan->algo = plan->candidates[best];
+  return median;
 }
 
 }  // namespace llm::cuda

@@ -1,11 +1,13 @@
 // cuBLASLt GEMM for the linear layers: out[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N]), row-major, fp32
 // accumulation (no TF32 for float32 inputs). One heuristic query per distinct shape/alignment,
-// cached; the workspace is caller-owned and fixed, so calls can be captured in a CUDA graph.
+// cached (its first pick, or the fastest of its picks after Tune); the workspace is caller-owned and fixed, so calls can be captured in a CUDA graph.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -25,6 +27,15 @@ class CublasLtGemm {
   // x, w (and bias) of `dtype`; out of `out_dtype` (== dtype, or f32).
   absl::Status Run(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias, void* out, int64_t m,
                    int64_t n, int64_t k, Stream stream);
+
+  // Times up to `candidates` of cuBLASLt's heuristic algorithms for this call's shape on its
+  // operands (`before_each` runs before every timed call, e.g. to push the weights out of L2) and
+  // keeps the fastest for the shape: the heuristic's first pick is often not it for decode-sized
+  // M. Synchronizes `stream`. Returns each candidate's median time in microseconds, the
+  // heuristic's pick first (an algorithm that fails to run gets +infinity).
+  absl::StatusOr<std::vector<float>> Tune(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias,
+                                          void* out, int64_t m, int64_t n, int64_t k, Stream stream, int candidates,
+                                          const std::function<absl::Status()>& before_each);
 
   size_t cached_plans() const;
 

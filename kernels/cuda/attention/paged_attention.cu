@@ -1,6 +1,4 @@
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <utility>
 
 #include "kernels/cuda/attention/attention_decode.cuh"
@@ -8,6 +6,7 @@
 #include "kernels/cuda/attention/attention_simt.cuh"
 #include "kernels/cuda/attention/paged_attention.h"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/dynamic_smem.h"
 
 namespace llm::cuda {
 namespace {
@@ -23,30 +22,6 @@ using attention::SimtSmem;
 size_t PartialBytesPerSplit(int64_t num_tokens, int32_t num_heads, int32_t head_dim) {
   return static_cast<size_t>(num_tokens) * num_heads *
          (static_cast<size_t>(head_dim) * sizeof(float) + sizeof(float2));
-}
-
-// Raises a kernel's dynamic shared-memory limit (needed above 48 KiB) once per kernel, device and
-// size: every eager decode step launches these kernels, and the attribute call costs microseconds
-// of host time where the lookup costs nanoseconds.
-template <typename Kernel>
-cudaError_t AllowSmem(Kernel kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, size_t> allowed;  // (kernel, device) -> bytes set
-  const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), device};
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = allowed.find(key);
-  if (it != allowed.end() && it->second >= bytes) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // reported here; not left for the next launch check
-    return err;
-  }
-  allowed[key] = bytes;
-  return cudaSuccess;
 }
 
 // The workspace starts with the decode kernel's arrival counters (zero between calls), then the
@@ -90,7 +65,7 @@ absl::Status LaunchSimt(const PagedAttentionParams& p, DecodeSplit split, void* 
                         Stream stream) {
   const size_t smem = SimtSmem<T, G, kVec>::Bytes(p.head_dim);
   auto kernel = AttentionSimtKernel<T, G, kVec>;
-  CUDA_RETURN_IF_ERROR(AllowSmem(kernel, smem));
+  CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
   PlacePartials(p, workspace, &split);
   const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
   CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, grid, dim3(attention::kSimtThreads), smem, stream, pdl, p,
@@ -154,7 +129,7 @@ absl::Status LaunchDecode(const PagedAttentionParams& p, DecodeSplit split, void
   const bool v_smem = p.num_tokens * p.num_kv_heads * split.head_tiles >= num_sms;
   auto kernel = v_smem ? AttentionDecodeKernel<T, G, D, true> : AttentionDecodeKernel<T, G, D, false>;
   constexpr size_t smem = DecodeSmem<T, G, D>::kBytes;
-  CUDA_RETURN_IF_ERROR(AllowSmem(kernel, smem));
+  CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
   PlacePartials(p, workspace, &split);
   const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
   CUDA_RETURN_IF_ERROR(
@@ -187,7 +162,7 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
         return absl::InvalidArgumentError("Attention: prompt chunk too long for one prefill call");
       const dim3 grid(p.num_heads, (p.max_query_len + kRows - 1) / kRows, p.num_seqs);
       auto launch = [&](auto kernel, size_t smem) -> absl::Status {
-        CUDA_RETURN_IF_ERROR(AllowSmem(kernel, smem));
+        CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
         kernel<<<grid, attention::kMmaThreads, smem, stream>>>(p);
         CUDA_RETURN_IF_LAUNCH_ERROR();
         return absl::OkStatus();

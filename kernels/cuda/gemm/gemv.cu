@@ -2,10 +2,10 @@
 
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/common/dynamic_smem.h"
 #include "kernels/cuda/gemm/gemv_smem_ring.cuh"
 
 #include <algorithm>
-#include <mutex>
 
 namespace llm::cuda {
 namespace {
@@ -145,13 +145,8 @@ int RingRowsTemplate(int64_t m) { return m == 1 ? 1 : m == 2 ? 2 : m <= 4 ? 4 : 
 template <typename T, typename TOut, int M>
 cudaError_t LaunchRing(const T* x, const T* w, const T* bias, TOut* out, int m, int n, int k,
                        const GemvRingPlan& plan, bool pdl, cudaStream_t stream) {
-  static std::once_flag attribute_set;
-  static cudaError_t attribute_err = cudaSuccess;
-  std::call_once(attribute_set, [] {
-    attribute_err = cudaFuncSetAttribute(GemvRingKernel<T, TOut, M>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kRingMaxSmemBytes));
-  });
-  if (attribute_err != cudaSuccess) return attribute_err;
+  const cudaError_t err = AllowDynamicSmem(GemvRingKernel<T, TOut, M>, plan.smem_bytes);
+  if (err != cudaSuccess) return err;
   return LaunchKernel(GemvRingKernel<T, TOut, M>, dim3(plan.blocks), dim3(kRingWarps * 32), plan.smem_bytes,
                       stream, pdl, x, w, bias, out, m, n, k, plan);
 }

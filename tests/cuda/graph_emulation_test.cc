@@ -76,6 +76,10 @@ TEST(GraphEmulationTest, PaddedDecodeGraphsMatchReference) {
       }
     }
     EXPECT_EQ(rec->captures, 2);  // buckets 1 and 4
+    // Each capture follows one eager tuning pass over the same step (where the CUDA backend times
+    // its kernel choices), and nothing else runs in one.
+    EXPECT_EQ(rec->tuning_passes, 2);
+    EXPECT_EQ(rec->linears_while_tuning, 2 * (4 * config->num_layers + 1));
     EXPECT_GT(rec->replays, 20);
     EXPECT_EQ(r.graphs_captured(), 2);
     EXPECT_TRUE(r.graph_status().ok()) << r.graph_status();

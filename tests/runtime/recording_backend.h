@@ -19,6 +19,8 @@ class RecordingBackend final : public Backend {
  public:
   explicit RecordingBackend(int threads) : cpu_(threads) {}
   int captures = 0, replays = 0;
+  // Tuning passes (Backend::SetTuningPass) seen, and Linear calls run inside one.
+  int tuning_passes = 0, linears_while_tuning = 0;
 
   Device device() const override { return cpu_.device(); }
   DType activation_dtype() const override { return cpu_.activation_dtype(); }
@@ -43,6 +45,7 @@ class RecordingBackend final : public Backend {
   }
   absl::Status Add(Tensor x, Tensor y) override { return Do([=, this] { return cpu_.Add(x, y); }); }
   absl::Status Linear(Tensor x, const LinearWeight& w, Tensor out) override {
+    if (tuning_) ++linears_while_tuning;
     return Do([=, this] { return cpu_.Linear(x, w, out); });
   }
   absl::Status QkvRope(const QkvRopeArgs& a) override { return Do([=, this] { return cpu_.QkvRope(a); }); }
@@ -56,6 +59,10 @@ class RecordingBackend final : public Backend {
   }
 
   bool SupportsGraphs() const override { return true; }
+  void SetTuningPass(bool on) override {
+    if (on && !tuning_) ++tuning_passes;
+    tuning_ = on;
+  }
   bool recording() const { return recording_; }
   // Runs `op` now, or records it for every replay while capturing (what a graph does with an
   // enqueued kernel or a device-side collective).
@@ -68,6 +75,8 @@ class RecordingBackend final : public Backend {
     return op();
   }
   absl::Status BeginCapture() override {
+    // A tuning pass times kernels eagerly: it must end before a capture starts.
+    if (tuning_) return absl::FailedPreconditionError("capture inside a tuning pass");
     recording_ = true;
     ops_.clear();
     return absl::OkStatus();
@@ -94,7 +103,7 @@ class RecordingBackend final : public Backend {
   };
 
   CpuBackend cpu_;
-  bool recording_ = false;
+  bool recording_ = false, tuning_ = false;
   std::vector<Op> ops_;
 };
 

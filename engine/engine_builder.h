@@ -31,8 +31,9 @@ struct EngineBuildOptions {
   int32_t max_queue = 1024;
   bool dummy_weights = false;   // random weights in the config's shapes; no checkpoint files
   // CUDA: time the GEMV forms against cuBLASLt per decode linear shape at first use and keep the
-  // fastest (CudaBackendOptions::autotune_linear). false: a fixed rule (GEMV up to 4 rows), so that bf16
-  // outputs do not depend on timing noise between restarts, ranks or pipeline splits.
+  // fastest (CudaBackendOptions::autotune_linear; linears of 1-2 rows take the ring GEMV
+  // untimed either way). false: a fixed rule (the GEMV up to 4 rows), so that bf16 outputs do not
+  // depend on timing noise between restarts, ranks or pipeline splits.
   bool time_linear_kernels = true;
   int device_index = 0;         // CUDA device (a multi-rank group uses each rank's local rank)
 };

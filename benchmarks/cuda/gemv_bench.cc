@@ -1,9 +1,11 @@
-// gemv_bench: the decode linears (M = 1, or --rows M) of Llama-3-8B and of its TP2 / TP4 ranks, in isolation
-// on one GPU, for every GEMV configuration (warps per row, shared-memory ring) and cuBLASLt, beside the floor (weight bytes /
-// measured copy bandwidth). Each call follows a small kernel (RMSNorm of one row), as in a decode step,
-// inside a CUDA graph of kCalls such pairs (programmatic dependent launch on, so the GEMV's weight prefetch
-// overlaps the norm as it does in the engine); the weights rotate over enough copies to exceed twice the L2
-// cache, so they come from DRAM. Times are per pair, minus the norm alone in the same kind of graph.
+// gemv_bench: the decode linears (M = 1, or --rows M) of Llama-3-8B and of its TP2 / TP4 ranks,
+// in isolation on one GPU, for every GEMV configuration (warps per row, shared-memory ring) and
+// cuBLASLt, beside the floor (weight bytes / measured copy bandwidth). Each call follows a small
+// kernel (RMSNorm of the input rows), as in a decode step, inside a CUDA graph of kCalls such pairs
+// (programmatic dependent launch on, so the GEMV's weight prefetch overlaps the norm as it does in
+// the engine); the weights rotate over enough copies to exceed twice the L2 cache, so they come
+// from DRAM. Times are per pair, minus the norm alone in the same kind of graph. A second table
+// does the same after a 10 us predecessor (spin_kernel.h): what each form hides behind it.
 //
 //   gemv_bench [--out FILE.md] [--reps 10] [--rows 1]
 #include <cuda_runtime.h>
@@ -14,9 +16,9 @@
 #include <vector>
 
 #include "benchmarks/cuda/bench_common.h"
+#include "benchmarks/cuda/spin_kernel.h"
 #include "kernels/cuda/elementwise/elementwise.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
-#include "benchmarks/cuda/spin_kernel.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/norm/rms_norm.h"
 

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/cuda/attention/paged_attention.h"
+#include "kernels/cuda/common/candidate_timing.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/elementwise/elementwise.h"
 #include "kernels/cuda/elementwise/gather.h"
@@ -92,6 +93,15 @@ constexpr int kMaxTimedOps = 8192;
 // Linear's kernel code for the GEMV's shared-memory ring form (cuBLASLt is 0, the register GEMV
 // its warps per row, or -1 for its own choice).
 constexpr int kLinearSmemRing = -2;
+
+// LLM_LOG_LINEAR_CHOICE=1: the decode linears' kernel choices and their timings, on stderr.
+bool LogLinearChoice() {
+  static const bool on = [] {
+    const char* v = std::getenv("LLM_LOG_LINEAR_CHOICE");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
 
 }  // namespace
 
@@ -339,7 +349,7 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
                                       out.shape().ToString())));
   const int64_t m = x.numel() / k;
   const void* bias = w.bias.empty() ? nullptr : w.bias.data();
-  // form: the GEMV with this many warps per row (0: its own choice), or kLinearSmemRing.
+  // form: the GEMV with this many warps per row (<= 0: its own choice), or kLinearSmemRing.
   auto gemv = [&](int form) -> absl::Status {
     cuda::GemvOptions go;
     go.pdl = impl_->options.programmatic_launch;
@@ -399,39 +409,21 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
                                              : kernel == kLinearSmemRing ? " gemv ring"
                                                                          : " gemv")
                               : std::string());
-  return kernel == 0 ? cublas() : gemv(kernel == kLinearSmemRing ? kLinearSmemRing : std::max(kernel, 0));
+  return kernel == 0 ? cublas() : gemv(kernel);
 }
 
 void CudaBackend::SetTuningPass(bool on) { impl_->tuning_pass = on; }
 
 absl::Status CudaBackend::TuneCublas(Tensor x, const void* w, const void* bias, Tensor out, int64_t m, int64_t n,
                                      int64_t k) {
-  cudaStream_t st = impl_->stream;
-  // As in ChooseLinearKernel: each timed call after writing more than L2 holds, so that the
-  // weights come from DRAM as in a step.
-  const size_t flush_bytes = std::max<size_t>(size_t{2} * impl_->prop.l2CacheSize, size_t{64} << 20);
-  void* flush = nullptr;
-  if (cudaMallocAsync(&flush, flush_bytes, st) != cudaSuccess) {
-    // No room beside the arena (--gpu-memory-fraction near 1): keep the heuristic's pick.
-    cudaGetLastError();
-    return absl::OkStatus();
-  }
-  int round = 0;
-  auto before_each = [&]() -> absl::Status {
-    const cudaError_t err = cudaMemsetAsync(flush, ++round & 0xff, flush_bytes, st);
-    return err == cudaSuccess ? absl::OkStatus() : cuda::CudaError(err, "cudaMemsetAsync", __FILE__, __LINE__);
-  };
-  absl::StatusOr<std::vector<float>> us =
-      impl_->gemm->Tune(activation_dtype(), out.dtype(), x.data(), w, bias, out.data(), m, n, k, st, 8, before_each);
-  cudaFreeAsync(flush, st);
-  RETURN_IF_ERROR(us.status());
-  static const bool log_choice = [] {
-    const char* v = std::getenv("LLM_LOG_LINEAR_CHOICE");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
-  if (log_choice) {
+  cuda::L2Flush flush(impl_->stream, impl_->prop.l2CacheSize);
+  if (!flush.ok()) return absl::OkStatus();  // no room beside the arena: keep the heuristic's pick
+  ASSIGN_OR_RETURN(const std::vector<float> us,
+                   impl_->gemm->Tune(activation_dtype(), out.dtype(), x.data(), w, bias, out.data(), m, n, k,
+                                     impl_->stream, 8, [&] { return flush.Flush(); }));
+  if (LogLinearChoice()) {
     std::string line = absl::StrCat("cuBLASLt ", n, " x ", k, ", ", m, " rows, heuristic picks (us):");
-    for (float t : *us) absl::StrAppend(&line, " ", std::isinf(t) ? std::string("-") : absl::StrFormat("%.1f", t));
+    for (float t : us) absl::StrAppend(&line, " ", std::isinf(t) ? std::string("-") : absl::StrFormat("%.1f", t));
     std::fprintf(stderr, "%s\n", line.c_str());
   }
   return absl::OkStatus();
@@ -450,48 +442,24 @@ absl::StatusOr<int> CudaBackend::ChooseLinearKernel(Tensor x, int64_t n, int64_t
                                                     const std::function<absl::Status(int)>& gemv,
                                                     const std::function<absl::Status()>& cublas) {
   cudaStream_t st = impl_->stream;
-  const size_t flush_bytes = std::max<size_t>(size_t{2} * impl_->prop.l2CacheSize, size_t{64} << 20);
-  void* flush = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaMallocAsync(&flush, flush_bytes + x.bytes(), st));
-  void* scratch = static_cast<char*>(flush) + flush_bytes;  // the norm's output (x is only read)
-  auto predecessor = [&]() -> absl::Status {
-    // x's first row stands in for the norm weight: only the timing matters.
-    return cuda::LaunchRmsNorm(activation_dtype(), x.data(), nullptr, nullptr, x.data(), scratch, x.numel() / k, k,
-                               1e-5f, st, impl_->options.programmatic_launch);
-  };
+  cuda::L2Flush flush(st, impl_->prop.l2CacheSize, x.bytes());  // scratch: the norm's output
+  if (!flush.ok()) return -1;  // no room beside the arena: the GEMV's own rule
   constexpr int kWarpsPerRow[] = {1, 2, 4, 8};
   constexpr int kCandidates = 5;  // the four GEMV forms, then cuBLASLt
-  auto run = [&](int c) { return c < 4 ? gemv(kWarpsPerRow[c]) : cublas(); };
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-  CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
-  auto CudaStatusOf = [](cudaError_t err, const char* what) {
-    return err == cudaSuccess ? absl::OkStatus() : cuda::CudaError(err, what, __FILE__, __LINE__);
-  };
-  std::vector<float> times[kCandidates];
-  absl::Status status;
-  for (int i = 0; i < 13 && status.ok(); ++i) {
-    for (int c = 0; c < kCandidates && status.ok(); ++c) {
-      status = CudaStatusOf(cudaMemsetAsync(flush, i & 0xff, flush_bytes, st), "cudaMemsetAsync");
-      if (status.ok()) status = CudaStatusOf(cudaEventRecord(start, st), "cudaEventRecord");
-      if (status.ok()) status = predecessor();
-      if (status.ok()) status = run(c);
-      if (status.ok()) status = CudaStatusOf(cudaEventRecord(stop, st), "cudaEventRecord");
-      if (status.ok()) status = CudaStatusOf(cudaEventSynchronize(stop), "cudaEventSynchronize");
-      float ms = 0;
-      if (status.ok()) status = CudaStatusOf(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-      if (i >= 3) times[c].push_back(ms);  // the first runs warm up (module load, cuBLASLt heuristics)
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaFreeAsync(flush, st);
-  RETURN_IF_ERROR(status);
-  float median[kCandidates];
-  for (int c = 0; c < kCandidates; ++c) {
-    std::sort(times[c].begin(), times[c].end());
-    median[c] = times[c][times[c].size() / 2];
-  }
+  cuda::CandidateTiming timing;
+  timing.warmup = 3;  // module load, cuBLASLt heuristics
+  timing.timed = 10;
+  ASSIGN_OR_RETURN(const std::vector<float> us,
+                   cuda::TimeCandidates(st, kCandidates, timing, [&] { return flush.Flush(); },
+                                        [&](int c) -> absl::Status {
+                                          // x's first row stands in for the norm weight: only
+                                          // the timing matters.
+                                          RETURN_IF_ERROR(cuda::LaunchRmsNorm(
+                                              activation_dtype(), x.data(), nullptr, nullptr, x.data(),
+                                              flush.scratch(), x.numel() / k, k, 1e-5f, st,
+                                              impl_->options.programmatic_launch));
+                                          return c < 4 ? gemv(kWarpsPerRow[c]) : cublas();
+                                        }));
   // A challenger must win clearly: on a near tie the choice would flip between processes and
   // ranks from timing noise, and bf16 outputs (rounded differently by each kernel) with it. The
   // GEMV's own rule is the incumbent among its forms; cuBLASLt must then lose clearly to it.
@@ -500,20 +468,16 @@ absl::StatusOr<int> CudaBackend::ChooseLinearKernel(Tensor x, int64_t n, int64_t
   int best = 0;
   while (kWarpsPerRow[best] != auto_wpr) ++best;
   for (int c = 0; c < 4; ++c)
-    if (median[c] < kMargin * median[best]) best = c;
-  const int choice = median[best] < kMargin * median[4] ? kWarpsPerRow[best] : 0;
-  // LLM_LOG_LINEAR_CHOICE=1: one line per timed shape on stderr, for comparing processes or ranks
-  // whose speed differs (a near tie can fall either way).
-  static const bool log_choice = [] {
-    const char* v = std::getenv("LLM_LOG_LINEAR_CHOICE");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
-  if (log_choice) {
+    if (us[c] < kMargin * us[best]) best = c;
+  const int choice = us[best] < kMargin * us[4] ? kWarpsPerRow[best] : 0;
+  // One line per timed shape on stderr, for comparing processes or ranks whose speed differs (a
+  // near tie can fall either way).
+  if (LogLinearChoice()) {
     std::fprintf(stderr,
                  "linear %lld x %lld, %lld rows: GEMV 1/2/4/8 warps a row %.1f/%.1f/%.1f/%.1f us, cuBLASLt %.1f us "
                  "(with a norm before each) -> %s\n",
-                 static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(x.numel() / k),
-                 1e3 * median[0], 1e3 * median[1], 1e3 * median[2], 1e3 * median[3], 1e3 * median[4],
+                 static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(x.numel() / k), us[0],
+                 us[1], us[2], us[3], us[4],
                  choice > 0 ? absl::StrCat("GEMV, ", choice, " warps a row").c_str() : "cuBLASLt");
   }
   return choice;

@@ -3,12 +3,12 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/common/candidate_timing.h"
 #include "kernels/cuda/common/cuda_status.h"
 
 namespace llm::cuda {
@@ -173,46 +173,16 @@ absl::StatusOr<std::vector<float>> CublasLtGemm::Tune(DType dtype, DType out_dty
   if (m <= 0 || n <= 0 || k <= 0) return absl::InvalidArgumentError("Linear: bad shape to tune");
   ASSIGN_OR_RETURN(Plan* plan, impl_->GetPlan(dtype, out_dtype, x, w, bias, out, m, n, k));
   const int count = std::min<int>(candidates, static_cast<int>(plan->candidates.size()));
-  cudaStream_t st = reinterpret_cast<cudaStream_t>(stream);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-  CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
-  struct EventGuard {
-    cudaEvent_t a, b;
-    ~EventGuard() {
-      cudaEventDestroy(a);
-      cudaEventDestroy(b);
-    }
-  } guard{start, stop};
-  constexpr int kWarmup = 2, kTimed = 7;
-  std::vector<std::vector<float>> times(count);
-  std::vector<bool> failed(count, false);
-  for (int i = 0; i < kWarmup + kTimed; ++i) {
-    for (int c = 0; c < count; ++c) {
-      if (failed[c]) continue;
-      RETURN_IF_ERROR(before_each());
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(start, st));
-      if (!impl_->Matmul(*plan, plan->candidates[c], x, w, bias, out, stream).ok()) {
-        failed[c] = true;  // e.g. a workspace the algorithm cannot use: not a candidate
-        CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, st));
-        continue;
-      }
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, st));
-      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
-      float ms = 0.0f;
-      CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
-      if (i >= kWarmup) times[c].push_back(1e3f * ms);
-    }
-  }
-  std::vector<float> median(count, std::numeric_limits<float>::infinity());
+  CandidateTiming timing;
+  timing.drop_failed = true;  // e.g. an algorithm that cannot use this workspace
+  ASSIGN_OR_RETURN(std::vector<float> median,
+                   TimeCandidates(reinterpret_cast<cudaStream_t>(stream), count, timing, before_each, [&](int c) {
+                     return impl_->Matmul(*plan, plan->candidates[c], x, w, bias, out, stream);
+                   }));
+  // A challenger must win clearly (3%), so that near ties do not flip between processes.
   int best = 0;
-  for (int c = 0; c < count; ++c) {
-    if (failed[c] || times[c].empty()) continue;
-    std::sort(times[c].begin(), times[c].end());
-    median[c] = times[c][times[c].size() / 2];
-    // A challenger must win clearly (3%), so that near ties do not flip between processes.
+  for (int c = 1; c < count; ++c)
     if (median[c] < 0.97f * median[best]) best = c;
-  }
   plan->algo = plan->candidates[best];
   return median;
 }

@@ -1,6 +1,7 @@
 // cuBLASLt GEMM for the linear layers: out[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N]), row-major, fp32
 // accumulation (no TF32 for float32 inputs). One heuristic query per distinct shape/alignment,
-// cached (its first pick, or the fastest of its picks after Tune); the workspace is caller-owned and fixed, so calls can be captured in a CUDA graph.
+// cached (its first pick, or the fastest of its picks after Tune); the workspace is caller-owned
+// and fixed, so calls can be captured in a CUDA graph.
 #pragma once
 
 #include <cstddef>

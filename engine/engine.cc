@@ -2,9 +2,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/output/request_streamer.h"
+#include "engine/runtime/step_executor.h"
+#include "engine/scheduler/scheduler.h"
+#include "engine/scheduler/stop_checker.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace llm {
 
@@ -23,39 +34,123 @@ std::string_view FinishReasonName(FinishReason reason) {
 
 namespace {
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+}  // namespace
 
-SchedulerOptions WithMicroBatches(SchedulerOptions options, int micro_batches) {
-  options.micro_batches = std::max(1, micro_batches);
+// The engine thread's loop, with the state only it touches below the line in the members.
+//
+// Each iteration: take new requests and stop requests (cancel, stop strings, deadlines); launch
+// steps while fewer than the executor allows are in flight (two with overlapped steps: the next
+// step is planned and launched while the device runs the current one, its sequences' pending
+// tokens named by placeholders); collect the oldest step (appending its tokens, checking EOS,
+// stop ids and max_tokens) and hand its events to the streamer's output threads.
+class Engine::Impl {
+ public:
+  Impl(const EngineInfo& info, const EngineOptions& options, std::unique_ptr<StepExecutor> executor,
+       std::shared_ptr<const Tokenizer> tokenizer);
+  ~Impl() { Shutdown(false); }
+
+  absl::Status Validate(const GenerateRequest& request) const;
+  absl::StatusOr<RequestId> Submit(GenerateRequest request, OutputCallback callback);
+  void Stop(RequestId id, FinishReason reason, absl::Status status);
+  void Shutdown(bool drain);
+  EngineStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+  const EngineInfo info_;
+  const EngineOptions options_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  EngineStepMetrics metrics_;
+
+ private:
+  // A request the engine thread must finish at its next iteration.
+  struct StopOrder {
+    RequestId id;
+    FinishReason reason;
+    absl::Status status;
+  };
+  // A launched step whose tokens have not come back. Sequences are named by id: one may finish
+  // (EOS in the step before, cancel, deadline, stop string) while its step is in flight, and its
+  // result is then dropped.
+  struct InFlightStep {
+    std::vector<RequestId> launched;  // every sequence of the step
+    std::vector<RequestId> sampled;   // one per result row
+    uint64_t prompt_tokens = 0;
+  };
+
+  void Loop();
+  void TakeInbox();
+  void LaunchSteps();
+  void CollectStep();
+  void Finish(Sequence* seq, FinishReason reason, absl::Status status = absl::OkStatus());
+  void AbortAll(const absl::Status& status);
+  void PublishStats();
+
+  std::unique_ptr<StepExecutor> executor_;
+  std::vector<int32_t> eos_ids_;
+  int max_in_flight_ = 1;
+  std::unique_ptr<RequestStreamer> streamer_;
+
+  // Shared with callers, under mu_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Sequence>> inbox_;
+  std::vector<StopOrder> stops_;
+  int32_t queued_ = 0;  // inbox + waiting, for the queue limit
+  bool accepting_ = true;
+  bool stop_ = false;
+  bool drain_ = false;
+  bool joined_ = false;
+  RequestId next_id_ = 1;
+  EngineStats stats_;
+
+  // Engine thread only.
+  Scheduler scheduler_;
+  std::unordered_map<RequestId, std::unique_ptr<Sequence>> sequences_;
+  uint64_t arrival_counter_ = 0;
+  StepPlan plan_;
+  std::vector<ScheduledSequence> scheduled_;
+  std::vector<SampleRow> rows_;
+  std::vector<SampleResult> results_;
+  std::deque<InFlightStep> in_flight_;
+  std::vector<InFlightStep> spare_steps_;  // reused: no allocation per step
+  std::thread thread_;
+};
+
+namespace {
+SchedulerOptions ForExecutor(SchedulerOptions options, const StepExecutor& executor, bool overlap) {
+  options.chain_steps = overlap && executor.chains_steps();
+  options.micro_batches = executor.chains_steps() ? 1 : std::max(1, executor.max_in_flight());
   return options;
 }
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineInfo& info, const EngineOptions& options,
-                                                       std::unique_ptr<StepExecutor> executor,
-                                                       std::shared_ptr<const Tokenizer> tokenizer) {
-  if (!executor) return absl::InvalidArgumentError("engine needs a step executor");
-  const SchedulerOptions& s = options.scheduler;
-  if (s.num_blocks <= 0 || s.block_size <= 0 || s.block_table_width <= 0 || s.max_seqs <= 0 ||
-      s.max_tokens_per_step <= 0 || options.max_context <= 0)
-    return absl::InvalidArgumentError("engine options incomplete (KV blocks, limits and context must be set)");
-  return std::unique_ptr<Engine>(new Engine(info, options, std::move(executor), std::move(tokenizer)));
-}
-
-Engine::Engine(const EngineInfo& info, const EngineOptions& options, std::unique_ptr<StepExecutor> executor,
-               std::shared_ptr<const Tokenizer> tokenizer)
-    : info_(info), options_(options), executor_(std::move(executor)), tokenizer_(std::move(tokenizer)),
-      scheduler_(WithMicroBatches(options.scheduler, executor_->max_in_flight())) {
+Engine::Impl::Impl(const EngineInfo& info, const EngineOptions& options, std::unique_ptr<StepExecutor> executor,
+                   std::shared_ptr<const Tokenizer> tokenizer)
+    : info_(info),
+      options_(options),
+      tokenizer_(std::move(tokenizer)),
+      executor_(std::move(executor)),
+      scheduler_(ForExecutor(options.scheduler, *executor_, options.overlap_steps)) {
   eos_ids_ = info_.config.eos_token_ids;
   if (tokenizer_)
     for (int32_t id : tokenizer_->eos_token_ids())
       if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
+  // Chained steps keep exactly two in flight: a placeholder then always names the step launched
+  // just before (Scheduler::Launch).
+  max_in_flight_ = executor_->chains_steps() ? (options_.overlap_steps ? 2 : 1) : std::max(1, executor_->max_in_flight());
   plan_.block_table_width = options.scheduler.block_table_width;
+  streamer_ = std::make_unique<RequestStreamer>(
+      tokenizer_, std::max(1, options.output_threads), /*max_batches=*/64,
+      [this](RequestId id, FinishReason reason, absl::Status status) { Stop(id, reason, std::move(status)); },
+      &metrics_.output_seconds);
+  stats_.scheduler = scheduler_.stats();
   thread_ = std::thread([this] { Loop(); });
 }
 
-Engine::~Engine() { Shutdown(false); }
-
-absl::Status Engine::Validate(const GenerateRequest& r) const {
+absl::Status Engine::Impl::Validate(const GenerateRequest& r) const {
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
   const int64_t vocab = info_.config.vocab_size;
   if (r.prompt_tokens.empty()) return bad("the prompt is empty");
@@ -90,7 +185,7 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<RequestId> Engine::Submit(GenerateRequest request, OutputCallback callback) {
+absl::StatusOr<RequestId> Engine::Impl::Submit(GenerateRequest request, OutputCallback callback) {
   RETURN_IF_ERROR(Validate(request));
   auto seq = std::make_unique<Sequence>();
   if (!request.has_seed) {
@@ -100,54 +195,55 @@ absl::StatusOr<RequestId> Engine::Submit(GenerateRequest request, OutputCallback
   seq->arrival = absl::Now();
   seq->tokens = request.prompt_tokens;
   seq->prompt_len = static_cast<int32_t>(request.prompt_tokens.size());
-  seq->callback = std::move(callback);
+  StreamedRequest streamed;
+  streamed.callback = std::move(callback);
+  streamed.stop = request.stop;
+  streamed.prompt_tokens = request.prompt_tokens;
+  streamed.detokenize = tokenizer_ != nullptr && request.detokenize;
+  streamed.num_top_logprobs = request.sampling.num_top_logprobs;
   seq->request = std::move(request);
-  seq->stop = std::make_unique<StopChecker>(seq->request.stop, eos_ids_);
-  if (tokenizer_ && seq->request.detokenize) {
-    seq->detokenizer = std::make_unique<IncrementalDetokenizer>(*tokenizer_, /*skip_special_tokens=*/true);
-    seq->detokenizer->SetPrefix(seq->request.prompt_tokens);
-  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!accepting_) return absl::UnavailableError("the server is shutting down");
   if (queued_ >= options_.max_queue)
     return absl::ResourceExhaustedError(absl::StrCat("the request queue is full (", options_.max_queue, " waiting)"));
   seq->id = next_id_++;
+  streamed.id = seq->id;
   const RequestId id = seq->id;
+  // Known to its output thread before the engine thread can emit anything for it.
+  streamer_->Register(std::move(streamed));
   ++queued_;
   inbox_.push_back(std::move(seq));
   cv_.notify_one();
   return id;
 }
 
-void Engine::Cancel(RequestId id) {
+void Engine::Impl::Stop(RequestId id, FinishReason reason, absl::Status status) {
   std::lock_guard<std::mutex> lock(mu_);
-  cancels_.push_back(id);
+  stops_.push_back({id, reason, std::move(status)});
   cv_.notify_one();
 }
 
-void Engine::Shutdown(bool drain) {
+void Engine::Impl::Shutdown(bool drain) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     accepting_ = false;
     stop_ = true;
     drain_ = drain_ || drain;
+    if (joined_) return;
+    joined_ = true;
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
+  streamer_->Stop();  // every final output delivered
 }
 
-EngineStats Engine::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
-}
-
-void Engine::TakeInbox() {
+void Engine::Impl::TakeInbox() {
   std::vector<std::unique_ptr<Sequence>> incoming;
-  std::vector<RequestId> cancels;
+  std::vector<StopOrder> stops;
   {
     std::lock_guard<std::mutex> lock(mu_);
     incoming.swap(inbox_);
-    cancels.swap(cancels_);
+    stops.swap(stops_);
   }
   for (auto& seq : incoming) {
     seq->arrival_order = arrival_counter_++;
@@ -155,21 +251,21 @@ void Engine::TakeInbox() {
     sequences_[raw->id] = std::move(seq);
     scheduler_.AddWaiting(raw);
   }
-  for (RequestId id : cancels) {
-    auto it = sequences_.find(id);
-    if (it != sequences_.end()) Finish(it->second.get(), FinishReason::kCancelled);
+  for (StopOrder& s : stops) {
+    auto it = sequences_.find(s.id);
+    if (it != sequences_.end()) Finish(it->second.get(), s.reason, std::move(s.status));
   }
   const absl::Time now = absl::Now();
   for (Sequence* seq : scheduler_.AllSequences())
     if (now > seq->request.deadline) Finish(seq, FinishReason::kDeadline);
 }
 
-void Engine::Loop() {
+void Engine::Impl::Loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
-        return stop_ || !inbox_.empty() || !cancels_.empty() || !scheduler_.empty() || !in_flight_.empty();
+        return stop_ || !inbox_.empty() || !stops_.empty() || !scheduler_.empty() || !in_flight_.empty();
       });
     }
     TakeInbox();
@@ -185,41 +281,56 @@ void Engine::Loop() {
     }
     if (stopping && scheduler_.empty()) {
       while (!in_flight_.empty()) CollectStep();  // results of finished requests, dropped
+      streamer_->Flush();
+      PublishStats();
       break;
     }
-    if (!scheduler_.empty() || !in_flight_.empty()) Step();
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.scheduler = scheduler_.stats();
-    queued_ = static_cast<int32_t>(inbox_.size()) + stats_.scheduler.waiting;
+    LaunchSteps();
+    if (!in_flight_.empty()) CollectStep();
+    streamer_->Flush();
+    PublishStats();
   }
 }
 
-void Engine::Step() {
-  LaunchSteps();
-  if (!in_flight_.empty()) CollectStep();
+void Engine::Impl::PublishStats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.scheduler = scheduler_.stats();
+  queued_ = static_cast<int32_t>(inbox_.size()) + stats_.scheduler.waiting;
 }
 
-void Engine::LaunchSteps() {
-  while (static_cast<int>(in_flight_.size()) < executor_->max_in_flight()) {
+void Engine::Impl::LaunchSteps() {
+  while (static_cast<int>(in_flight_.size()) < max_in_flight_) {
+    const absl::Time t0 = absl::Now();
     if (!scheduler_.Schedule(plan_, scheduled_)) return;
     rows_.clear();
     InFlightStep step;
-    const absl::Time now = absl::Now();
+    if (!spare_steps_.empty()) {
+      step = std::move(spare_steps_.back());
+      spare_steps_.pop_back();
+    }
+    step.launched.clear();
+    step.sampled.clear();
+    step.prompt_tokens = 0;
     for (const ScheduledSequence& s : scheduled_) {
       Sequence* seq = s.seq;
-      if (seq->first_scheduled == absl::InfinitePast()) seq->first_scheduled = now;
-      if (seq->num_computed < seq->prompt_len)
-        step.prompt_tokens += std::min(s.num_tokens, seq->prompt_len - seq->num_computed);
-      seq->in_flight = true;
-      step.advanced.emplace_back(seq->id, s.num_tokens);
+      if (seq->first_scheduled == absl::InfinitePast()) seq->first_scheduled = t0;
+      if (s.start < seq->prompt_len) step.prompt_tokens += std::min(s.num_tokens, seq->prompt_len - s.start);
+      step.launched.push_back(seq->id);
       if (!s.sample) continue;
-      rows_.push_back({&seq->request.sampling, static_cast<uint64_t>(seq->completion_tokens()),
-                       absl::MakeConstSpan(seq->tokens).first(seq->prompt_len),
-                       absl::MakeConstSpan(seq->tokens).subspan(seq->prompt_len)});
+      // The token sampled here is generated token number scheduled_completion_tokens() - 1 (the
+      // scheduler counted it pending already): its draw depends on that alone.
+      const absl::Span<const int32_t> tokens = seq->tokens;
+      rows_.push_back({&seq->request.sampling, static_cast<uint64_t>(seq->scheduled_completion_tokens() - 1),
+                       tokens.first(seq->prompt_len), tokens.subspan(seq->prompt_len), s.pending_input_index});
       step.sampled.push_back(seq->id);
     }
+    const absl::Time t1 = absl::Now();
+    metrics_.schedule_seconds.Observe(Seconds(t1 - t0));
+    metrics_.sequences.Observe(plan_.num_seqs());
+    metrics_.tokens.Observe(plan_.num_tokens());
     in_flight_.push_back(std::move(step));
     const absl::Status status = executor_->Launch(plan_, rows_);
+    metrics_.launch_seconds.Observe(Seconds(absl::Now() - t1));
     if (!status.ok()) {
       AbortAll(status);
       return;
@@ -227,99 +338,109 @@ void Engine::LaunchSteps() {
   }
 }
 
-void Engine::CollectStep() {
+void Engine::Impl::CollectStep() {
   InFlightStep step = std::move(in_flight_.front());
   in_flight_.pop_front();
   results_.resize(step.sampled.size());
-  const absl::Status status = executor_->Collect(absl::MakeSpan(results_));
+  const absl::Time t0 = absl::Now();
+  StepDeviceTiming timing;
+  const absl::Status status = executor_->Collect(absl::MakeSpan(results_), &timing);
+  const absl::Time t1 = absl::Now();
+  metrics_.wait_seconds.Observe(Seconds(t1 - t0));
   if (!status.ok()) {
     AbortAll(status);
     return;
   }
-  for (const auto& [id, n] : step.advanced) {
+  if (timing.valid) metrics_.device_seconds.Observe(timing.device_ms / 1e3);
+  for (RequestId id : step.launched) {
     auto it = sequences_.find(id);
-    if (it == sequences_.end()) continue;  // finished while in flight
-    it->second->num_computed += n;
-    it->second->in_flight = false;
+    if (it != sequences_.end()) --it->second->in_flight;
   }
-  const absl::Time done = absl::Now();
+  uint64_t generated = 0;
   for (size_t i = 0; i < step.sampled.size(); ++i) {
     auto it = sequences_.find(step.sampled[i]);
-    if (it == sequences_.end()) continue;
+    if (it == sequences_.end()) continue;  // finished while in flight: its token is dropped
     Sequence* seq = it->second.get();
-    const int32_t token = results_[i].token;
-    seq->tokens.push_back(token);
-    if (seq->first_token == absl::InfinitePast()) seq->first_token = done;
-    seq->unsent_tokens.push_back(token);
-    if (seq->request.sampling.num_top_logprobs > 0) seq->unsent_logprobs.push_back(results_[i]);
-    std::string delta;
-    if (seq->detokenizer) {
-      auto text = seq->detokenizer->Append(token);
-      if (!text.ok()) {
-        Finish(seq, FinishReason::kError, text.status());
-        continue;
-      }
-      delta = std::move(*text);
-    }
-    const FinishReason reason = seq->stop->OnToken(token, seq->completion_tokens(), delta);
-    if (reason != FinishReason::kNone)
-      Finish(seq, reason);
-    else
-      Emit(seq, false, FinishReason::kNone, absl::OkStatus());
+    const SampleResult& result = results_[i];
+    seq->tokens.push_back(result.token);
+    --seq->pending_tokens;
+    ++generated;
+    if (seq->first_token == absl::InfinitePast()) seq->first_token = t1;
+    streamer_->AddToken(seq->id, result, seq->request.sampling.num_top_logprobs > 0);
+    const FinishReason reason = TokenStopReason(seq->request.stop, eos_ids_, result.token, seq->completion_tokens());
+    if (reason != FinishReason::kNone) Finish(seq, reason);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.steps;
-  stats_.generated_tokens += step.sampled.size();
-  stats_.prompt_tokens += step.prompt_tokens;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.steps;
+    stats_.generated_tokens += generated;
+    stats_.prompt_tokens += step.prompt_tokens;
+    if (timing.valid) {
+      stats_.device_busy_seconds += timing.device_ms / 1e3;
+      stats_.device_idle_seconds += timing.idle_ms / 1e3;
+    }
+  }
+  if (spare_steps_.size() < 4) spare_steps_.push_back(std::move(step));
+  metrics_.collect_seconds.Observe(Seconds(absl::Now() - t1));
 }
 
-void Engine::Emit(Sequence* seq, bool finished, FinishReason reason, const absl::Status& status) {
-  RequestOutput out;
-  out.id = seq->id;
-  out.token_ids.swap(seq->unsent_tokens);
-  out.logprobs.swap(seq->unsent_logprobs);
-  out.text = seq->stop->TakeText(finished);
-  out.finished = finished;
-  out.finish_reason = reason;
-  out.status = status;
-  out.prompt_tokens = seq->prompt_len;
-  out.completion_tokens = seq->completion_tokens();
-  out.preemptions = seq->preemptions;
-  if (finished) {
-    const absl::Time now = absl::Now();
-    if (seq->first_scheduled != absl::InfinitePast()) out.timings.queue_ms = Ms(seq->first_scheduled - seq->arrival);
-    if (seq->first_token != absl::InfinitePast()) {
-      out.timings.ttft_ms = Ms(seq->first_token - seq->arrival);
-      out.timings.decode_ms = Ms(now - seq->first_token);
-    }
-    out.timings.total_ms = Ms(now - seq->arrival);
-  }
-  if (!finished && out.token_ids.empty() && out.text.empty()) return;
-  if (seq->callback) seq->callback(std::move(out));
-}
-
-void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
-  if (seq->detokenizer && reason != FinishReason::kCancelled && reason != FinishReason::kError) {
-    // Release any bytes held back for an incomplete character.
-    auto rest = seq->detokenizer->Finish();
-    if (rest.ok() && !rest->empty()) seq->stop->OnToken(-1, seq->completion_tokens(), *rest);
-  }
+void Engine::Impl::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
   // Blocks go back to the pool, and the published stats say so, before the final output can
-  // reach the client: whoever saw every request end sees an empty cache.
+  // reach the client: whoever saw every request end sees an empty cache. A step still in flight
+  // may write the blocks: every later step that reuses them runs after it.
   scheduler_.Remove(seq);
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.scheduler = scheduler_.stats();
   }
-  Emit(seq, true, reason, status);
+  FinishedRequest f;
+  f.reason = reason;
+  f.status = std::move(status);
+  f.preemptions = seq->preemptions;
+  const absl::Time now = absl::Now();
+  if (seq->first_scheduled != absl::InfinitePast()) f.timings.queue_ms = Ms(seq->first_scheduled - seq->arrival);
+  if (seq->first_token != absl::InfinitePast()) {
+    f.timings.ttft_ms = Ms(seq->first_token - seq->arrival);
+    f.timings.decode_ms = Ms(now - seq->first_token);
+  }
+  f.timings.total_ms = Ms(now - seq->arrival);
+  streamer_->AddFinished(seq->id, std::move(f));
   sequences_.erase(seq->id);
 }
 
-void Engine::AbortAll(const absl::Status& status) {
+void Engine::Impl::AbortAll(const absl::Status& status) {
   // The executor's state is unknown after a failure: every request fails rather than waits.
   const absl::Status error(status.code(), absl::StrCat("step failed: ", status.message()));
   for (Sequence* seq : scheduler_.AllSequences()) Finish(seq, FinishReason::kError, error);
   in_flight_.clear();
 }
+
+// --- the façade ---
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineInfo& info, const EngineOptions& options,
+                                                       std::unique_ptr<StepExecutor> executor,
+                                                       std::shared_ptr<const Tokenizer> tokenizer) {
+  if (!executor) return absl::InvalidArgumentError("engine needs a step executor");
+  const SchedulerOptions& s = options.scheduler;
+  if (s.num_blocks <= 0 || s.block_size <= 0 || s.block_table_width <= 0 || s.max_seqs <= 0 ||
+      s.max_tokens_per_step <= 0 || options.max_context <= 0)
+    return absl::InvalidArgumentError("engine options incomplete (KV blocks, limits and context must be set)");
+  return std::unique_ptr<Engine>(
+      new Engine(std::make_unique<Impl>(info, options, std::move(executor), std::move(tokenizer))));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() { Shutdown(false); }
+
+absl::StatusOr<RequestId> Engine::Submit(GenerateRequest request, OutputCallback callback) {
+  return impl_->Submit(std::move(request), std::move(callback));
+}
+void Engine::Cancel(RequestId id) { impl_->Stop(id, FinishReason::kCancelled, absl::OkStatus()); }
+void Engine::Shutdown(bool drain) { impl_->Shutdown(drain); }
+const EngineInfo& Engine::info() const { return impl_->info_; }
+EngineStats Engine::stats() const { return impl_->stats(); }
+const EngineStepMetrics& Engine::step_metrics() const { return impl_->metrics_; }
+const Tokenizer* Engine::tokenizer() const { return impl_->tokenizer_.get(); }
+absl::Status Engine::Validate(const GenerateRequest& request) const { return impl_->Validate(request); }
 
 }  // namespace llm

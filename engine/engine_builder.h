@@ -9,6 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
+#include "engine/runtime/local_step_executor.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace llm {
 

@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "engine/backend/backend.h"
+#include "engine/core/sampling.h"
 
 namespace llm {
 

@@ -17,7 +17,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "engine/core/sampling.h"
 #include "engine/core/tensor.h"
 #include "kernels/core/philox.h"
 
@@ -99,39 +101,43 @@ struct AttentionArgs {
   Tensor out;  // [T, num_heads * head_dim]
 };
 
-inline constexpr int kMaxTopLogprobs = 20;
-
-struct SamplingParams {
-  float temperature = 1.0f;  // 0: greedy
-  int32_t top_k = 0;         // 0: off
-  float top_p = 1.0f;        // (0, 1]
-  float min_p = 0.0f;        // [0, 1]
-  float repetition_penalty = 1.0f;  // > 0; over prompt and output tokens
-  float presence_penalty = 0.0f;    // over output tokens
-  float frequency_penalty = 0.0f;   // over output tokens
-  uint64_t seed = 0;
-  int32_t num_top_logprobs = 0;  // 0..kMaxTopLogprobs
-};
-
 // One row of logits to sample from.
 struct SampleRow {
   const SamplingParams* params = nullptr;
   uint64_t step = 0;  // tokens generated so far: the RNG counter
   absl::Span<const int32_t> prompt_tokens;
-  absl::Span<const int32_t> output_tokens;
+  absl::Span<const int32_t> output_tokens;  // the outputs the host knows
+  // >= 0: the row's latest output token is not in output_tokens: it was sampled by the previous
+  // step and is still only on the device, as this step's input token at this index (the step's
+  // resolved token ids, SampleArgs::input_tokens). Penalties count it as an output token.
+  int32_t pending_input_index = -1;
 };
 
-struct TokenLogprob {
-  int32_t token = -1;
-  float logprob = 0.0f;
+// Sampling runs on the backend's stream like every other op, so that a step's tokens can feed
+// the next step on the device before the host has seen them (overlapped scheduling). The host
+// results of a sampling call land in one of kSampleSlots slots and are read with
+// ReadSampleResults once the stream has passed the call (a StepFence recorded after it has been
+// waited for, or Synchronize). A caller keeps at most kSampleSlots samplings unread.
+inline constexpr int kSampleSlots = 4;
+
+struct SampleArgs {
+  Tensor logits;  // f32 [>= rows, vocab]
+  absl::Span<const SampleRow> rows;
+  Tensor input_tokens;    // i32 [T]: the step's resolved input ids (for SampleRow::pending_input_index)
+  Tensor sampled_tokens;  // i32 [>= rows] on the device: each row's sampled token; empty: not written
+  int slot = 0;           // [0, kSampleSlots)
 };
 
-// Log-probabilities are those of the model's raw distribution (before penalties/temperature).
-struct SampleResult {
-  int32_t token = -1;
-  float logprob = 0.0f;
-  int32_t num_top = 0;
-  std::array<TokenLogprob, kMaxTopLogprobs> top{};
+// A point in the backend's stream. Record() marks the stream's current end; Wait() blocks the
+// host until the stream has passed that point. Fences also time the stream: the milliseconds
+// between two passed fences (on a host backend, whose ops finish before they return, the host
+// times at which they were recorded).
+class StepFence {
+ public:
+  virtual ~StepFence() = default;
+  virtual absl::Status Record() = 0;
+  virtual absl::Status Wait() = 0;
+  virtual absl::StatusOr<double> MillisecondsSince(const StepFence& earlier) const = 0;
 };
 
 // A recorded sequence of backend ops (a CUDA graph) that replays with the same arguments and
@@ -142,10 +148,28 @@ class StepGraph {
   virtual absl::Status Replay() = 0;
 };
 
-// Checks a Sample call's shapes and every row's parameters; shared by all backends.
-inline absl::Status ValidateSampleArgs(const Tensor& logits, absl::Span<const SampleRow> rows,
-                                       absl::Span<SampleResult> results) {
-  if (logits.rank() != 2 || logits.dim(0) < static_cast<int64_t>(rows.size()) || results.size() != rows.size())
+// A fence for backends whose ops finish before they return: passed once recorded; it times the
+// host clock.
+class HostStepFence final : public StepFence {
+ public:
+  absl::Status Record() override {
+    at_ = absl::Now();
+    return absl::OkStatus();
+  }
+  absl::Status Wait() override { return absl::OkStatus(); }
+  absl::StatusOr<double> MillisecondsSince(const StepFence& earlier) const override {
+    const auto* e = dynamic_cast<const HostStepFence*>(&earlier);
+    if (e == nullptr) return absl::InvalidArgumentError("fences of different backends");
+    return absl::ToDoubleMilliseconds(at_ - e->at_);
+  }
+
+ private:
+  absl::Time at_ = absl::Now();
+};
+
+// Checks a sampling call's shapes and every row's parameters; shared by all backends.
+inline absl::Status ValidateSampleRows(const Tensor& logits, absl::Span<const SampleRow> rows) {
+  if (logits.rank() != 2 || logits.dim(0) < static_cast<int64_t>(rows.size()))
     return absl::InvalidArgumentError("Sample: shape mismatch");
   for (const SampleRow& row : rows) {
     const SamplingParams& p = *row.params;
@@ -154,6 +178,11 @@ inline absl::Status ValidateSampleArgs(const Tensor& logits, absl::Span<const Sa
       return absl::InvalidArgumentError("Sample: sampling parameters out of range");
   }
   return absl::OkStatus();
+}
+inline absl::Status ValidateSampleArgs(const Tensor& logits, absl::Span<const SampleRow> rows,
+                                       absl::Span<SampleResult> results) {
+  if (results.size() != rows.size()) return absl::InvalidArgumentError("Sample: shape mismatch");
+  return ValidateSampleRows(logits, rows);
 }
 
 class Backend {
@@ -195,9 +224,34 @@ class Backend {
   virtual absl::Status SiluMul(Tensor gate_up, Tensor out) = 0;
   // out[i] = x[rows[i]]. x and out both in the activation dtype, or both float32 (logits).
   virtual absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) = 0;
-  // Samples one token per row of float32 logits [rows.size(), vocab]; results on the host.
-  virtual absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows,
-                              absl::Span<SampleResult> results) = 0;
+  // Enqueues sampling of one token per row of float32 logits (see SampleArgs and kSampleSlots).
+  virtual absl::Status EnqueueSample(const SampleArgs& args) = 0;
+  // The results of the sampling that last used `slot`, once the stream has passed it.
+  virtual absl::Status ReadSampleResults(int slot, absl::Span<SampleResult> results) = 0;
+  // ids[i] < 0 stands for the token the previous step sampled in its row -ids[i] - 1: replaced,
+  // on the device, with sampled[-ids[i] - 1]. Ids >= 0 stay.
+  virtual absl::Status ResolvePendingTokens(Tensor ids, Tensor sampled) = 0;
+
+  // Samples one token per row and waits for the results (tests and tools; uses the last slot).
+  absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) {
+    RETURN_IF_ERROR(ValidateSampleArgs(logits, rows, results));
+    SampleArgs args;
+    args.logits = logits;
+    args.rows = rows;
+    args.slot = kSampleSlots - 1;
+    RETURN_IF_ERROR(EnqueueSample(args));
+    RETURN_IF_ERROR(Synchronize());
+    return ReadSampleResults(args.slot, results);
+  }
+
+  // --- overlapped steps ---
+  // A fence on this backend's stream (see StepFence). The default suits a host backend.
+  virtual absl::StatusOr<std::unique_ptr<StepFence>> CreateFence() {
+    return std::unique_ptr<StepFence>(new HostStepFence());
+  }
+  // Host memory that asynchronous copies may read or write (CopyToDevice/CopyToHost) while the
+  // host goes on (pinned on CUDA; plain host memory on a host backend). Start-up only.
+  virtual absl::StatusOr<Buffer> AllocateStaging(size_t bytes) { return AllocateHost(bytes); }
 
   // --- optional capabilities; the defaults suit a host backend ---
   // dst[i] = low + (high - low) * UniformFloat(seed, i) (kernels/core/philox.h): random weights for

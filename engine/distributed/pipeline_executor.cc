@@ -26,7 +26,7 @@ absl::StatusOr<Tensor> ForwardThroughStage(ModelRunner& runner, Communicator& pp
 }
 
 absl::Status PipelineStage::Run(const std::string& message, const StepPlan& plan, absl::Span<const SampleRow> rows,
-                                absl::Span<SampleResult> results, bool upstream_ok) {
+                                bool upstream_ok) {
   const Topology& t = group_.topology;
   const int32_t n = plan.num_tokens();
   absl::Status status = upstream_ok ? absl::OkStatus() : absl::AbortedError("an earlier stage failed this step");
@@ -53,10 +53,17 @@ absl::Status PipelineStage::Run(const std::string& message, const StepPlan& plan
     if (status.ok()) RETURN_IF_ERROR(group_.pp->Send(out->data(), out->numel(), out->dtype(), t.pp_stage() + 1));
     return status;
   }
-  if (status.ok()) status = runner_.Sample(*out, rows, results);
+  // The last stage's first TP rank reports to rank 0 (unless it is rank 0, which collects later).
+  const bool reports = t.tp_rank() == 0 && t.rank() != 0;
+  const bool collects = t.rank() == 0;
+  if (status.ok()) status = runner_.EnqueueSample(*out, rows, reports || collects);
+  std::vector<SampleResult> results;
+  if (reports && status.ok()) {
+    results.resize(rows.size());
+    status = runner_.CollectSamples(absl::MakeSpan(results));
+  }
   timeline_.push_back({begin, absl::Now(), n});
-  // The last stage's first TP rank reports to rank 0 (unless it is rank 0).
-  if (t.tp_rank() == 0 && t.rank() != 0) {
+  if (reports) {
     std::string body;
     if (status.ok()) EncodeSampleResults(results, body);
     RETURN_IF_ERROR(group_.results->SendBytes(WithFlag(status.ok(), body), 0));
@@ -111,16 +118,16 @@ absl::Status PipelineStepExecutor::Launch(const StepPlan& plan, absl::Span<const
     ++expected_;
     cv_.notify_all();
   }
-  local_results_.resize(rows.size());
-  const absl::Status s = stage_.Run(message_, plan, rows, absl::MakeSpan(local_results_), true);
+  const absl::Status s = stage_.Run(message_, plan, rows, true);
   // With PP > 1 a local failure is also forwarded and comes back through Collect.
   return t.pp_size() > 1 ? absl::OkStatus() : s;
 }
 
-absl::Status PipelineStepExecutor::Collect(absl::Span<SampleResult> results) {
+absl::Status PipelineStepExecutor::Collect(absl::Span<SampleResult> results, StepDeviceTiming* timing) {
   if (group_.topology.pp_size() == 1) {
-    if (results.size() != local_results_.size()) return absl::InternalError("collect does not match the launch");
-    std::copy(local_results_.begin(), local_results_.end(), results.begin());
+    ModelRunner::StepTiming t;
+    RETURN_IF_ERROR(runner_->CollectSamples(results, timing ? &t : nullptr));
+    if (timing) *timing = StepDeviceTiming{t.device_ms, t.idle_ms, true};
     return absl::OkStatus();
   }
   absl::StatusOr<std::string> bytes;
@@ -142,7 +149,6 @@ absl::Status PipelineWorker::Run() {
   const int from = t.is_first_stage() ? 0 : t.RankAt(t.pp_stage() - 1, t.tp_rank());
   std::string bytes;
   StepMessage message;
-  std::vector<SampleResult> results;
   for (;;) {
     RETURN_IF_ERROR(group_.steps->RecvBytes(&bytes, from));
     if (bytes.empty()) {  // stop: pass it on down the pipeline
@@ -153,8 +159,7 @@ absl::Status PipelineWorker::Run() {
     const bool upstream_ok = bytes[0] != 0;
     const std::string body = bytes.substr(1);
     RETURN_IF_ERROR(DecodeStepMessage(body, message));
-    results.assign(message.rows.size(), SampleResult{});
-    absl::Status s = stage_.Run(body, message.plan, message.rows, absl::MakeSpan(results), upstream_ok);
+    absl::Status s = stage_.Run(body, message.plan, message.rows, upstream_ok);
     if (!s.ok() && upstream_ok)
       std::fprintf(stderr, "rank %d: step failed: %s\n", t.rank(), std::string(s.message()).c_str());
   }

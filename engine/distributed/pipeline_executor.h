@@ -21,8 +21,8 @@
 
 #include "absl/time/time.h"
 #include "engine/distributed/step_message.h"
-#include "engine/engine.h"
 #include "engine/runtime/model_runner.h"
+#include "engine/runtime/step_executor.h"
 #include "parallel/communicator.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/topology.h"
@@ -50,14 +50,17 @@ absl::StatusOr<Tensor> ForwardThroughStage(ModelRunner& runner, Communicator& pp
                                            const StepPlan& plan);
 
 // One micro-batch on one rank: receive the hidden state, run this stage's layers, then forward
-// the message and hidden state, or sample (last stage).
+// the message and hidden state, or sample (last stage). Nothing waits for the device except the
+// last stage's reporting rank of a pipeline, which sends the samples to rank 0: with one stage,
+// every rank only enqueues, so the next step's launch overlaps this one's device time.
 class PipelineStage {
  public:
   PipelineStage(ModelRunner& runner, const PipelineGroup& group) : runner_(runner), group_(group) {}
   // `message` is the encoded StepMessage; `ok` false marks a step that failed upstream (forwarded
-  // without compute, so that every rank stays in step).
+  // without compute, so that every rank stays in step). World rank 0 with one stage collects the
+  // samples later (ModelRunner::CollectSamples); the others never need them.
   absl::Status Run(const std::string& message, const StepPlan& plan, absl::Span<const SampleRow> rows,
-                   absl::Span<SampleResult> results, bool upstream_ok);
+                   bool upstream_ok);
   const std::vector<StageSpan>& timeline() const { return timeline_; }
 
  private:
@@ -72,8 +75,12 @@ class PipelineStepExecutor final : public StepExecutor {
   PipelineStepExecutor(std::unique_ptr<ModelRunner> runner, const PipelineGroup& group);
   ~PipelineStepExecutor() override;  // stops the workers
   absl::Status Launch(const StepPlan& plan, absl::Span<const SampleRow> rows) override;
-  absl::Status Collect(absl::Span<SampleResult> results) override;
-  int max_in_flight() const override { return group_.topology.pp_size(); }
+  absl::Status Collect(absl::Span<SampleResult> results, StepDeviceTiming* timing) override;
+  // One stage (TP alone): overlapped steps chained on every rank's device, as on one GPU (each
+  // TP rank samples the same tokens from the same all-gathered logits). A pipeline: one
+  // micro-batch per stage in flight, its tokens sampled on the last stage.
+  int max_in_flight() const override { return group_.topology.pp_size() == 1 ? 2 : group_.topology.pp_size(); }
+  bool chains_steps() const override { return group_.topology.pp_size() == 1; }
   const std::vector<StageSpan>& timeline() const { return stage_.timeline(); }
 
  private:
@@ -83,7 +90,6 @@ class PipelineStepExecutor final : public StepExecutor {
   PipelineGroup group_;
   PipelineStage stage_;
   std::string message_;
-  std::vector<SampleResult> local_results_;
 
   // Results from the last stage (PP > 1), filled by the receiver thread.
   std::mutex mu_;

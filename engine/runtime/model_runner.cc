@@ -86,6 +86,15 @@ absl::Status ModelRunner::AllocateMetadata() {
     ASSIGN_OR_RETURN(*w.dst, arena.Take(DType::kI32, {w.n}));
   }
   metadata_memory_ = std::move(arena).Release();
+  for (StepSlot& slot : slots_) {
+    ASSIGN_OR_RETURN(slot.host_metadata, backend_->AllocateStaging(metadata_memory_.bytes()));
+    ASSIGN_OR_RETURN(slot.begin, backend_->CreateFence());
+    ASSIGN_OR_RETURN(slot.end, backend_->CreateFence());
+  }
+  // Outside the metadata buffers: uploads never overwrite the samples the next step reads.
+  const int64_t rows = std::max(1, options_.limits.logit_rows());
+  ASSIGN_OR_RETURN(sampled_memory_, backend_->Allocate(static_cast<size_t>(rows) * sizeof(int32_t)));
+  sampled_tokens_ = sampled_memory_.View(DType::kI32, {rows});
   return absl::OkStatus();
 }
 
@@ -100,18 +109,15 @@ int32_t ModelRunner::GraphBucket(const StepPlan& plan) const {
   return *std::lower_bound(graph_buckets_.begin(), graph_buckets_.end(), n);
 }
 
-// A decode step padded to `bucket` sequences. Padding sequences hold one token at position 0 of
-// block 0 with no KV write (slot -1), so they read valid memory and change nothing; their logits
-// rows are ignored. The metadata is written into the same device buffers every step (the graph's
-// addresses) with one host-to-device copy, then the bucket's graph replays (captured on first use,
-// right after an eager run of the same step, which also yields this step's result).
-absl::StatusOr<Tensor> ModelRunner::ForwardGraph(const StepPlan& plan, int32_t bucket) {
-  const int32_t n = plan.num_tokens(), w = block_table_width_;
+// The slot's host image has the device metadata buffers' layout; it is filled for `plan` padded
+// to `padded_seqs` sequences and uploaded in one copy up to the end of the block tables used (the
+// last buffer). Padding sequences (graph buckets) hold one token at position 0 of block 0 with no
+// KV write (slot -1), so they read valid memory and change nothing; their logit rows are ignored.
+absl::Status ModelRunner::StageMetadata(const StepPlan& plan, int32_t padded_seqs, bool graph) {
+  const int32_t n = plan.num_tokens(), s = plan.num_seqs(), w = block_table_width_;
   const char* base = static_cast<const char*>(metadata_memory_.data());
-  auto host = [&](const Tensor& t) {
-    return host_metadata_.data() + (static_cast<const char*>(t.data()) - base) / sizeof(int32_t);
-  };
-  if (host_metadata_.empty()) host_metadata_.resize(metadata_memory_.bytes() / sizeof(int32_t));
+  int32_t* image = static_cast<int32_t*>(slots_[slot_].host_metadata.data());
+  auto host = [&](const Tensor& t) { return image + (static_cast<const char*>(t.data()) - base) / sizeof(int32_t); };
   int32_t* ids = host(token_ids_);
   int32_t* pos = host(positions_);
   int32_t* slots = host(slot_mapping_);
@@ -119,25 +125,51 @@ absl::StatusOr<Tensor> ModelRunner::ForwardGraph(const StepPlan& plan, int32_t b
   int32_t* ctx = host(context_lens_);
   int32_t* rows = host(logit_rows_);
   int32_t* tables = host(block_tables_);
-  for (int32_t i = 0; i < bucket; ++i) {
-    const bool real = i < n;
-    ids[i] = real ? plan.token_ids[i] : 0;
-    pos[i] = real ? plan.positions[i] : 0;
-    slots[i] = real ? plan.slot_mapping[i] : -1;
-    ctx[i] = real ? plan.context_lens[i] : 1;
-    rows[i] = i;
-    qs[i] = i;
-  }
-  qs[bucket] = bucket;
+  std::copy(plan.token_ids.begin(), plan.token_ids.end(), ids);
+  std::copy(plan.positions.begin(), plan.positions.end(), pos);
+  std::copy(plan.slot_mapping.begin(), plan.slot_mapping.end(), slots);
+  std::copy(plan.query_start.begin(), plan.query_start.end(), qs);
+  std::copy(plan.context_lens.begin(), plan.context_lens.end(), ctx);
+  std::copy(plan.logit_rows.begin(), plan.logit_rows.end(), rows);
   std::copy(plan.block_tables.begin(), plan.block_tables.end(), tables);
-  std::fill(tables + static_cast<size_t>(n) * w, tables + static_cast<size_t>(bucket) * w, 0);
+  if (graph) {  // a decode step: token i is sequence i's, and every row's logits are wanted
+    for (int32_t i = n; i < padded_seqs; ++i) {
+      ids[i] = 0;
+      pos[i] = 0;
+      slots[i] = -1;
+      ctx[i] = 1;
+      rows[i] = i;
+      qs[i + 1] = i + 1;
+    }
+    std::fill(tables + static_cast<size_t>(s) * w, tables + static_cast<size_t>(padded_seqs) * w, 0);
+  }
   // block_tables_ is the last buffer of the metadata arena: one copy covers everything used.
-  const size_t used = (reinterpret_cast<const char*>(host(block_tables_) + static_cast<size_t>(bucket) * w) -
-                       reinterpret_cast<const char*>(host_metadata_.data()));
-  RETURN_IF_ERROR(backend_->CopyToDevice(
+  const size_t used = reinterpret_cast<const char*>(tables + static_cast<size_t>(padded_seqs) * w) -
+                      reinterpret_cast<const char*>(image);
+  return backend_->CopyToDevice(
       Tensor(metadata_memory_.data(), DType::kI32, {static_cast<int64_t>(used / sizeof(int32_t))}, backend_->device()),
-      host_metadata_.data()));
+      image);
+}
 
+absl::Status ModelRunner::ResolvePending(const StepPlan& plan, int32_t num_tokens) {
+  bool pending = false;
+  for (int32_t id : plan.token_ids) {
+    if (id >= 0) continue;
+    if (-static_cast<int64_t>(id) > last_sampled_rows_)
+      return absl::InvalidArgumentError(absl::StrCat("step plan refers to row ", -static_cast<int64_t>(id) - 1,
+                                                     " of the previous step, which sampled ", last_sampled_rows_));
+    pending = true;
+  }
+  if (!pending) return absl::OkStatus();
+  return backend_->ResolvePendingTokens(token_ids_.Rows(0, num_tokens), sampled_tokens_.Rows(0, last_sampled_rows_));
+}
+
+// A decode step padded to `bucket` sequences replays the bucket's graph (captured on first use,
+// right after an eager run of the same step, which also yields this step's result).
+absl::StatusOr<Tensor> ModelRunner::ForwardGraph(const StepPlan& plan, int32_t bucket) {
+  const int32_t n = plan.num_tokens(), w = block_table_width_;
+  RETURN_IF_ERROR(StageMetadata(plan, bucket, /*graph=*/true));
+  RETURN_IF_ERROR(ResolvePending(plan, n));
   meta_.num_tokens = bucket;
   meta_.num_seqs = bucket;
   meta_.max_query_len = 1;
@@ -193,31 +225,84 @@ absl::StatusOr<Tensor> ModelRunner::Forward(const StepPlan& plan) {
                                                    " logit rows is outside the limits (", options_.limits.max_tokens,
                                                    ", ", options_.limits.max_seqs, ", ", options_.limits.logit_rows(), ")"));
   if (plan.block_table_width != block_table_width_ || plan.block_tables.size() != size_t(s) * block_table_width_ ||
-      plan.query_start.size() != size_t(s) + 1)
+      plan.query_start.size() != size_t(s) + 1 || plan.positions.size() != size_t(n) ||
+      plan.slot_mapping.size() != size_t(n) || plan.context_lens.size() != size_t(s))
     return absl::InvalidArgumentError("malformed step plan");
   if (plan.max_context_len > max_context_)
     return absl::InvalidArgumentError(absl::StrCat("sequence of ", plan.max_context_len,
                                                    " tokens exceeds the context length ", max_context_));
-  if (const int32_t bucket = GraphBucket(plan); bucket > 0) return ForwardGraph(plan, bucket);
-  meta_.num_tokens = n;
-  meta_.num_seqs = s;
-  meta_.max_query_len = plan.max_query_len;
-  meta_.max_context_len = plan.max_context_len;
-  meta_.num_logit_rows = rows;
-  auto upload = [&](Tensor full, const std::vector<int32_t>& v) -> absl::StatusOr<Tensor> {
-    Tensor t = full.Rows(0, static_cast<int64_t>(v.size()));
-    if (!v.empty()) RETURN_IF_ERROR(backend_->CopyToDevice(t, v.data()));
-    return t;
-  };
-  ASSIGN_OR_RETURN(meta_.token_ids, upload(token_ids_, plan.token_ids));
-  ASSIGN_OR_RETURN(meta_.positions, upload(positions_, plan.positions));
-  ASSIGN_OR_RETURN(meta_.slot_mapping, upload(slot_mapping_, plan.slot_mapping));
-  ASSIGN_OR_RETURN(meta_.query_start, upload(query_start_, plan.query_start));
-  ASSIGN_OR_RETURN(meta_.context_lens, upload(context_lens_, plan.context_lens));
-  ASSIGN_OR_RETURN(meta_.logit_rows, upload(logit_rows_, plan.logit_rows));
-  ASSIGN_OR_RETURN(Tensor tables, upload(block_tables_, plan.block_tables));
-  meta_.block_tables = tables.Reshape({s, block_table_width_});
-  return decoder_->Forward(meta_, kv_cache_->layers());
+  // The next slot; its previous step has ended (its upload and sample copies are done).
+  slot_ = (slot_ + 1) % kStepSlots;
+  StepSlot& slot = slots_[slot_];
+  if (slot.step != 0) RETURN_IF_ERROR(slot.end->Wait());
+  slot.step = ++steps_;
+  RETURN_IF_ERROR(slot.begin->Record());
+  absl::StatusOr<Tensor> out;
+  if (const int32_t bucket = GraphBucket(plan); bucket > 0) {
+    out = ForwardGraph(plan, bucket);
+  } else {
+    meta_.num_tokens = n;
+    meta_.num_seqs = s;
+    meta_.max_query_len = plan.max_query_len;
+    meta_.max_context_len = plan.max_context_len;
+    meta_.num_logit_rows = rows;
+    RETURN_IF_ERROR(StageMetadata(plan, s, /*graph=*/false));
+    RETURN_IF_ERROR(ResolvePending(plan, n));
+    meta_.token_ids = token_ids_.Rows(0, n);
+    meta_.positions = positions_.Rows(0, n);
+    meta_.slot_mapping = slot_mapping_.Rows(0, n);
+    meta_.query_start = query_start_.Rows(0, s + 1);
+    meta_.context_lens = context_lens_.Rows(0, s);
+    meta_.logit_rows = logit_rows_.Rows(0, rows);
+    meta_.block_tables = block_tables_.Rows(0, static_cast<int64_t>(s) * block_table_width_)
+                             .Reshape({s, block_table_width_});
+    out = decoder_->Forward(meta_, kv_cache_->layers());
+  }
+  // Ends the slot's use unless a sampling follows (which records it again after its copies).
+  RETURN_IF_ERROR(slot.end->Record());
+  return out;
+}
+
+absl::Status ModelRunner::EnqueueSample(Tensor logits, absl::Span<const SampleRow> rows, bool collect) {
+  if (slot_ < 0) return absl::FailedPreconditionError("EnqueueSample before Forward");
+  if (rows.size() > static_cast<size_t>(meta_.num_logit_rows))
+    return absl::InvalidArgumentError("more sample rows than logit rows");
+  if (!rows.empty()) {  // a step of prefill chunks alone samples nothing, but is still collected
+    SampleArgs args;
+    args.logits = logits;
+    args.rows = rows;
+    args.input_tokens = meta_.token_ids;
+    args.sampled_tokens = sampled_tokens_;
+    args.slot = slot_;
+    RETURN_IF_ERROR(backend_->EnqueueSample(args));
+    RETURN_IF_ERROR(slots_[slot_].end->Record());
+  }
+  last_sampled_rows_ = static_cast<int32_t>(rows.size());
+  if (collect) uncollected_.emplace_back(slot_, static_cast<int32_t>(rows.size()));
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::CollectSamples(absl::Span<SampleResult> results, StepTiming* timing) {
+  if (uncollected_.empty()) return absl::FailedPreconditionError("no sampled step to collect");
+  const auto [slot_index, rows] = uncollected_.front();
+  uncollected_.pop_front();
+  if (static_cast<int32_t>(results.size()) != rows)
+    return absl::InternalError("collect does not match the sampled step");
+  StepSlot& slot = slots_[slot_index];
+  RETURN_IF_ERROR(slot.end->Wait());
+  if (rows > 0) RETURN_IF_ERROR(backend_->ReadSampleResults(slot_index, results));
+  if (timing != nullptr) {
+    *timing = StepTiming{};
+    ASSIGN_OR_RETURN(timing->device_ms, slot.end->MillisecondsSince(*slot.begin));
+    if (last_collected_slot_ >= 0 && slots_[last_collected_slot_].step == last_collected_step_ &&
+        last_collected_step_ + 1 == slot.step) {
+      ASSIGN_OR_RETURN(double gap, slot.begin->MillisecondsSince(*slots_[last_collected_slot_].end));
+      timing->idle_ms = std::max(0.0, gap);
+    }
+  }
+  last_collected_slot_ = slot_index;
+  last_collected_step_ = slot.step;
+  return absl::OkStatus();
 }
 
 absl::Status ModelRunner::Execute(const StepPlan& plan, absl::Span<const SampleRow> rows,
@@ -225,14 +310,19 @@ absl::Status ModelRunner::Execute(const StepPlan& plan, absl::Span<const SampleR
   ASSIGN_OR_RETURN(Tensor logits, Forward(plan));
   if (rows.size() != plan.logit_rows.size()) return absl::InvalidArgumentError("one sample row per logit row");
   if (rows.empty()) return backend_->Synchronize();
-  RETURN_IF_ERROR(backend_->Sample(logits, rows, results));
-  return backend_->Synchronize();
+  return Sample(logits, rows, results);
 }
 
 absl::Status ModelRunner::Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) {
   if (rows.empty()) return backend_->Synchronize();
-  RETURN_IF_ERROR(backend_->Sample(logits, rows, results));
-  return backend_->Synchronize();
+  RETURN_IF_ERROR(EnqueueSample(logits, rows, /*collect=*/true));
+  // Earlier queued steps first: results come back in order.
+  std::vector<SampleResult> skipped;
+  while (uncollected_.size() > 1) {
+    skipped.resize(uncollected_.front().second);
+    RETURN_IF_ERROR(CollectSamples(absl::MakeSpan(skipped)));
+  }
+  return CollectSamples(results);
 }
 
 absl::Status ModelRunner::ComputeLogits(const StepPlan& plan, float* out) {

@@ -4,6 +4,8 @@
 // what to compute: that is the scheduler's job.
 #pragma once
 
+#include <array>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -45,15 +47,33 @@ class ModelRunner {
                                                                         Communicator* tp_comm,
                                                                         const ModelRunnerOptions& options);
 
-  // Runs this stage's layers over `plan` (see Decoder::Forward): logits on the last stage, the
-  // hidden state to send on otherwise. A later stage first receives into HiddenInput().
+  // Steps are enqueued, not waited for, so that the host plans and launches step N+1 while the
+  // device runs step N. Forward stages `plan` in one of a few pinned host slots, uploads it in one
+  // copy, replaces the plan's pending-token placeholders (-(row + 1): the token the previous step
+  // sampled in that row, StepPlan) on the device, and enqueues this stage's layers (see
+  // Decoder::Forward): it returns the logits on the last stage, the hidden state to send on
+  // otherwise. A later stage first receives into HiddenInput(). Up to kStepSlots steps may be
+  // enqueued and not yet collected.
+  static constexpr int kStepSlots = kSampleSlots - 1;  // Backend::Sample keeps the last sample slot
   absl::StatusOr<Tensor> Forward(const StepPlan& plan);
   Tensor HiddenInput(int32_t num_tokens) const { return decoder_->HiddenInput(num_tokens); }
-  // Samples one token per row of `logits` (from Forward on the last stage).
+  // Enqueues sampling one token per row of `logits` (from the last Forward, on the last stage);
+  // each row's token stays on the device for the next step's placeholders. With `collect`, the
+  // step's results are queued for CollectSamples (ranks that need no results pass false).
+  absl::Status EnqueueSample(Tensor logits, absl::Span<const SampleRow> rows, bool collect);
+  // Waits for the oldest step queued by EnqueueSample and returns its results; `timing` (may be
+  // null) gets its device time and the idle gap before it.
+  struct StepTiming {
+    double device_ms = 0;  // the stream's time from the step's upload to its last sample copy
+    double idle_ms = 0;    // the stream's idle time between the previous step's end and this one's
+  };
+  absl::Status CollectSamples(absl::Span<SampleResult> results, StepTiming* timing = nullptr);
+  int uncollected() const { return static_cast<int>(uncollected_.size()); }
+  // EnqueueSample and CollectSamples at once (tools and tests).
   absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results);
   const LocalDims& dims() const { return decoder_->dims(); }
 
-  // Runs the whole model (single stage) over `plan` and samples one token per logit row.
+  // Runs the whole model (single stage) over `plan`, samples one token per logit row and waits.
   absl::Status Execute(const StepPlan& plan, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results);
   // Runs the model and copies the float32 logits of each logit row to `logits` [rows, vocab].
   absl::Status ComputeLogits(const StepPlan& plan, float* logits);
@@ -85,10 +105,13 @@ class ModelRunner {
  private:
   ModelRunner(const ModelConfig& config, const ModelRunnerOptions& options) : config_(config), options_(options) {}
   absl::Status AllocateMetadata();
-  // The graph path of Forward: nullopt-like (ok, empty tensor) when `plan` is not a decode step
-  // that a graph can run.
+  // The graph bucket of a decode step (0: the step runs eagerly).
   int32_t GraphBucket(const StepPlan& plan) const;
+  // Fills the slot's host image of the metadata buffers for `plan` padded to `rows` sequences (a
+  // graph bucket; `rows` = the plan's own size for an eager step) and uploads it in one copy.
+  absl::Status StageMetadata(const StepPlan& plan, int32_t padded_seqs, bool graph);
   absl::StatusOr<Tensor> ForwardGraph(const StepPlan& plan, int32_t bucket);
+  absl::Status ResolvePending(const StepPlan& plan, int32_t num_tokens);
 
   ModelConfig config_;
   ModelRunnerOptions options_;
@@ -102,8 +125,27 @@ class ModelRunner {
   Tensor token_ids_, positions_, slot_mapping_, query_start_, context_lens_, block_tables_, logit_rows_;
   StepMetadata meta_;
 
-  // Decode graphs: bucket sizes, and per captured bucket the graph and the logits it writes. The
-  // graph path fills a host image of the metadata buffers and uploads it in one copy.
+  // Each step slot: a pinned host image of the metadata buffers (uploaded in one copy) and fences
+  // at the step's start and end; reused once its end fence has passed. Steps queued for
+  // CollectSamples: their slot and rows.
+  struct StepSlot {
+    Buffer host_metadata;
+    std::unique_ptr<StepFence> begin, end;
+    uint64_t step = 0;  // the step that last used the slot (0: none)
+  };
+  std::array<StepSlot, kStepSlots> slots_;
+  int slot_ = -1;  // the slot of the last Forward
+  std::deque<std::pair<int, int32_t>> uncollected_;
+  uint64_t steps_ = 0;  // Forward calls so far
+  // The last collected step and its slot, for the idle gap before the next one.
+  uint64_t last_collected_step_ = 0;
+  int last_collected_slot_ = -1;
+  // Each row's token of the last sampling (the next step's placeholders read it), and how many.
+  Buffer sampled_memory_;
+  Tensor sampled_tokens_;
+  int32_t last_sampled_rows_ = 0;
+
+  // Decode graphs: bucket sizes, and per captured bucket the graph and the logits it writes.
   Communicator* tp_comm_ = nullptr;
   std::vector<int32_t> graph_buckets_;
   struct CapturedStep {
@@ -114,7 +156,6 @@ class ModelRunner {
   int graph_misses_ = 0;
   bool graphs_enabled_ = true;
   absl::Status graph_status_;
-  std::vector<int32_t> host_metadata_;
 };
 
 }  // namespace llm

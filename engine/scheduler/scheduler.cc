@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/core/status.h"
+
 namespace llm {
 
 Scheduler::Scheduler(const SchedulerOptions& options) : options_(options), pool_(options.num_blocks) {}
@@ -20,11 +22,47 @@ void Scheduler::Remove(Sequence* seq) {
 
 void Scheduler::Preempt(Sequence* seq) {
   running_.erase(seq);
+  // Blocks of a launched step may go to other sequences at once: every rank runs steps in launch
+  // order, so a later step's writes to them come after this one's.
   seq->blocks.Release(pool_);
   seq->num_computed = 0;  // recompute prompt + generated tokens when resumed
   ++seq->preemptions;
   ++preemptions_;
   AddWaiting(seq);
+}
+
+bool Scheduler::Ready(const Sequence* seq) const {
+  if (seq->in_flight > 0 && !options_.chain_steps) return false;
+  if (seq->length() <= seq->num_computed) return false;
+  // Its last token is pending and it has all it may generate: it finishes when that arrives.
+  if (seq->pending_tokens > 0 && seq->scheduled_completion_tokens() >= seq->request.stop.max_tokens) return false;
+  return true;
+}
+
+void Scheduler::Launch(Sequence* seq, int32_t n, StepPlan& plan, std::vector<ScheduledSequence>& scheduled) {
+  const int32_t start = seq->num_computed, known = static_cast<int32_t>(seq->tokens.size());
+  const bool sample = start + n == seq->length();
+  ScheduledSequence s{seq, start, n, sample, -1};
+  absl::Span<const int32_t> tokens;
+  if (start + n <= known) {
+    tokens = absl::MakeConstSpan(seq->tokens).subspan(start, n);
+  } else {
+    // Only the latest pending token can be an input: the steps before it are collected before
+    // this one is planned (the engine keeps at most two chained steps in flight).
+    LLM_CHECK(start + n == known + 1 && seq->pending_tokens == 1 && seq->pending_row >= 0);
+    chunk_.assign(seq->tokens.begin() + start, seq->tokens.end());
+    chunk_.push_back(-(seq->pending_row + 1));
+    s.pending_input_index = plan.num_tokens() + n - 1;
+    tokens = chunk_;
+  }
+  plan.AddSequence(tokens, start, seq->blocks.blocks(), options_.block_size, sample);
+  seq->num_computed = start + n;
+  ++seq->in_flight;
+  if (sample) {
+    ++seq->pending_tokens;
+    seq->pending_row = static_cast<int32_t>(plan.logit_rows.size()) - 1;
+  }
+  scheduled.push_back(s);
 }
 
 bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& scheduled) {
@@ -41,15 +79,16 @@ bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& schedul
   }
 
   // 1. Running sequences, highest priority first; preempt from the other end when short of blocks.
-  // Sequences in an in-flight step are neither scheduled again nor preempted until it returns.
+  // Without chained steps, sequences in a launched step are neither scheduled again nor
+  // preempted until it is collected.
   std::vector<Sequence*> order;
   for (Sequence* seq : running_)
-    if (!seq->in_flight) order.push_back(seq);
+    if (Ready(seq)) order.push_back(seq);
+  std::vector<std::pair<Sequence*, int32_t>> picked;
   size_t end = order.size();
-  for (size_t i = 0; i < end && budget > 0 && static_cast<int32_t>(scheduled.size()) < max_seqs; ++i) {
+  for (size_t i = 0; i < end && budget > 0 && static_cast<int32_t>(picked.size()) < max_seqs; ++i) {
     Sequence* seq = order[i];
-    const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - seq->num_computed;
-    const int32_t n = std::min(remaining, budget);
+    const int32_t n = std::min(seq->length() - seq->num_computed, budget);
     bool ok = seq->blocks.Reserve(seq->num_computed + n, bs, pool_);
     while (!ok && end > i + 1) {
       Preempt(order[--end]);
@@ -60,29 +99,29 @@ bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& schedul
       end = i;
       break;
     }
-    scheduled.push_back({seq, n, seq->num_computed + n == static_cast<int32_t>(seq->tokens.size())});
+    picked.emplace_back(seq, n);
     budget -= n;
   }
 
   // 2. Admit waiting sequences in order while there is room; stop at the first that does not fit
   //    (FCFS: a later, smaller request never overtakes an earlier one of the same priority).
-  while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(scheduled.size()) < max_seqs) {
-    Sequence* seq = *waiting_.begin();
-    const int32_t remaining = static_cast<int32_t>(seq->tokens.size()) - seq->num_computed;
-    const int32_t n = std::min(remaining, budget);
+  for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 &&
+                                   static_cast<int32_t>(picked.size()) < max_seqs;) {
+    Sequence* seq = *it;
+    if (!Ready(seq)) {  // preempted while a launched step holds it: it waits for that step
+      ++it;
+      continue;
+    }
+    const int32_t n = std::min(seq->length() - seq->num_computed, budget);
     if (!seq->blocks.Reserve(seq->num_computed + n, bs, pool_)) break;
-    waiting_.erase(waiting_.begin());
+    it = waiting_.erase(it);
     running_.insert(seq);
     seq->running = true;
-    scheduled.push_back({seq, n, seq->num_computed + n == static_cast<int32_t>(seq->tokens.size())});
+    picked.emplace_back(seq, n);
     budget -= n;
   }
 
-  for (const ScheduledSequence& s : scheduled) {
-    Sequence* seq = s.seq;
-    plan.AddSequence(absl::MakeConstSpan(seq->tokens).subspan(seq->num_computed, s.num_tokens), seq->num_computed,
-                     seq->blocks.blocks(), bs, s.sample);
-  }
+  for (const auto& [seq, n] : picked) Launch(seq, n, plan, scheduled);
   return !scheduled.empty();
 }
 

@@ -14,35 +14,19 @@
 #include <vector>
 
 #include "engine/kv_cache/kv_block_pool.h"
+#include "engine/scheduler/scheduler_config.h"
 #include "engine/model/step_plan.h"
 #include "engine/scheduler/sequence.h"
 
 namespace llm {
 
-struct SchedulerOptions {
-  int32_t max_tokens_per_step = 2048;
-  int32_t max_seqs = 256;
-  int32_t block_size = 16;
-  int32_t num_blocks = 0;
-  int32_t block_table_width = 0;
-  // Steps in flight at once (the pipeline's micro-batches; set by the engine from its executor).
-  // Above 1, a step takes at most ceil(active sequences / micro_batches) of them, so that the
-  // micro-batches stay about the same size: the pipeline runs at the pace of its largest one.
-  int32_t micro_batches = 1;
-};
-
 struct ScheduledSequence {
   Sequence* seq = nullptr;
-  int32_t num_tokens = 0;  // fed this step, from seq->num_computed
+  int32_t start = 0;       // its first token's position
+  int32_t num_tokens = 0;  // fed this step
   bool sample = false;     // the step reaches the end of its tokens: sample the next one
-};
-
-struct SchedulerStats {
-  int32_t running = 0;
-  int32_t waiting = 0;
-  int32_t kv_blocks_used = 0;
-  int32_t kv_blocks_total = 0;
-  uint64_t preemptions = 0;
+  // With sample: the input row of its pending token (a placeholder) in this step, else -1.
+  int32_t pending_input_index = -1;
 };
 
 class Scheduler {
@@ -53,7 +37,10 @@ class Scheduler {
   // Takes `seq` out of whichever queue holds it and frees its blocks.
   void Remove(Sequence* seq);
 
-  // Fills `plan` and `scheduled`; false when there is nothing to run.
+  // Fills `plan` and `scheduled`; false when there is nothing to run. The scheduled sequences
+  // count as launched from here on: their num_computed advances past the step's tokens, in_flight
+  // counts the step and, where the step samples, pending_tokens its token (the engine reverses
+  // the last two when it collects the step).
   bool Schedule(StepPlan& plan, std::vector<ScheduledSequence>& scheduled);
 
   bool empty() const { return running_.empty() && waiting_.empty(); }
@@ -70,12 +57,17 @@ class Scheduler {
     }
   };
   void Preempt(Sequence* seq);
+  // Whether `seq` has tokens to feed now.
+  bool Ready(const Sequence* seq) const;
+  // Adds `seq`'s next `n` tokens to the plan (placeholders for a pending token) and marks it launched.
+  void Launch(Sequence* seq, int32_t n, StepPlan& plan, std::vector<ScheduledSequence>& scheduled);
 
   SchedulerOptions options_;
   KvBlockPool pool_;
   std::set<Sequence*, Order> waiting_;
   std::set<Sequence*, Order> running_;
   uint64_t preemptions_ = 0;
+  std::vector<int32_t> chunk_;  // one sequence's step tokens, placeholders resolved to ids
 };
 
 }  // namespace llm

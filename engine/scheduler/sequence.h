@@ -1,17 +1,18 @@
-// Sequence: the engine's record of one request through its life:
+// Sequence: the engine thread's record of one request through its life:
 //   waiting --(scheduled)--> running --(finished/cancelled/deadline)--> gone
 //                ^----------(preempted: blocks freed, recomputed later)----'
-// Its tokens are prompt + generated; num_computed of them have K/V in the cache.
+// Its tokens are prompt + generated. With overlapped steps the host plans a step before it knows
+// the tokens the steps still on the device will sample: those are `pending_tokens`, appended to
+// `tokens` when their step is collected. The sequence's length counts them; a step that needs
+// one as input names it by a placeholder (StepPlan), which the device resolves.
 #pragma once
 
-#include <memory>
+#include <cstdint>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "engine/kv_cache/kv_block_pool.h"
 #include "engine/request.h"
-#include "engine/scheduler/stop_checker.h"
-#include "engine/tokenizer/tokenizer.h"
 
 namespace llm {
 
@@ -19,28 +20,29 @@ struct Sequence {
   RequestId id = 0;
   uint64_t arrival_order = 0;  // FCFS tie-break within a priority
   GenerateRequest request;
-  OutputCallback callback;
 
-  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  std::vector<int32_t> tokens;  // prompt, then the generated tokens the host knows
   int32_t prompt_len = 0;
-  int32_t num_computed = 0;     // tokens whose K/V is in the cache
+  // Tokens whose K/V launched steps write (advanced when a step is scheduled, so that the next
+  // step can continue from there before this one is collected; 0 again after a preemption).
+  int32_t num_computed = 0;
+  int32_t pending_tokens = 0;  // sampled by launched steps, not yet collected
+  int32_t pending_row = -1;    // the latest one's row among its step's samples
+  int32_t in_flight = 0;       // launched steps with this sequence, not yet collected
   KvBlockTable blocks;
   bool running = false;
-  bool in_flight = false;       // in a launched step whose tokens have not come back
   int32_t preemptions = 0;
 
   absl::Time arrival;
   absl::Time first_scheduled = absl::InfinitePast();
   absl::Time first_token = absl::InfinitePast();
 
-  std::unique_ptr<IncrementalDetokenizer> detokenizer;
-  std::unique_ptr<StopChecker> stop;
-  // Produced since the last output was sent.
-  std::vector<int32_t> unsent_tokens;
-  std::vector<SampleResult> unsent_logprobs;
-
+  // Known and pending tokens.
+  int32_t length() const { return static_cast<int32_t>(tokens.size()) + pending_tokens; }
+  // Generated tokens the host knows (the output so far).
   int32_t completion_tokens() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
-  bool prefilling() const { return num_computed < static_cast<int32_t>(tokens.size()) - 1; }
+  // Generated tokens including pending ones: the sampling step (RNG counter) of the next one.
+  int32_t scheduled_completion_tokens() const { return length() - prompt_len; }
 };
 
 }  // namespace llm

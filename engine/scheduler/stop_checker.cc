@@ -4,39 +4,38 @@
 
 namespace llm {
 
-StopChecker::StopChecker(const StopCriteria& criteria, std::vector<int32_t> eos_token_ids)
-    : criteria_(criteria), eos_(std::move(eos_token_ids)) {
-  for (const std::string& s : criteria_.stop_strings) max_stop_len_ = std::max(max_stop_len_, s.size());
-}
-
-FinishReason StopChecker::OnToken(int32_t token, int32_t completion_tokens, std::string_view text_delta) {
-  const size_t old_size = text_.size();
-  text_.append(text_delta);
-  const bool may_stop = completion_tokens >= criteria_.min_tokens;
-  if (may_stop && !criteria_.ignore_eos && std::find(eos_.begin(), eos_.end(), token) != eos_.end())
-    return FinishReason::kEos;
-  if (may_stop && std::find(criteria_.stop_token_ids.begin(), criteria_.stop_token_ids.end(), token) !=
-                      criteria_.stop_token_ids.end())
+FinishReason TokenStopReason(const StopCriteria& c, absl::Span<const int32_t> eos, int32_t token,
+                             int32_t completion_tokens) {
+  const bool may_stop = completion_tokens >= c.min_tokens;
+  if (may_stop && !c.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) return FinishReason::kEos;
+  if (may_stop && std::find(c.stop_token_ids.begin(), c.stop_token_ids.end(), token) != c.stop_token_ids.end())
     return FinishReason::kStop;
-  if (may_stop && max_stop_len_ > 0 && !text_delta.empty()) {
-    // A match must end inside the new text; it may start up to max_stop_len_ - 1 bytes before it.
-    const size_t from = old_size >= max_stop_len_ ? old_size - max_stop_len_ + 1 : 0;
-    size_t best = std::string::npos;
-    for (const std::string& s : criteria_.stop_strings) {
-      if (s.empty()) continue;
-      const size_t at = text_.find(s, from);
-      if (at != std::string::npos) best = std::min(best, at);
-    }
-    if (best != std::string::npos) {
-      stop_cut_ = best;
-      return FinishReason::kStop;
-    }
-  }
-  if (completion_tokens >= criteria_.max_tokens) return FinishReason::kLength;
+  if (completion_tokens >= c.max_tokens) return FinishReason::kLength;
   return FinishReason::kNone;
 }
 
-std::string StopChecker::TakeText(bool finished) {
+StopStringMatcher::StopStringMatcher(const StopCriteria& criteria) : criteria_(criteria) {
+  for (const std::string& s : criteria_.stop_strings) max_stop_len_ = std::max(max_stop_len_, s.size());
+}
+
+bool StopStringMatcher::Append(std::string_view text_delta, int32_t completion_tokens) {
+  if (matched()) return true;
+  const size_t old_size = text_.size();
+  text_.append(text_delta);
+  if (completion_tokens < criteria_.min_tokens || max_stop_len_ == 0 || text_delta.empty()) return false;
+  // A match must end inside the new text; it may start up to max_stop_len_ - 1 bytes before it.
+  const size_t from = old_size >= max_stop_len_ ? old_size - max_stop_len_ + 1 : 0;
+  size_t best = std::string::npos;
+  for (const std::string& s : criteria_.stop_strings) {
+    if (s.empty()) continue;
+    const size_t at = text_.find(s, from);
+    if (at != std::string::npos) best = std::min(best, at);
+  }
+  stop_cut_ = best;
+  return matched();
+}
+
+std::string StopStringMatcher::TakeText(bool finished) {
   size_t send = text_.size();
   if (stop_cut_ != std::string::npos) {
     send = stop_cut_;

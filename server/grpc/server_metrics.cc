@@ -24,10 +24,10 @@ std::string StatusCodeName(absl::StatusCode code) {
 }  // namespace
 
 ServerMetrics::ServerMetrics()
-    : time_to_first_token_(LatencyHistogram::RequestLatencyBounds()),
-      inter_token_(LatencyHistogram::TokenLatencyBounds()),
-      end_to_end_(LatencyHistogram::RequestLatencyBounds()),
-      queue_time_(LatencyHistogram::RequestLatencyBounds()) {
+    : time_to_first_token_(Histogram::RequestLatencyBounds()),
+      inter_token_(Histogram::TokenLatencyBounds()),
+      end_to_end_(Histogram::RequestLatencyBounds()),
+      queue_time_(Histogram::RequestLatencyBounds()) {
   token_samples_.push_back({absl::Now(), 0});
 }
 

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
-#include "server/grpc/latency_histogram.h"
+#include "engine/core/histogram.h"
 
 namespace llm::server {
 
@@ -39,10 +39,10 @@ class ServerMetrics {
   static constexpr int kNumCodes = static_cast<int>(absl::StatusCode::kUnauthenticated) + 1;
   std::array<std::atomic<uint64_t>, kNumReasons> finished_{};
   std::array<std::atomic<uint64_t>, kNumCodes> rejected_{};
-  LatencyHistogram time_to_first_token_;
-  LatencyHistogram inter_token_;
-  LatencyHistogram end_to_end_;
-  LatencyHistogram queue_time_;
+  Histogram time_to_first_token_;
+  Histogram inter_token_;
+  Histogram end_to_end_;
+  Histogram queue_time_;
 
   struct TokenSample {
     absl::Time time;

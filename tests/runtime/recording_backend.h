@@ -54,8 +54,12 @@ class RecordingBackend final : public Backend {
   absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) override {
     return Do([=, this] { return cpu_.GatherRows(x, rows, out); });
   }
-  absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) override {
-    return cpu_.Sample(logits, rows, results);
+  absl::Status EnqueueSample(const SampleArgs& args) override { return cpu_.EnqueueSample(args); }
+  absl::Status ReadSampleResults(int slot, absl::Span<SampleResult> results) override {
+    return cpu_.ReadSampleResults(slot, results);
+  }
+  absl::Status ResolvePendingTokens(Tensor ids, Tensor sampled) override {
+    return cpu_.ResolvePendingTokens(ids, sampled);
   }
 
   bool SupportsGraphs() const override { return true; }

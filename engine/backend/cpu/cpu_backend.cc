@@ -180,10 +180,63 @@ absl::Status CpuBackend::GatherRows(Tensor x, Tensor rows, Tensor out) {
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) {
-  RETURN_IF_ERROR(ExpectF32("Sample", {&logits}));
-  RETURN_IF_ERROR(ValidateSampleArgs(logits, rows, results));
-  cpu::SampleRows(pool_, logits.data_as<const float>(), logits.dim(1), rows, results, sampler_scratch_);
+absl::Status CpuBackend::EnqueueSample(const SampleArgs& a) {
+  RETURN_IF_ERROR(ExpectF32("Sample", {&a.logits}));
+  RETURN_IF_ERROR(ValidateSampleRows(a.logits, a.rows));
+  RETURN_IF_ERROR(Expect(a.slot >= 0 && a.slot < kSampleSlots, "Sample", "slot out of range"));
+  absl::Span<const SampleRow> rows = a.rows;
+  // A pending output token (sampled by the previous step, resolved into this step's input ids)
+  // joins the row's outputs, as the CUDA sampler counts it on the device.
+  const bool pending = std::any_of(rows.begin(), rows.end(), [](const SampleRow& r) { return r.pending_input_index >= 0; });
+  if (pending) {
+    RETURN_IF_ERROR(Expect(a.input_tokens.dtype() == DType::kI32, "Sample", "pending tokens need the step's input ids"));
+    const int32_t* ids = a.input_tokens.data_as<const int32_t>();
+    rows_with_pending_.assign(rows.begin(), rows.end());
+    outputs_with_pending_.resize(rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      SampleRow& row = rows_with_pending_[r];
+      if (row.pending_input_index < 0) continue;
+      RETURN_IF_ERROR(Expect(row.pending_input_index < a.input_tokens.numel(), "Sample", "pending index out of range"));
+      std::vector<int32_t>& outputs = outputs_with_pending_[r];
+      outputs.assign(row.output_tokens.begin(), row.output_tokens.end());
+      outputs.push_back(ids[row.pending_input_index]);
+      row.output_tokens = outputs;
+      row.pending_input_index = -1;
+    }
+    rows = rows_with_pending_;
+  }
+  std::vector<SampleResult>& results = sample_slots_[a.slot];
+  results.resize(rows.size());
+  cpu::SampleRows(pool_, a.logits.data_as<const float>(), a.logits.dim(1), rows, absl::MakeSpan(results),
+                  sampler_scratch_);
+  if (!a.sampled_tokens.empty()) {
+    RETURN_IF_ERROR(Expect(a.sampled_tokens.dtype() == DType::kI32 && a.sampled_tokens.numel() >= static_cast<int64_t>(rows.size()),
+                           "Sample", "sampled token buffer too small"));
+    int32_t* out = a.sampled_tokens.data_as<int32_t>();
+    for (size_t r = 0; r < rows.size(); ++r) out[r] = results[r].token;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ReadSampleResults(int slot, absl::Span<SampleResult> results) {
+  RETURN_IF_ERROR(Expect(slot >= 0 && slot < kSampleSlots, "ReadSampleResults", "slot out of range"));
+  const std::vector<SampleResult>& have = sample_slots_[slot];
+  RETURN_IF_ERROR(Expect(have.size() == results.size(), "ReadSampleResults", "row count does not match the sampling"));
+  std::copy(have.begin(), have.end(), results.begin());
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ResolvePendingTokens(Tensor ids, Tensor sampled) {
+  RETURN_IF_ERROR(Expect(ids.dtype() == DType::kI32 && sampled.dtype() == DType::kI32, "ResolvePendingTokens",
+                         "ids must be int32"));
+  int32_t* t = ids.data_as<int32_t>();
+  const int32_t* s = sampled.data_as<const int32_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    if (t[i] >= 0) continue;
+    const int64_t row = -static_cast<int64_t>(t[i]) - 1;
+    RETURN_IF_ERROR(Expect(row < sampled.numel(), "ResolvePendingTokens", "pending row out of range"));
+    t[i] = s[row];
+  }
   return absl::OkStatus();
 }
 

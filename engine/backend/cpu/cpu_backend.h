@@ -3,6 +3,7 @@
 // whatever the checkpoint stores.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -36,14 +37,19 @@ class CpuBackend final : public Backend {
   absl::Status Attention(const AttentionArgs& args) override;
   absl::Status SiluMul(Tensor gate_up, Tensor out) override;
   absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) override;
-  absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows,
-                      absl::Span<SampleResult> results) override;
+  absl::Status EnqueueSample(const SampleArgs& args) override;
+  absl::Status ReadSampleResults(int slot, absl::Span<SampleResult> results) override;
+  absl::Status ResolvePendingTokens(Tensor ids, Tensor sampled) override;
 
   int num_threads() const { return pool_.num_threads(); }
 
  private:
   ThreadPool pool_;
   std::vector<cpu::SamplerScratch> sampler_scratch_;
+  // Each slot's results; and rows whose pending output token is appended to their outputs.
+  std::array<std::vector<SampleResult>, kSampleSlots> sample_slots_;
+  std::vector<SampleRow> rows_with_pending_;
+  std::vector<std::vector<int32_t>> outputs_with_pending_;
 };
 
 }  // namespace llm

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/norm/rms_norm.h"
 #include "kernels/cuda/rope/qkv_rope.h"
+#include "kernels/cuda/sampling/pending_tokens.h"
 #include "kernels/cuda/sampling/sampler.h"
 
 namespace llm {
@@ -89,6 +91,32 @@ class CudaStepGraph final : public StepGraph {
   cudaStream_t stream_;
 };
 
+// A CUDA event on the backend's stream (timing enabled: StepFence::MillisecondsSince).
+class CudaStepFence final : public StepFence {
+ public:
+  CudaStepFence(cudaEvent_t event, cudaStream_t stream) : event_(event), stream_(stream) {}
+  ~CudaStepFence() override { cudaEventDestroy(event_); }
+  absl::Status Record() override {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(event_, stream_));
+    return absl::OkStatus();
+  }
+  absl::Status Wait() override {
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event_));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> MillisecondsSince(const StepFence& earlier) const override {
+    const auto* e = dynamic_cast<const CudaStepFence*>(&earlier);
+    if (e == nullptr) return absl::InvalidArgumentError("fences of different backends");
+    float ms = 0.0f;
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, e->event_, event_));
+    return static_cast<double>(ms);
+  }
+
+ private:
+  cudaEvent_t event_;
+  cudaStream_t stream_;
+};
+
 constexpr int kMaxTimedOps = 8192;
 // Linear's kernel code for the GEMV's shared-memory ring form (cuBLASLt is 0, the register GEMV
 // its warps per row, or -1 for its own choice).
@@ -122,10 +150,14 @@ struct CudaBackend::Impl {
   std::set<std::tuple<int64_t, int64_t, int64_t, DType, bool>> cublas_tuned;
   bool tuning_pass = false;
 
-  // Sampler buffers.
+  // Sampler buffers. The device ones serve one sampling at a time (stream order); the pinned host
+  // ones, one set per sample slot, so that the host can prepare step N+1's sampling while step N's
+  // copies are still queued and read step N's results after step N+1 was launched.
   DeviceMem sample_work, sample_params, sample_entries, sample_results;
-  HostMem host_params, host_entries, host_results;
+  std::array<HostMem, kSampleSlots> host_params, host_entries, host_results;
+  std::array<int32_t, kSampleSlots> slot_rows{};
   std::vector<int32_t> marks;  // per-vocab scratch for de-duplicating penalty tokens
+  std::vector<cuda::SamplerPenaltyEntry> entries;  // reused: no allocation per step
 
   // Op timing.
   bool timing = false;
@@ -600,30 +632,43 @@ absl::Status CudaBackend::PrepareSampler(int32_t max_rows, int64_t vocab) {
                                        "the sampler's working memory"));
   RETURN_IF_ERROR(
       s.sample_params.Ensure(arena, max_rows * sizeof(cuda::SamplerRowParams), "the sampler's parameters"));
-  RETURN_IF_ERROR(s.host_params.Ensure(max_rows * sizeof(cuda::SamplerRowParams)));
   RETURN_IF_ERROR(
       s.sample_results.Ensure(arena, max_rows * sizeof(cuda::SamplerRowResult), "the sampler's results"));
-  RETURN_IF_ERROR(s.host_results.Ensure(max_rows * sizeof(cuda::SamplerRowResult)));
   const size_t entries = static_cast<size_t>(max_rows) * 1024 * sizeof(cuda::SamplerPenaltyEntry);
   RETURN_IF_ERROR(s.sample_entries.Ensure(arena, entries, "the sampler's penalty entries"));
-  RETURN_IF_ERROR(s.host_entries.Ensure(entries));
+  for (int slot = 0; slot < kSampleSlots; ++slot) {
+    RETURN_IF_ERROR(s.host_params[slot].Ensure(max_rows * sizeof(cuda::SamplerRowParams)));
+    RETURN_IF_ERROR(s.host_results[slot].Ensure(max_rows * sizeof(cuda::SamplerRowResult)));
+    RETURN_IF_ERROR(s.host_entries[slot].Ensure(entries));
+  }
   if (static_cast<int64_t>(s.marks.size()) < vocab) s.marks.assign(vocab, 0);
+  if (s.entries.capacity() < static_cast<size_t>(max_rows) * 1024) s.entries.reserve(static_cast<size_t>(max_rows) * 1024);
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) {
-  RETURN_IF_ERROR(ExpectOnDevice("Sample", device(), DType::kF32, {&logits}));
-  RETURN_IF_ERROR(ValidateSampleArgs(logits, rows, results));
+absl::Status CudaBackend::EnqueueSample(const SampleArgs& a) {
+  RETURN_IF_ERROR(ExpectOnDevice("Sample", device(), DType::kF32, {&a.logits}));
+  RETURN_IF_ERROR(ValidateSampleRows(a.logits, a.rows));
+  RETURN_IF_ERROR(Expect(a.slot >= 0 && a.slot < kSampleSlots, "Sample", "slot out of range"));
+  const absl::Span<const SampleRow> rows = a.rows;
   const int32_t n = static_cast<int32_t>(rows.size());
-  if (n == 0) return absl::OkStatus();
-  const int64_t vocab = logits.dim(1);
   Impl& s = *impl_;
-  // Grows only past what PrepareSampler reserved. The pinned buffers are free: the previous
-  // Sample synchronized before returning.
+  s.slot_rows[a.slot] = n;
+  if (n == 0) return absl::OkStatus();
+  const int64_t vocab = a.logits.dim(1);
+  const bool pending = std::any_of(rows.begin(), rows.end(), [](const SampleRow& r) { return r.pending_input_index >= 0; });
+  if (pending) RETURN_IF_ERROR(ExpectI32("Sample", device(), {&a.input_tokens}));
+  if (!a.sampled_tokens.empty()) {
+    RETURN_IF_ERROR(ExpectI32("Sample", device(), {&a.sampled_tokens}));
+    RETURN_IF_ERROR(Expect(a.sampled_tokens.numel() >= n, "Sample", "sampled token buffer too small"));
+  }
+  // Grows only past what PrepareSampler reserved. The slot's pinned buffers are free: the caller
+  // read (or dropped) the slot's previous results, so the stream has passed their copies.
   RETURN_IF_ERROR(PrepareSampler(n, vocab));
   // Host side: per-row parameters and the distinct penalized tokens of each row.
-  auto* hp = static_cast<cuda::SamplerRowParams*>(s.host_params.ptr);
-  std::vector<cuda::SamplerPenaltyEntry> entries;
+  auto* hp = static_cast<cuda::SamplerRowParams*>(s.host_params[a.slot].ptr);
+  std::vector<cuda::SamplerPenaltyEntry>& entries = s.entries;
+  entries.clear();
   for (int32_t r = 0; r < n; ++r) {
     const SampleRow& row = rows[r];
     const SamplingParams& p = *row.params;
@@ -639,6 +684,9 @@ absl::Status CudaBackend::Sample(Tensor logits, absl::Span<const SampleRow> rows
     q.num_top_logprobs = p.num_top_logprobs;
     q.seed = p.seed;
     q.step = row.step;
+    q.pending_input_index = row.pending_input_index;
+    if (row.pending_input_index >= a.input_tokens.numel())
+      return absl::InvalidArgumentError("Sample: pending input index out of range");
     q.penalty_begin = q.penalty_end = static_cast<int32_t>(entries.size());
     const bool rep = p.repetition_penalty != 1.0f, pf = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
     if (!rep && !pf) continue;
@@ -662,27 +710,34 @@ absl::Status CudaBackend::Sample(Tensor logits, absl::Span<const SampleRow> rows
   const size_t entry_bytes = entries.size() * sizeof(cuda::SamplerPenaltyEntry);
   RETURN_IF_ERROR(
       s.sample_entries.Ensure(*s.arena, std::max<size_t>(entry_bytes, 1), "the sampler's penalty entries"));
-  RETURN_IF_ERROR(s.host_entries.Ensure(std::max<size_t>(entry_bytes, 1)));
-  if (entry_bytes) std::memcpy(s.host_entries.ptr, entries.data(), entry_bytes);
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.sample_params.ptr(), s.host_params.ptr,
+  RETURN_IF_ERROR(s.host_entries[a.slot].Ensure(std::max<size_t>(entry_bytes, 1)));
+  if (entry_bytes) std::memcpy(s.host_entries[a.slot].ptr, entries.data(), entry_bytes);
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.sample_params.ptr(), s.host_params[a.slot].ptr,
                                        n * sizeof(cuda::SamplerRowParams), cudaMemcpyHostToDevice, s.stream));
   if (entry_bytes)
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.sample_entries.ptr(), s.host_entries.ptr, entry_bytes,
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.sample_entries.ptr(), s.host_entries[a.slot].ptr, entry_bytes,
                                          cudaMemcpyHostToDevice, s.stream));
   {
     OpScope scope(*impl_, "Sample", static_cast<double>(n) * vocab * 4.0, 0);
-    RETURN_IF_ERROR(cuda::LaunchSampler(logits.data_as<const float>(), n, vocab,
-                                        static_cast<const cuda::SamplerRowParams*>(s.sample_params.ptr()),
-                                        static_cast<const cuda::SamplerPenaltyEntry*>(s.sample_entries.ptr()),
-                                        static_cast<float*>(s.sample_work.ptr()),
-                                        static_cast<cuda::SamplerRowResult*>(s.sample_results.ptr()),
-                                        s.stream));
+    RETURN_IF_ERROR(cuda::LaunchSampler(
+        a.logits.data_as<const float>(), n, vocab, static_cast<const cuda::SamplerRowParams*>(s.sample_params.ptr()),
+        static_cast<const cuda::SamplerPenaltyEntry*>(s.sample_entries.ptr()),
+        pending ? a.input_tokens.data_as<const int32_t>() : nullptr, static_cast<float*>(s.sample_work.ptr()),
+        static_cast<cuda::SamplerRowResult*>(s.sample_results.ptr()),
+        a.sampled_tokens.empty() ? nullptr : a.sampled_tokens.data_as<int32_t>(), s.stream));
   }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_results.ptr, s.sample_results.ptr(),
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_results[a.slot].ptr, s.sample_results.ptr(),
                                        n * sizeof(cuda::SamplerRowResult), cudaMemcpyDeviceToHost, s.stream));
-  RETURN_IF_ERROR(Synchronize());
-  const auto* hr = static_cast<const cuda::SamplerRowResult*>(s.host_results.ptr);
-  for (int32_t r = 0; r < n; ++r) {
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ReadSampleResults(int slot, absl::Span<SampleResult> results) {
+  RETURN_IF_ERROR(Expect(slot >= 0 && slot < kSampleSlots, "ReadSampleResults", "slot out of range"));
+  const Impl& s = *impl_;
+  RETURN_IF_ERROR(Expect(static_cast<int32_t>(results.size()) == s.slot_rows[slot], "ReadSampleResults",
+                         "row count does not match the sampling"));
+  const auto* hr = static_cast<const cuda::SamplerRowResult*>(s.host_results[slot].ptr);
+  for (size_t r = 0; r < results.size(); ++r) {
     SampleResult& out = results[r];
     out.token = hr[r].token;
     out.logprob = hr[r].logprob;
@@ -690,6 +745,24 @@ absl::Status CudaBackend::Sample(Tensor logits, absl::Span<const SampleRow> rows
     for (int i = 0; i < out.num_top; ++i) out.top[i] = {hr[r].top_token[i], hr[r].top_logprob[i]};
   }
   return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ResolvePendingTokens(Tensor ids, Tensor sampled) {
+  RETURN_IF_ERROR(ExpectI32("ResolvePendingTokens", device(), {&ids, &sampled}));
+  return cuda::LaunchResolvePendingTokens(ids.data_as<int32_t>(), ids.numel(), sampled.data_as<const int32_t>(),
+                                          sampled.numel(), impl_->stream);
+}
+
+absl::StatusOr<std::unique_ptr<StepFence>> CudaBackend::CreateFence() {
+  cudaEvent_t event = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&event));
+  return std::unique_ptr<StepFence>(new CudaStepFence(event, impl_->stream));
+}
+
+absl::StatusOr<Buffer> CudaBackend::AllocateStaging(size_t bytes) {
+  void* p = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, std::max<size_t>(bytes, 1)));
+  return Buffer(p, bytes, Device{}, [](void* q) { cudaFreeHost(q); });
 }
 
 absl::Status CudaBackend::FillUniform(Tensor dst, uint64_t seed, float low, float high) {

@@ -112,8 +112,11 @@ class CudaBackend final : public Backend {
   absl::Status Attention(const AttentionArgs& args) override;
   absl::Status SiluMul(Tensor gate_up, Tensor out) override;
   absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) override;
-  absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows,
-                      absl::Span<SampleResult> results) override;
+  absl::Status EnqueueSample(const SampleArgs& args) override;
+  absl::Status ReadSampleResults(int slot, absl::Span<SampleResult> results) override;
+  absl::Status ResolvePendingTokens(Tensor ids, Tensor sampled) override;
+  absl::StatusOr<std::unique_ptr<StepFence>> CreateFence() override;
+  absl::StatusOr<Buffer> AllocateStaging(size_t bytes) override;
 
   absl::Status FillUniform(Tensor dst, uint64_t seed, float low, float high) override;
   absl::Status PrepareSampler(int32_t max_rows, int64_t vocab) override;

@@ -162,8 +162,10 @@ __device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, S
 __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restrict__ logits, int vocab,
                                                           const SamplerRowParams* __restrict__ params,
                                                           const SamplerPenaltyEntry* __restrict__ entries,
+                                                          const int32_t* __restrict__ input_tokens,
                                                           float* __restrict__ work,
-                                                          SamplerRowResult* __restrict__ results) {
+                                                          SamplerRowResult* __restrict__ results,
+                                                          int32_t* __restrict__ tokens_out) {
   __shared__ Shared sh;
   const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warps = blockDim.x >> 5;
@@ -229,20 +231,31 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
   const int raw_argmax = sh.ia[0];
   __syncthreads();
 
-  // Penalties on a working copy.
-  const bool has_pen = P.penalty_end > P.penalty_begin;
+  // Penalties on a working copy. A pending output token (the previous step's sample, known only
+  // here) adds one to its entry's output count, or is a new entry of count one.
+  const bool penalized = P.repetition_penalty != 1.0f || P.presence_penalty != 0.0f || P.frequency_penalty != 0.0f;
+  const int pending = penalized && P.pending_input_index >= 0 ? input_tokens[P.pending_input_index] : -1;
+  const bool has_pen = P.penalty_end > P.penalty_begin || (pending >= 0 && pending < vocab);
   const float* src = raw;
   if (has_pen) {
     float* x = work + static_cast<int64_t>(row) * vocab;
     for (int i = tid; i < vocab; i += blockDim.x) x[i] = raw[i];
+    if (tid == 0) sh.found = 0;
     __syncthreads();
+    auto penalize = [&](int token, int output_count) {
+      float v = x[token];
+      if (P.repetition_penalty != 1.0f) v = v > 0.0f ? v / P.repetition_penalty : v * P.repetition_penalty;
+      if (output_count > 0) v -= P.frequency_penalty * static_cast<float>(output_count) + P.presence_penalty;
+      x[token] = v;
+    };
     for (int e = P.penalty_begin + tid; e < P.penalty_end; e += blockDim.x) {
       const SamplerPenaltyEntry en = entries[e];
-      float v = x[en.token];
-      if (P.repetition_penalty != 1.0f) v = v > 0.0f ? v / P.repetition_penalty : v * P.repetition_penalty;
-      if (en.output_count > 0) v -= P.frequency_penalty * static_cast<float>(en.output_count) + P.presence_penalty;
-      x[en.token] = v;
+      const bool is_pending = en.token == pending;
+      if (is_pending) sh.found = 1;
+      penalize(en.token, en.output_count + (is_pending ? 1 : 0));
     }
+    __syncthreads();
+    if (tid == 0 && pending >= 0 && pending < vocab && !sh.found) penalize(pending, 1);
     __syncthreads();
     src = x;
   }
@@ -380,6 +393,7 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
     res->token = token;
     res->logprob = raw[token] - log_z;
     res->num_top = 0;
+    if (tokens_out != nullptr) tokens_out[row] = token;
   }
   const int n_top = min(P.num_top_logprobs, min(vocab, kSamplerMaxTop));
   if (n_top > 0) {
@@ -428,12 +442,14 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
 }  // namespace
 
 absl::Status LaunchSampler(const float* logits, int64_t rows, int64_t vocab, const SamplerRowParams* params,
-                           const SamplerPenaltyEntry* entries, float* work, SamplerRowResult* results, Stream stream) {
+                           const SamplerPenaltyEntry* entries, const int32_t* input_tokens, float* work,
+                           SamplerRowResult* results, int32_t* tokens_out, Stream stream) {
   if (rows < 0 || vocab <= 0 || vocab > (int64_t{1} << 30) || rows > 0x7fffffff)
     return absl::InvalidArgumentError(absl::StrCat("Sample: bad shape ", rows, " x ", vocab));
   if (rows == 0) return absl::OkStatus();
   SamplerKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, static_cast<int>(vocab), params,
-                                                                     entries, work, results);
+                                                                     entries, input_tokens, work, results,
+                                                                     tokens_out);
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }

@@ -32,6 +32,9 @@ struct SamplerRowParams {
   uint64_t step = 0;
   int32_t penalty_begin = 0;  // this row's entries: [penalty_begin, penalty_end)
   int32_t penalty_end = 0;
+  // >= 0: one more output token, not among the entries: input_tokens[pending_input_index] (the
+  // previous step's sample, resolved on the device). Penalties count it when they are on.
+  int32_t pending_input_index = -1;
 };
 
 // One distinct token of a row's prompt or output: the repetition penalty applies to it, and the
@@ -50,8 +53,11 @@ struct SamplerRowResult {
 };
 
 // logits f32 [rows, vocab]; work f32 [rows, vocab] (penalized copies; rows without penalties do
-// not touch it); results [rows].
+// not touch it); results [rows]; input_tokens: the step's input ids (read for rows with a
+// pending_input_index; may be null otherwise); tokens_out [rows] (may be null): each row's token
+// again, densely, for the next step's input.
 absl::Status LaunchSampler(const float* logits, int64_t rows, int64_t vocab, const SamplerRowParams* params,
-                           const SamplerPenaltyEntry* entries, float* work, SamplerRowResult* results, Stream stream);
+                           const SamplerPenaltyEntry* entries, const int32_t* input_tokens, float* work,
+                           SamplerRowResult* results, int32_t* tokens_out, Stream stream);
 
 }  // namespace llm::cuda

@@ -1,24 +1,24 @@
-#include "server/grpc/latency_histogram.h"
+#include "engine/core/histogram.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
-namespace llm::server {
+namespace llm {
 
-LatencyHistogram::LatencyHistogram(std::vector<double> bounds)
+Histogram::Histogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)), buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
   for (size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0, std::memory_order_relaxed);
 }
 
-void LatencyHistogram::Observe(double seconds) {
-  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), seconds) - bounds_.begin();
+void Histogram::Observe(double value) {
+  const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
   buckets_[bucket].fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(seconds, std::memory_order_relaxed);
+  sum_.fetch_add(value, std::memory_order_relaxed);
   count_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void LatencyHistogram::Render(std::string_view name, std::string_view help, std::string* out) const {
+void Histogram::Render(std::string_view name, std::string_view help, std::string* out) const {
   const std::string n(name);
   absl::StrAppend(out, "# HELP ", n, " ", std::string(help), "\n# TYPE ", n, " histogram\n");
   uint64_t cumulative = 0;
@@ -32,12 +32,22 @@ void LatencyHistogram::Render(std::string_view name, std::string_view help, std:
   absl::StrAppend(out, n, "_count ", cumulative, "\n");
 }
 
-std::vector<double> LatencyHistogram::RequestLatencyBounds() {
+std::vector<double> Histogram::RequestLatencyBounds() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 }
 
-std::vector<double> LatencyHistogram::TokenLatencyBounds() {
+std::vector<double> Histogram::TokenLatencyBounds() {
   return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
 }
 
-}  // namespace llm::server
+std::vector<double> Histogram::StepPhaseBounds() {
+  return {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+}
+
+std::vector<double> Histogram::PowersOfTwoBounds() {
+  std::vector<double> b;
+  for (double v = 1; v <= 16384; v *= 2) b.push_back(v);
+  return b;
+}
+
+}  // namespace llm

@@ -1,6 +1,6 @@
-// A Prometheus histogram of durations in seconds with fixed bucket bounds. Observe() is lock-free
-// (it runs on the engine thread, which must never wait); Render() writes the text exposition
-// format (`_bucket{le=...}` cumulative counts, `_sum`, `_count`).
+// A Prometheus histogram with fixed bucket bounds (durations in seconds, or counts). Observe() is
+// lock-free (the engine and output threads must never wait on a scrape); Render() writes the text
+// exposition format (`_bucket{le=...}` cumulative counts, `_sum`, `_count`).
 #pragma once
 
 #include <atomic>
@@ -9,14 +9,14 @@
 #include <string_view>
 #include <vector>
 
-namespace llm::server {
+namespace llm {
 
-class LatencyHistogram {
+class Histogram {
  public:
   // `bounds`: increasing upper bounds in seconds; a +Inf bucket is implied.
-  explicit LatencyHistogram(std::vector<double> bounds);
+  explicit Histogram(std::vector<double> bounds);
 
-  void Observe(double seconds);
+  void Observe(double value);
   void Render(std::string_view name, std::string_view help, std::string* out) const;
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
 
@@ -24,6 +24,10 @@ class LatencyHistogram {
   static std::vector<double> RequestLatencyBounds();
   // 0.5 ms .. 5 s: fits the time between two tokens of one request.
   static std::vector<double> TokenLatencyBounds();
+  // 10 us .. 2.5 s: fits the phases of one engine step.
+  static std::vector<double> StepPhaseBounds();
+  // 1, 2, 4, ... 16384: fits sequences and tokens per step.
+  static std::vector<double> PowersOfTwoBounds();
 
  private:
   std::vector<double> bounds_;
@@ -32,4 +36,4 @@ class LatencyHistogram {
   std::atomic<double> sum_{0.0};
 };
 
-}  // namespace llm::server
+}  // namespace llm

@@ -38,6 +38,10 @@ struct EngineBuildOptions {
   // depend on timing noise between restarts, ranks or pipeline splits.
   bool time_linear_kernels = true;
   int device_index = 0;         // CUDA device (a multi-rank group uses each rank's local rank)
+  // Launch each step before collecting the one before it, where the executor can chain steps
+  // (EngineOptions::overlap_steps); false: one step at a time (for comparisons).
+  bool overlap_steps = true;
+  int32_t output_threads = 1;   // EngineOptions::output_threads
 };
 
 struct BuiltEngine {

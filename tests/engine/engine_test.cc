@@ -10,50 +10,13 @@
 
 #include "engine/engine_builder.h"
 #include "gtest/gtest.h"
+#include "tests/engine/output_collector.h"
 #include "tests/runtime/fixture_reference.h"
 
 namespace llm {
 namespace {
 
-// Gathers every request's outputs; Wait() blocks until `n` requests have finished.
-class Collector {
- public:
-  OutputCallback Callback() {
-    return [this](RequestOutput out) {
-      std::lock_guard<std::mutex> lock(mu_);
-      Result& r = results_[out.id];
-      r.tokens.insert(r.tokens.end(), out.token_ids.begin(), out.token_ids.end());
-      ++r.updates;
-      if (out.finished) {
-        r.final = out;
-        r.done = true;
-        ++finished_;
-        cv_.notify_all();
-      }
-    };
-  }
-  void Wait(int n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    ASSERT_TRUE(cv_.wait_for(lock, std::chrono::seconds(120), [&] { return finished_ >= n; }))
-        << finished_ << " of " << n << " finished";
-  }
-  struct Result {
-    std::vector<int32_t> tokens;
-    RequestOutput final;
-    bool done = false;
-    int updates = 0;
-  };
-  Result Get(RequestId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return results_[id];
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<RequestId, Result> results_;
-  int finished_ = 0;
-};
+using testing::Collector;
 
 EngineBuildOptions Options(const std::string& model, int64_t kv_blocks = 0) {
   EngineBuildOptions o;

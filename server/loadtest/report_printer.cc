@@ -47,6 +47,9 @@ std::string FormatRunTable(const RunReport& r) {
                         r.prompt_tokens, r.output_tokens, r.expected_output_tokens, r.preemptions);
   absl::StrAppendFormat(&out, "throughput  %.2f req/s   %.1f output tok/s   %.1f total tok/s\n",
                         r.request_throughput, r.output_token_throughput, r.total_token_throughput);
+  if (r.steady_window_s > 0)
+    absl::StrAppendFormat(&out, "steady      %.1f output tok/s over %.2f s (ramp-up and drain tail excluded)\n",
+                          r.steady_output_token_throughput, r.steady_window_s);
   absl::StrAppendFormat(&out, "  %-18s %10s %10s %10s %10s %10s %9s\n", "latency (ms)", "mean", "P50", "P90",
                         "P99", "max", "n");
   out += Row("TTFT", r.ttft_ms);
@@ -81,11 +84,12 @@ std::string FormatRunTable(const RunReport& r) {
 
 std::string FormatSummaryTable(const std::vector<RunReport>& runs) {
   std::string out =
-      absl::StrFormat("%-34s %9s %10s %9s %9s %9s %9s %9s %9s %7s %s\n", "load", "req/s", "out tok/s",
-                      "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "ITL P99", "E2E P99", "errors", "SLA");
+      absl::StrFormat("%-34s %9s %10s %10s %9s %9s %9s %9s %9s %9s %7s %s\n", "load", "req/s", "out tok/s",
+                      "steady", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "ITL P99", "E2E P99", "errors", "SLA");
   for (const RunReport& r : runs) {
-    absl::StrAppendFormat(&out, "%-34s %9.2f %10.1f %9.1f %9.1f %9.2f %9.2f %9.2f %9.1f %7d %s\n",
-                          DescribeLoad(r), r.request_throughput, r.output_token_throughput, r.ttft_ms.p50,
+    absl::StrAppendFormat(&out, "%-34s %9.2f %10.1f %10.1f %9.1f %9.1f %9.2f %9.2f %9.2f %9.1f %7d %s\n",
+                          DescribeLoad(r), r.request_throughput, r.output_token_throughput,
+                          r.steady_output_token_throughput, r.ttft_ms.p50,
                           r.ttft_ms.p99, r.tpot_ms.p50, r.tpot_ms.p99, r.itl_ms.p99, r.e2e_ms.p99, r.failed,
                           !r.sla_checked ? ""
                           : r.sla_met    ? "met"

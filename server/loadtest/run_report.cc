@@ -1,5 +1,6 @@
 #include "server/loadtest/run_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -18,6 +19,32 @@ std::string FinishReasonName(v1::FinishReason reason) {
 
 nlohmann::ordered_json Rate(double r) {
   return std::isinf(r) ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(r);
+}
+
+// The steady-state window and the output tokens that arrived inside it (see run_report.h).
+void SteadyState(const RunResult& result, RunReport& r) {
+  std::vector<int64_t> first_tokens;
+  for (const RequestRecord& rec : result.records)
+    if (rec.ok() && rec.output_tokens > 0) first_tokens.push_back(rec.first_token_ns);
+  if (first_tokens.size() < 2) return;
+  std::sort(first_tokens.begin(), first_tokens.end());
+  size_t begin_index = 0;
+  if (!result.plan.open_loop && result.plan.concurrency > 0)
+    begin_index = std::min<size_t>(first_tokens.size() - 1, static_cast<size_t>(result.plan.concurrency) - 1);
+  const int64_t w0 = first_tokens[begin_index], w1 = first_tokens.back();
+  if (w1 <= w0) return;
+  int64_t tokens = 0;
+  for (const RequestRecord& rec : result.records) {
+    if (!rec.ok() || rec.output_tokens == 0) continue;
+    double t = static_cast<double>(rec.first_token_ns);
+    if (t >= w0 && t <= w1) ++tokens;
+    for (float gap : rec.itl_ms) {
+      t += gap * 1e6;
+      if (t >= w0 && t <= w1) ++tokens;
+    }
+  }
+  r.steady_window_s = (w1 - w0) / 1e9;
+  r.steady_output_token_throughput = tokens / r.steady_window_s;
 }
 
 }  // namespace
@@ -69,6 +96,7 @@ RunReport BuildReport(const RunResult& result, const std::optional<SlaLimits>& s
     r.output_token_throughput = static_cast<double>(r.output_tokens) / r.duration_s;
     r.total_token_throughput = static_cast<double>(r.prompt_tokens + r.output_tokens) / r.duration_s;
   }
+  SteadyState(result, r);
   if (sla) {
     r.sla_checked = true;
     r.sla_met = MeetsSla(*sla, r, &r.sla_failure);
@@ -100,7 +128,9 @@ nlohmann::ordered_json ToJson(const RunReport& r) {
                               {"throughput",
                                {{"requests_per_s", r.request_throughput},
                                 {"output_tokens_per_s", r.output_token_throughput},
-                                {"total_tokens_per_s", r.total_token_throughput}}},
+                                {"total_tokens_per_s", r.total_token_throughput},
+                                {"steady_output_tokens_per_s", r.steady_output_token_throughput},
+                                {"steady_window_s", r.steady_window_s}}},
                               {"latency_ms",
                                {{"ttft", ToJson(r.ttft_ms)},
                                 {"tpot", ToJson(r.tpot_ms)},

@@ -8,7 +8,12 @@
 //   queue  the server's Timings.queue_ms (accepted -> first scheduled)
 //   lag    how late the generator started a request against its arrival schedule
 // Throughput counts successful requests and their streamed output tokens over the measured
-// window: the first measured request's start to the last one's end.
+// window: the first measured request's start to the last one's end. That window includes the
+// ramp-up and the drain tail, where fewer requests run than the load keeps in flight; the
+// steady-state throughput counts only the output tokens that arrived between the moment the load
+// is fully running (the first token of the first measured request; in a closed loop of C calls,
+// the C-th measured request's first token, when no warm-up call runs any more) and the moment the
+// last measured request got its first token (after that no request joins: the drain begins).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +53,8 @@ struct RunReport {
   double request_throughput = 0;       // completed / duration
   double output_token_throughput = 0;  // output tokens / duration
   double total_token_throughput = 0;   // (prompt + output tokens) / duration
+  double steady_window_s = 0;                  // see above; 0 when the run had no such window
+  double steady_output_token_throughput = 0;   // output tokens inside it / its length
 
   Summary ttft_ms, tpot_ms, itl_ms, e2e_ms, queue_ms, lag_ms;
   double client_cpu_s = 0;

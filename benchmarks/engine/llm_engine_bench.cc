@@ -10,11 +10,18 @@
 // TTFT, and end-to-end output tokens/s. Before the timed runs, one untimed run at the same batch
 // captures the decode graphs. Rank 0 prints a markdown table (and appends it to --out), plus every
 // rank's memory (weights, KV cache, activations): each rank should hold ~1/(TP*PP) of the model.
+//
+// With --concurrency C1,C2,... it runs closed loops instead (each finished request is replaced at
+// once, for --duration seconds per level) and reports the served figures without any RPC: steady
+// output tokens/s (after the first quarter of the level), TPOT, and where each engine step's time
+// went (planning, launching, waiting for the device, collecting; device busy and idle), from the
+// engine's own step metrics. --no-overlap runs one step at a time, for comparison.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -42,6 +49,8 @@ struct Args {
   int repeats = 3;
   std::string out;
   std::string label;
+  std::vector<int> concurrency;  // closed loops instead of batches
+  double duration_s = 20;
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -50,7 +59,8 @@ struct Args {
                "usage: [mpirun -np TP*PP] llm_engine_bench --model DIR [--dummy-weights] [--device cuda|cpu]\n"
                "  [--dtype bf16|fp16|fp32] [--tp T] [--pp P] [--layers-per-stage 17,15] [--batch 1,16] [--prompt-len N] [--output-len N]\n"
                "  [--repeats N] [--max-seqs N] [--max-tokens-per-step N] [--kv-cache-fraction F]\n"
-               "  [--max-context N] [--label TEXT] [--out FILE.md]\n",
+               "  [--max-context N] [--label TEXT] [--out FILE.md]\n"
+               "  [--concurrency C1,C2 [--duration S]] [--no-overlap]\n",
                why.c_str());
   std::exit(2);
 }
@@ -70,6 +80,10 @@ Args Parse(int argc, char** argv) {
     const std::string k = argv[i];
     if (k == "--dummy-weights") {
       a.build.dummy_weights = true;
+      continue;
+    }
+    if (k == "--no-overlap") {
+      a.build.overlap_steps = false;
       continue;
     }
     if (i + 1 >= argc) Usage("missing value for " + k);
@@ -96,13 +110,22 @@ Args Parse(int argc, char** argv) {
     else if (k == "--kv-cache-fraction") {
       if (!absl::SimpleAtod(v, &a.build.kv_cache_fraction)) Usage("--kv-cache-fraction: not a number");
     } else if (k == "--label") a.label = v;
+    else if (k == "--concurrency") {
+      for (absl::string_view c : absl::StrSplit(v, ',')) a.concurrency.push_back(ParseInt(k, std::string(c)));
+    } else if (k == "--duration") {
+      if (!absl::SimpleAtod(v, &a.duration_s) || a.duration_s <= 0) Usage("--duration: seconds > 0");
+    }
     else if (k == "--out") a.out = v;
     else Usage("unknown flag " + k);
   }
   if (a.build.model_dir.empty()) Usage("--model is required");
   if (a.batches.empty() || *std::min_element(a.batches.begin(), a.batches.end()) < 1) Usage("--batch must be >= 1");
   if (a.prompt_len < 1 || a.output_len < 2 || a.repeats < 1) Usage("need --prompt-len >= 1, --output-len >= 2");
-  const int max_batch = *std::max_element(a.batches.begin(), a.batches.end());
+  int max_batch = *std::max_element(a.batches.begin(), a.batches.end());
+  if (!a.concurrency.empty()) {
+    if (*std::min_element(a.concurrency.begin(), a.concurrency.end()) < 1) Usage("--concurrency must be >= 1");
+    max_batch = *std::max_element(a.concurrency.begin(), a.concurrency.end());
+  }
   if (a.build.max_seqs <= 0) a.build.max_seqs = max_batch;
   if (a.build.max_context <= 0) a.build.max_context = (a.prompt_len + a.output_len + 15) / 16 * 16;
   return a;
@@ -187,6 +210,101 @@ RunResult RunBatch(Engine& engine, const ModelConfig& config, int batch, int pro
   return result;
 }
 
+// A closed loop of `concurrency` requests for `duration_s`: each finished request is replaced at
+// once. Returns a markdown table row.
+std::string RunClosedLoop(Engine& engine, const ModelConfig& config, const std::string& layout, int concurrency,
+                          int prompt_len, int output_len, double duration_s) {
+  std::mt19937 rng(concurrency);
+  std::mutex mu;
+  std::condition_variable cv;
+  int running = 0;
+  int errors = 0;
+  std::vector<Clock::time_point> token_times;  // every token's arrival
+  std::vector<double> tpot_ms;                 // per finished request
+  token_times.reserve(1 << 20);
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point stop_at = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration_s));
+  struct Live {
+    Clock::time_point first, last;
+    int tokens = 0;
+  };
+  std::map<int64_t, Live> live;
+  int64_t next_key = 0;
+  std::function<void()> submit = [&] {  // with mu held
+    GenerateRequest r;
+    for (int i = 0; i < prompt_len; ++i)
+      r.prompt_tokens.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(config.vocab_size)));
+    r.sampling.temperature = 0.0f;
+    r.stop.max_tokens = output_len;
+    r.stop.ignore_eos = true;
+    r.detokenize = false;
+    const int64_t key = next_key++;
+    live[key];
+    ++running;
+    auto id = engine.Submit(r, [&, key](RequestOutput out) {
+      const Clock::time_point now = Clock::now();
+      std::lock_guard<std::mutex> lock(mu);
+      Live& l = live[key];
+      for (size_t i = 0; i < out.token_ids.size(); ++i) token_times.push_back(now);
+      if (!out.token_ids.empty()) {
+        if (l.tokens == 0) l.first = now;
+        l.last = now;
+        l.tokens += static_cast<int>(out.token_ids.size());
+      }
+      if (!out.finished) return;
+      if (out.finish_reason != FinishReason::kLength) ++errors;
+      if (l.tokens > 1) tpot_ms.push_back(std::chrono::duration<double, std::milli>(l.last - l.first).count() / (l.tokens - 1));
+      live.erase(key);
+      --running;
+      if (now < stop_at) submit();
+      cv.notify_all();
+    });
+    if (!id.ok()) {
+      ++errors;
+      --running;
+      live.erase(key);
+    }
+  };
+  const EngineStats s0 = engine.stats();
+  const EngineStepMetrics& m = engine.step_metrics();
+  struct Phase {
+    const Histogram* h;
+    double sum0;
+    uint64_t n0;
+  };
+  std::vector<Phase> phases;
+  for (const Histogram* h : {&m.schedule_seconds, &m.launch_seconds, &m.wait_seconds, &m.collect_seconds,
+                             &m.device_seconds, &m.output_seconds, &m.sequences})
+    phases.push_back({h, h->sum(), h->count()});
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    for (int i = 0; i < concurrency; ++i) submit();
+    cv.wait(lock, [&] { return running == 0; });
+  }
+  const EngineStats s1 = engine.stats();
+  auto mean_ms = [](const Phase& p) {
+    const uint64_t n = p.h->count() - p.n0;
+    return n ? (p.h->sum() - p.sum0) / static_cast<double>(n) * 1e3 : 0.0;
+  };
+  const double mean_seqs = [&] {
+    const uint64_t n = phases[6].h->count() - phases[6].n0;
+    return n ? (phases[6].h->sum() - phases[6].sum0) / static_cast<double>(n) : 0.0;
+  }();
+  // Steady state: tokens that arrived between a quarter of the level and its end of submissions.
+  const Clock::time_point w0 = start + (stop_at - start) / 4;
+  int64_t steady = 0;
+  for (const Clock::time_point& t : token_times) steady += (t >= w0 && t < stop_at) ? 1 : 0;
+  const double steady_tok_s = steady / std::chrono::duration<double>(stop_at - w0).count();
+  const double busy = s1.device_busy_seconds - s0.device_busy_seconds;
+  const double idle = s1.device_idle_seconds - s0.device_idle_seconds;
+  const uint64_t steps = s1.steps - s0.steps;
+  return absl::StrFormat(
+      "| %s | %d | %.0f | %.2f | %.2f | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1f%% | %d |\n", layout,
+      concurrency, steady_tok_s, Percentile(tpot_ms, 50), Percentile(tpot_ms, 99), mean_seqs, mean_ms(phases[0]),
+      mean_ms(phases[1]), mean_ms(phases[2]), mean_ms(phases[3]), mean_ms(phases[4]), mean_ms(phases[5]),
+      busy + idle > 0 ? 100.0 * idle / (busy + idle) : 0.0, errors + static_cast<int>(steps == 0));
+}
+
 // One line per rank about its stage's timeline (PP > 1): over the micro-batches of the most common
 // token count (the steady decode steps), the median time a micro-batch spent in this stage's Run
 // and the median gap between consecutive ones. On stage 0 a span is host enqueue time only (the
@@ -249,7 +367,25 @@ int Main(int argc, char** argv) {
       layout, args.label.empty() ? "" : absl::StrCat(" (", args.label, ")"), args.build.model_dir.string(),
       args.build.dtype, args.prompt_len, args.output_len, load_s, FormatMemoryReport(*memory));
   int errors = 0;
-  for (int batch : args.batches) {
+  if (!args.concurrency.empty()) {
+    report = absl::StrFormat(
+        "### %s%s: %s, %s, closed loop, prompt %d, output %d tokens, %.0f s a level, overlap %s\n\n"
+        "| layout | concurrency | steady out tok/s | TPOT P50 ms | TPOT P99 ms | seqs/step | schedule ms | "
+        "launch ms | wait ms | collect ms | device ms | output ms | device idle | errors |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        layout, args.label.empty() ? "" : absl::StrCat(" (", args.label, ")"), args.build.model_dir.string(),
+        args.build.dtype, args.prompt_len, args.output_len, args.duration_s, args.build.overlap_steps ? "on" : "off");
+    // Untimed: captures the decode graphs of every batch size up to the largest level.
+    const int warm = *std::max_element(args.concurrency.begin(), args.concurrency.end());
+    errors += RunBatch(engine, config, warm, args.prompt_len, std::min(args.output_len, 8), 1).errors;
+    for (int c : args.concurrency) {
+      const std::string row = RunClosedLoop(engine, config, layout, c, args.prompt_len, args.output_len, args.duration_s);
+      std::printf("%s", row.c_str());
+      std::fflush(stdout);
+      report += row;
+    }
+  }
+  for (int batch : args.concurrency.empty() ? args.batches : std::vector<int>{}) {
     // Untimed: captures this batch's decode graph and warms every kernel.
     errors += RunBatch(engine, config, batch, args.prompt_len, std::min(args.output_len, 8), 1).errors;
     std::vector<double> itl, ttft, decode, e2e;

@@ -19,6 +19,7 @@ class Histogram {
   void Observe(double value);
   void Render(std::string_view name, std::string_view help, std::string* out) const;
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  double sum() const { return sum_.load(std::memory_order_relaxed); }
 
   // 1 ms .. 60 s, roughly three buckets per decade: fits TTFT, end-to-end and queue time.
   static std::vector<double> RequestLatencyBounds();

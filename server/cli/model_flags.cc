@@ -26,12 +26,18 @@ void ModelFlags::Register(FlagSet& f) {
   f.Int("pp", &pp, "pipeline stages");
   f.String("layers-per-stage", &layers_per_stage, "comma-separated layer counts per stage (default: balanced, the last stage's LM head counted as layers)");
   f.Bool("dummy-weights", &dummy_weights, "random weights in the shapes of --model's config.json (benchmarks)");
+  f.Bool("no-overlap", &no_overlap,
+         "plan and launch each step only after the previous one's tokens are back (for comparisons; by default "
+         "the next step is launched while the device runs the current one)");
+  f.Int("output-threads", &output_threads, "threads that detokenize and deliver outputs");
   f.Bool("fixed-kernels", &fixed_kernels,
          "CUDA: pick decode linear kernels by a fixed rule instead of timing them at start-up, so that bf16 "
          "outputs are the same across restarts and layouts (may be a few percent slower)");
 }
 
 absl::Status ModelFlags::Validate() const {
+  if (output_threads < 1 || output_threads > 64)
+    return absl::InvalidArgumentError(absl::StrCat("--output-threads must be in [1, 64], got ", output_threads));
   if (!(gpu_memory_fraction > 0.0 && gpu_memory_fraction <= 1.0))
     return absl::InvalidArgumentError(
         absl::StrCat("--gpu-memory-fraction must be in (0, 1], got ", gpu_memory_fraction));
@@ -108,6 +114,8 @@ EngineBuildOptions ModelFlags::ToBuildOptions() const {
   o.block_size = static_cast<int32_t>(block_size);
   o.dummy_weights = dummy_weights;
   o.time_linear_kernels = !fixed_kernels;
+  o.overlap_steps = !no_overlap;
+  o.output_threads = static_cast<int32_t>(output_threads);
   o.max_queue = static_cast<int32_t>(std::clamp<int64_t>(max_queue, 0, INT32_MAX));
   return o;
 }

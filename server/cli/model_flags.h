@@ -27,6 +27,8 @@ struct ModelFlags {
   std::string layers_per_stage;  // e.g. "10,6": explicit pipeline split
   bool dummy_weights = false;
   bool fixed_kernels = false;
+  bool no_overlap = false;       // one step at a time (EngineBuildOptions::overlap_steps = false)
+  int64_t output_threads = 1;
   int64_t max_queue = 1024;      // waiting requests; registered by the commands that queue (serve)
 
   void Register(FlagSet& flags);

@@ -392,6 +392,44 @@ int main(int argc, char** argv) {
     md += OpTable(m, plan, bw, peak, "Per-op times, prefill of 2048 tokens", &total);
   }
 
+  // --- mixed steps: 127 decodes at context 512 and one 128-token prompt chunk (a new request
+  // joining a running batch), against the 128 decodes alone; eager, since a mixed step has no graph ---
+  {
+    std::mt19937 rng(9);
+    StepPlan decode = DecodePlan(m, kMaxBatch, 512, rng);
+    StepPlan mixed;
+    mixed.block_table_width = m.width;
+    mixed.Clear();
+    for (int s = 0; s + 1 < kMaxBatch; ++s) {
+      const int32_t tok = static_cast<int32_t>(rng() % m.config.vocab_size);
+      mixed.AddSequence({&tok, 1}, 512, SeqBlocks(m, s), 16, true);
+    }
+    std::vector<int32_t> chunk(128);
+    for (int32_t& t : chunk) t = static_cast<int32_t>(rng() % m.config.vocab_size);
+    mixed.AddSequence(chunk, 0, SeqBlocks(m, kMaxBatch - 1), 16, true);
+    const double d = Median(TimeOnStream(be.stream(), 3, 10, [&] { BENCH_CHECK(m.runner->Forward(decode).status()); }));
+    const double x = Median(TimeOnStream(be.stream(), 3, 10, [&] { BENCH_CHECK(m.runner->Forward(mixed).status()); }));
+    const ModelConfig& c = m.config;
+    const double linear_flops_per_token = 2.0 * c.num_layers *
+                                          (double(c.hidden_size) * (c.q_size() + 2 * c.kv_size()) +
+                                           double(c.q_size()) * c.hidden_size + 3.0 * c.hidden_size * c.intermediate_size);
+    const double bytes = WeightBytesRead(m, kMaxBatch) + KvBytesRead(m, kMaxBatch - 1, 513);
+    const double flops = linear_flops_per_token * (kMaxBatch - 1 + 128);
+    const double floor_ms = 1e3 * std::max(bytes / bw, flops / peak);
+    Table mt({"step", "ms", "floor ms (max of bytes/bandwidth, FLOPs/GEMM peak)", "% of floor"});
+    mt.Row({"128 decodes at context 512 (graph)", Fmt("%.3f", d),
+            Fmt("%.3f", 1e3 * std::max((WeightBytesRead(m, kMaxBatch) + KvBytesRead(m, kMaxBatch, 513)) / bw,
+                                       linear_flops_per_token * kMaxBatch / peak)),
+            Fmt("%.1f%%", 100.0 * 1e3 * std::max((WeightBytesRead(m, kMaxBatch) + KvBytesRead(m, kMaxBatch, 513)) / bw,
+                                                 linear_flops_per_token * kMaxBatch / peak) / d)});
+    mt.Row({"127 decodes + a 128-token prompt (eager)", Fmt("%.3f", x), Fmt("%.3f", floor_ms),
+            Fmt("%.1f%%", 100.0 * floor_ms / x)});
+    md += "\n### Mixed steps\n\n" + mt.Markdown();
+    std::printf("mixed step: %.3f ms (decode alone %.3f ms, floor %.3f ms)\n", x, d, floor_ms);
+    double total = 0;
+    md += OpTable(m, mixed, bw, peak, "Per-op times, 127 decodes at context 512 + a 128-token prompt", &total);
+  }
+
   // --- per-op tables for decode ---
   for (int batch : {1, 32}) {
     std::mt19937 rng(1);

@@ -52,6 +52,9 @@ struct StepMetadata {
   int32_t max_query_len = 0;
   int32_t max_context_len = 0;
   int32_t num_logit_rows = 0;
+  // Leading sequences with exactly one query token (token s is sequence s): decodes, which the
+  // scheduler puts first so that attention can treat them apart from the step's prefills.
+  int32_t num_decode_seqs = 0;
   Tensor token_ids;     // i32 [num_tokens]
   Tensor positions;     // i32 [num_tokens]
   Tensor slot_mapping;  // i32 [num_tokens]: where each token's K/V goes; < 0 skips the write

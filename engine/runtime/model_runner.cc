@@ -57,14 +57,17 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::CreateFromWeights(cons
         "KV cache of ", kv.num_blocks, " blocks cannot hold one sequence of ", r->max_context_,
         " tokens (", r->block_table_width_, " blocks of ", kv.block_size, "); lower --max-context or give more memory"));
   ASSIGN_OR_RETURN(r->kv_cache_, KvCache::Create(*r->backend_, kv));
-  // Decode graph buckets: powers of two to 32, then steps of 32, up to the sequence limit.
+  // Decode graph buckets, up to the sequence limit.
   const int32_t graph_max = std::min({options.max_graph_batch, options.limits.max_seqs, options.limits.max_tokens});
   // Every rank of a TP group and every pipeline stage captures its own graph of the same step;
   // the TP collectives inside it must be device-side (NCCL, NVLink), stage transfers stay outside.
   const bool graphs = graph_max > 0 && r->backend_->SupportsGraphs() &&
                       (tp_comm == nullptr || tp_comm->size() == 1 || tp_comm->CapturableInGraph());
   if (graphs) {
-    for (int32_t b = 1; b < graph_max; b = b < 32 ? 2 * b : b + 32) r->graph_buckets_.push_back(b);
+    // Powers of two to 32, then steps of 32 to 256, of 64 to 512 and of 128 beyond: a step pads
+    // to at most 12.5% more rows than it has past 256.
+    for (int32_t b = 1; b < graph_max; b = b < 32 ? 2 * b : b < 256 ? b + 32 : b < 512 ? b + 64 : b + 128)
+      r->graph_buckets_.push_back(b);
     r->graph_buckets_.push_back(graph_max);
   }
   return r;
@@ -175,6 +178,7 @@ absl::StatusOr<Tensor> ModelRunner::ForwardGraph(const StepPlan& plan, int32_t b
   meta_.max_query_len = 1;
   meta_.max_context_len = static_cast<int32_t>(max_context_);  // a bound: the graph serves any context
   meta_.num_logit_rows = bucket;
+  meta_.num_decode_seqs = bucket;
   meta_.token_ids = token_ids_.Rows(0, bucket);
   meta_.positions = positions_.Rows(0, bucket);
   meta_.slot_mapping = slot_mapping_.Rows(0, bucket);
@@ -246,6 +250,9 @@ absl::StatusOr<Tensor> ModelRunner::Forward(const StepPlan& plan) {
     meta_.max_query_len = plan.max_query_len;
     meta_.max_context_len = plan.max_context_len;
     meta_.num_logit_rows = rows;
+    meta_.num_decode_seqs = 0;
+    while (meta_.num_decode_seqs < s && plan.query_start[meta_.num_decode_seqs + 1] == meta_.num_decode_seqs + 1)
+      ++meta_.num_decode_seqs;
     RETURN_IF_ERROR(StageMetadata(plan, s, /*graph=*/false));
     RETURN_IF_ERROR(ResolvePending(plan, n));
     meta_.token_ids = token_ids_.Rows(0, n);

@@ -32,7 +32,7 @@ struct ModelRunnerOptions {
   // Decode steps (one token per sequence, all logits wanted) of up to this many sequences replay
   // a CUDA graph captured per batch-size bucket, on backends that support graphs, when the TP
   // communicator (if any) can be captured too. 0 disables graphs.
-  int32_t max_graph_batch = 256;
+  int32_t max_graph_batch = 1024;
 };
 
 class ModelRunner {

@@ -121,6 +121,9 @@ bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& schedul
     budget -= n;
   }
 
+  // Single-token sequences (decodes) first: attention runs them apart from the prefills
+  // (StepMetadata::num_decode_seqs). The order within each group is kept.
+  std::stable_partition(picked.begin(), picked.end(), [](const auto& p) { return p.second == 1; });
   for (const auto& [seq, n] : picked) Launch(seq, n, plan, scheduled);
   return !scheduled.empty();
 }

@@ -342,6 +342,8 @@ class AttentionHarness {
     meta.num_seqs = static_cast<int32_t>(c_.seqs.size());
     meta.max_query_len = max_q_;
     meta.max_context_len = max_ctx_;
+    // Leading single-token sequences, as ModelRunner counts them: the decode kernel takes them.
+    while (meta.num_decode_seqs < meta.num_seqs && c_.seqs[meta.num_decode_seqs].first == 1) ++meta.num_decode_seqs;
     meta.positions = pos.t;
     meta.query_start = qs.t;
     meta.context_lens = ctx.t;
@@ -385,6 +387,14 @@ std::vector<AttnCase> AttentionCases() {
       {"prefill_single", {{100, 100}}, 32, 8, 128},
       {"prefill_hd64", {{130, 130}, {3, 3}}, 8, 8, 64},
       {"mixed_ragged", {{37, 37}, {1, 200}, {64, 129}, {5, 70}, {1, 1}}, 8, 2, 128},
+      // Decodes first, then prefills (as the scheduler orders a mixed step): the decode kernel for
+      // the leading ones, the prefill kernel for the rest (a late single-token one included).
+      {"mixed_decodes_first", {{1, 300}, {1, 17}, {1, 1}, {1, 1000}, {37, 37}, {64, 129}, {1, 200}}, 32, 8, 128},
+      {"mixed_decodes_fill_gpu",
+       {{1, 700}, {1, 33}, {1, 1}, {1, 256}, {1, 257}, {1, 1000}, {1, 31}, {1, 64}, {1, 65}, {1, 500}, {1, 129},
+        {1, 2}, {1, 300}, {1, 301}, {1, 17}, {1, 800}, {1, 96}, {1, 97}, {1, 640}, {1, 5}, {128, 128}, {100, 612}},
+       32, 8, 128},
+      {"mixed_decodes_hd64_block12", {{1, 77}, {1, 500}, {70, 70}}, 8, 2, 64, 12},
       {"chunked_prefill", {{64, 1000}, {130, 4100}}, 8, 2, 128},
       {"long_decode_split", {{1, 8192}, {1, 16384}, {1, 3}}, 32, 8, 128},
       {"mqa", {{1, 500}, {20, 500}}, 8, 1, 128},

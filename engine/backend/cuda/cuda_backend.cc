@@ -585,6 +585,7 @@ absl::Status CudaBackend::Attention(const AttentionArgs& a) {
   p.max_blocks_per_seq = static_cast<int32_t>(m.block_tables.dim(1));
   p.scale = a.scale;
   p.sliding_window = a.sliding_window;
+  p.num_decode_seqs = m.num_decode_seqs;
   cuda::AttentionOptions opts;
   opts.num_sms = impl_->prop.multiProcessorCount;
   opts.force_splits = impl_->options.attention_splits;

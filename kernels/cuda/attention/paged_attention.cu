@@ -153,6 +153,23 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
   const int head_tiles = (group + g - 1) / g;
   if constexpr (sizeof(T) == 2) {
     const bool mma_dim = p.head_dim == 64 || p.head_dim == 128;
+    if (p.max_query_len > 1 && !options.force_simt && mma_dim && p.num_decode_seqs > 0 &&
+        p.num_decode_seqs < p.num_seqs) {
+      // A mixed step: the leading decodes (token s is sequence s) as a decode call, the rest (their
+      // query rows stay absolute through query_start) as a prefill call.
+      PagedAttentionParams decode = p;
+      decode.num_seqs = decode.num_decode_seqs = p.num_decode_seqs;
+      decode.num_tokens = p.num_decode_seqs;
+      decode.max_query_len = 1;
+      RETURN_IF_ERROR(LaunchTyped<T>(decode, workspace, workspace_bytes, options, stream));
+      PagedAttentionParams prefill = p;
+      prefill.num_seqs = p.num_seqs - p.num_decode_seqs;
+      prefill.num_decode_seqs = 0;
+      prefill.query_start = p.query_start + p.num_decode_seqs;
+      prefill.context_lens = p.context_lens + p.num_decode_seqs;
+      prefill.block_tables = p.block_tables + static_cast<int64_t>(p.num_decode_seqs) * p.max_blocks_per_seq;
+      return LaunchTyped<T>(prefill, workspace, workspace_bytes, options, stream);
+    }
     if (p.max_query_len > 1 && !options.force_simt && mma_dim) {
       // Heads fastest, query blocks from the last (causal: the most keys) to the first: blocks
       // start longest first, so the short ones fill in behind them instead of a long one

@@ -8,7 +8,8 @@
 //                                  positions context_len - query_len ... context_len - 1
 //   block_tables  [num_seqs, max_blocks_per_seq]
 //
-// Kernels (chosen per call on the host):
+// Kernels (chosen per call on the host; a step that mixes decodes and prefills runs both, the
+// decode kernel over its leading single-token sequences, see num_decode_seqs):
 //   decode  (one query token per sequence; bf16/fp16, head_dim 64 or 128): warp-per-32-keys
 //           kernel (attention_decode.cuh); a block owns one token, one KV head and the query
 //           heads of its GQA group (each K/V row is read once per group) and, for long
@@ -49,6 +50,11 @@ struct PagedAttentionParams {
   int32_t max_blocks_per_seq = 0;
   float scale = 1.0f;
   int32_t sliding_window = 0;  // 0: unlimited; else keys > position - window
+  // Leading sequences with one query token each, token s being sequence s (the scheduler puts
+  // decodes first). In a step that also prefills, they take the decode kernel and only the rest
+  // the prefill kernel, which would otherwise spend a 64-row tile (and a K/V pass per query head)
+  // on each of them.
+  int32_t num_decode_seqs = 0;
 };
 
 struct AttentionOptions {

@@ -31,6 +31,11 @@ void Scheduler::Preempt(Sequence* seq) {
   AddWaiting(seq);
 }
 
+int64_t Scheduler::GrowthReserve(const Sequence* seq) const {
+  const int64_t remaining = std::max(0, seq->request.stop.max_tokens - seq->scheduled_completion_tokens());
+  return static_cast<int64_t>(growth_ratio_ * static_cast<double>(remaining) / options_.block_size + 0.5);
+}
+
 bool Scheduler::Ready(const Sequence* seq) const {
   if (seq->in_flight > 0 && !options_.chain_steps) return false;
   if (seq->length() <= seq->num_computed) return false;
@@ -81,6 +86,7 @@ bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& schedul
   // 1. Running sequences, highest priority first; preempt from the other end when short of blocks.
   // Without chained steps, sequences in a launched step are neither scheduled again nor
   // preempted until it is collected.
+  const uint64_t preemptions_before = preemptions_;
   std::vector<Sequence*> order;
   for (Sequence* seq : running_)
     if (Ready(seq)) order.push_back(seq);
@@ -103,9 +109,17 @@ bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& schedul
     budget -= n;
   }
 
+  // A step that had to preempt admits nothing: the running sequences grew more than expected.
+  const bool preempted = preemptions_ != preemptions_before;
+  growth_ratio_ = preempted ? std::min(1.0, growth_ratio_ + 0.3) : std::max(kMinGrowthRatio, growth_ratio_ - kGrowthRatioDecay);
+
   // 2. Admit waiting sequences in order while there is room; stop at the first that does not fit
   //    (FCFS: a later, smaller request never overtakes an earlier one of the same priority).
-  for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 &&
+  //    Room counts the expected growth of the running sequences (see growth_ratio_), unless none
+  //    runs: the first sequence always starts when its prompt fits.
+  int64_t reserved = 0;
+  for (Sequence* seq : running_) reserved += GrowthReserve(seq);
+  for (auto it = waiting_.begin(); !preempted && it != waiting_.end() && budget > 0 &&
                                    static_cast<int32_t>(picked.size()) < max_seqs;) {
     Sequence* seq = *it;
     if (!Ready(seq)) {  // preempted while a launched step holds it: it waits for that step
@@ -113,7 +127,10 @@ bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& schedul
       continue;
     }
     const int32_t n = std::min(seq->length() - seq->num_computed, budget);
+    const int64_t prompt_blocks = KvBlockTable::BlocksFor(seq->length(), bs) - static_cast<int64_t>(seq->blocks.blocks().size());
+    if (!running_.empty() && pool_.num_free() < prompt_blocks + reserved + GrowthReserve(seq)) break;
     if (!seq->blocks.Reserve(seq->num_computed + n, bs, pool_)) break;
+    reserved += GrowthReserve(seq);
     it = waiting_.erase(it);
     running_.insert(seq);
     seq->running = true;

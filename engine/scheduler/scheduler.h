@@ -57,6 +57,9 @@ class Scheduler {
     }
   };
   void Preempt(Sequence* seq);
+  // Blocks that the running sequences are expected to take as they grow: growth_ratio_ of what
+  // each may still generate.
+  int64_t GrowthReserve(const Sequence* seq) const;
   // Whether `seq` has tokens to feed now.
   bool Ready(const Sequence* seq) const;
   // Adds `seq`'s next `n` tokens to the plan (placeholders for a pending token) and marks it launched.
@@ -67,6 +70,14 @@ class Scheduler {
   std::set<Sequence*, Order> waiting_;
   std::set<Sequence*, Order> running_;
   uint64_t preemptions_ = 0;
+  // Admission control: a waiting sequence is admitted only when the free blocks cover its prompt
+  // and the expected growth of every running sequence and its own, expected growth being this
+  // fraction of the tokens each may still generate. It starts at kInitialGrowthRatio, decays
+  // towards kMinGrowthRatio while nothing is preempted (requests that stop early leave room) and
+  // rises after a preemption (requests grew more than expected): without it, a burst of long
+  // requests is admitted at once and then preempts itself over and over (recomputation).
+  static constexpr double kInitialGrowthRatio = 0.7, kMinGrowthRatio = 0.1, kGrowthRatioDecay = 0.001;
+  double growth_ratio_ = kInitialGrowthRatio;
   std::vector<int32_t> chunk_;  // one sequence's step tokens, placeholders resolved to ids
 };
 

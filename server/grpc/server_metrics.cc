@@ -63,7 +63,8 @@ double ServerMetrics::TokensPerSecond(uint64_t generated_tokens) const {
   return rate;
 }
 
-std::string ServerMetrics::Render(const std::optional<EngineStats>& stats, const EngineInfo* info) const {
+std::string ServerMetrics::Render(const std::optional<EngineStats>& stats, const EngineInfo* info,
+                                  const EngineStepMetrics* steps) const {
   std::string out;
   Metric(&out, "counter", "llm_requests_finished_total", "Requests that ended, by finish reason.");
   for (int r = 1; r < kNumReasons; ++r)
@@ -117,6 +118,26 @@ std::string ServerMetrics::Render(const std::optional<EngineStats>& stats, const
   Sample(&out, "llm_generation_tokens_per_second", TokensPerSecond(stats->generated_tokens));
   Metric(&out, "gauge", "llm_context_length", "The most prompt + generated tokens of one request.");
   Sample(&out, "llm_context_length", info->max_context);
+  Metric(&out, "counter", "llm_device_busy_seconds_total",
+         "Device time of the engine's steps (where the executor times them).");
+  Sample(&out, "llm_device_busy_seconds_total", stats->device_busy_seconds);
+  Metric(&out, "counter", "llm_device_idle_seconds_total",
+         "Device idle time between consecutive engine steps: idle / (busy + idle) is the share of time the "
+         "device waited for the host.");
+  Sample(&out, "llm_device_idle_seconds_total", stats->device_idle_seconds);
+  if (steps != nullptr) {
+    steps->schedule_seconds.Render("llm_step_schedule_seconds", "Engine thread: planning a step.", &out);
+    steps->launch_seconds.Render("llm_step_launch_seconds", "Engine thread: launching a step (upload, enqueue).",
+                                 &out);
+    steps->wait_seconds.Render("llm_step_wait_seconds", "Engine thread: waiting for a step's results.", &out);
+    steps->collect_seconds.Render("llm_step_collect_seconds",
+                                  "Engine thread: taking a step's results (stop checks, events).", &out);
+    steps->device_seconds.Render("llm_step_device_seconds", "Device time of one step.", &out);
+    steps->output_seconds.Render("llm_step_output_seconds",
+                                 "Output thread: one step's outputs (detokenization, stop strings, delivery).", &out);
+    steps->sequences.Render("llm_step_sequences", "Sequences in one step.", &out);
+    steps->tokens.Render("llm_step_tokens", "Tokens (prompt and generated) in one step.", &out);
+  }
   return out;
 }
 

@@ -29,7 +29,9 @@ class ServerMetrics {
   void RecordRejected(absl::StatusCode code);
 
   // The text exposition format. `stats`/`info` are absent while the model loads.
-  std::string Render(const std::optional<EngineStats>& stats, const EngineInfo* info) const;
+  // `steps` (may be null): the engine's per-step distributions.
+  std::string Render(const std::optional<EngineStats>& stats, const EngineInfo* info,
+                     const EngineStepMetrics* steps = nullptr) const;
 
  private:
   // Generated tokens per second over the last minute (since start for the first scrape).

@@ -126,7 +126,7 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> ServingState::ModelTokenizer() 
 std::string ServingState::RenderMetrics() const {
   auto model = Model();
   if (!model) return metrics_.Render(std::nullopt, nullptr);
-  return metrics_.Render(model->engine->stats(), &model->engine->info());
+  return metrics_.Render(model->engine->stats(), &model->engine->info(), &model->engine->step_metrics());
 }
 
 }  // namespace llm::server

@@ -59,6 +59,7 @@ void LoadRunner::Record(RequestRecord record) {
   std::lock_guard<std::mutex> lock(mu_);
   if (record.warmup) {
     ++warmup_done_;
+    warmup_records_.push_back(std::move(record));
   } else {
     measured_end_ns_ = std::max(measured_end_ns_, record.end_ns);
     records_.push_back(std::move(record));
@@ -145,6 +146,8 @@ RunResult LoadRunner::Run(const RunPlan& plan) {
   std::lock_guard<std::mutex> lock(mu_);
   result.records = std::move(records_);
   records_.clear();
+  result.warmup_records = std::move(warmup_records_);
+  warmup_records_.clear();
   result.warmup_done = warmup_done_;
   result.measured_end_ns = measured_end_ns_;
   result.measured_start_ns = result.records.empty() ? 0 : result.records.front().send_ns;

@@ -44,6 +44,9 @@ struct RunPlan {
 struct RunResult {
   RunPlan plan;
   std::vector<RequestRecord> records;  // measured requests, in completion order
+  // Warm-up requests: not in the statistics, but their tokens count where the server produced
+  // them inside the steady-state window (RunReport).
+  std::vector<RequestRecord> warmup_records;
   int64_t warmup_done = 0;
   int64_t measured_start_ns = 0;  // the first measured request was sent
   int64_t measured_end_ns = 0;    // the last measured request ended
@@ -91,6 +94,7 @@ class LoadRunner : private GenerateCall::Owner {
   std::condition_variable stop_cv_;          // Stop() was called
   std::unordered_set<GenerateCall*> calls_;  // in flight, for Stop()
   std::vector<RequestRecord> records_;
+  std::vector<RequestRecord> warmup_records_;
   int64_t warmup_done_ = 0;
   int64_t measured_end_ns_ = 0;
   std::atomic<bool> stop_{false};

@@ -21,24 +21,34 @@ nlohmann::ordered_json Rate(double r) {
   return std::isinf(r) ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(r);
 }
 
-// The steady-state window and the output tokens that arrived inside it (see run_report.h).
+// The steady-state window and the output tokens that arrived inside it (see run_report.h),
+// counting warm-up requests' tokens too: the server produced them inside the window.
 void SteadyState(const RunResult& result, RunReport& r) {
+  std::vector<const RequestRecord*> all;
+  for (const auto* v : {&result.records, &result.warmup_records})
+    for (const RequestRecord& rec : *v)
+      if (rec.ok() && rec.output_tokens > 0) all.push_back(&rec);
+  if (all.size() < 2) return;
   std::vector<int64_t> first_tokens;
-  for (const RequestRecord& rec : result.records)
-    if (rec.ok() && rec.output_tokens > 0) first_tokens.push_back(rec.first_token_ns);
-  if (first_tokens.size() < 2) return;
+  int64_t last_send = 0;
+  for (const RequestRecord* rec : all) {
+    first_tokens.push_back(rec->first_token_ns);
+    last_send = std::max(last_send, rec->send_ns);
+  }
   std::sort(first_tokens.begin(), first_tokens.end());
-  size_t begin_index = 0;
-  if (!result.plan.open_loop && result.plan.concurrency > 0)
-    begin_index = std::min<size_t>(first_tokens.size() - 1, static_cast<size_t>(result.plan.concurrency) - 1);
-  const int64_t w0 = first_tokens[begin_index], w1 = first_tokens.back();
+  int64_t w0 = first_tokens.front(), w1 = first_tokens.back();
+  if (!result.plan.open_loop && result.plan.concurrency > 0) {
+    // Closed loop: from the moment every one of the C calls has its first token to the last send
+    // (no call is replaced after it).
+    w0 = first_tokens[std::min<size_t>(first_tokens.size() - 1, static_cast<size_t>(result.plan.concurrency) - 1)];
+    w1 = last_send;
+  }
   if (w1 <= w0) return;
   int64_t tokens = 0;
-  for (const RequestRecord& rec : result.records) {
-    if (!rec.ok() || rec.output_tokens == 0) continue;
-    double t = static_cast<double>(rec.first_token_ns);
+  for (const RequestRecord* rec : all) {
+    double t = static_cast<double>(rec->first_token_ns);
     if (t >= w0 && t <= w1) ++tokens;
-    for (float gap : rec.itl_ms) {
+    for (float gap : rec->itl_ms) {
       t += gap * 1e6;
       if (t >= w0 && t <= w1) ++tokens;
     }

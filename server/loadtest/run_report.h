@@ -10,10 +10,10 @@
 // Throughput counts successful requests and their streamed output tokens over the measured
 // window: the first measured request's start to the last one's end. That window includes the
 // ramp-up and the drain tail, where fewer requests run than the load keeps in flight; the
-// steady-state throughput counts only the output tokens that arrived between the moment the load
-// is fully running (the first token of the first measured request; in a closed loop of C calls,
-// the C-th measured request's first token, when no warm-up call runs any more) and the moment the
-// last measured request got its first token (after that no request joins: the drain begins).
+// steady-state throughput counts only the output tokens (warm-up requests' included) that arrived
+// while the load was fully running: in a closed loop of C calls, from the C-th first token (every
+// call has started) to the last send (no call is replaced after it); in an open loop, from the
+// first first token to the last one (no request joins after it: the drain begins).
 #pragma once
 
 #include <cstdint>

@@ -183,6 +183,7 @@ TEST_F(SchedulerTest, NoStepPastMaxTokens) {
 // token is collected, prefilled as a placeholder with its known tokens.
 TEST_F(SchedulerTest, PreemptionOfAnInFlightSequenceKeepsItsPendingToken) {
   prompt_len_ = 16;  // one full block each
+  max_tokens_ = 3;   // small: admission reserves (almost) nothing for their growth
   // Two sequences of 16 tokens fit in 2 blocks; their decode steps need a third block each.
   Scheduler s = Make(1, 256, /*chain=*/true, /*num_blocks=*/3);
   AddSequences(s, 2);
@@ -206,6 +207,27 @@ TEST_F(SchedulerTest, PreemptionOfAnInFlightSequenceKeepsItsPendingToken) {
   EXPECT_EQ(c[0].seq, second);
   EXPECT_EQ(c[0].num_tokens, 17);
   EXPECT_GE(plan_.token_ids[16], 0) << "its token was collected meanwhile";
+}
+
+// Admission counts the expected growth of the running sequences: a burst of long requests is not
+// all admitted at once (each would soon need more blocks and preempt the others), but the first
+// always starts.
+TEST_F(SchedulerTest, AdmissionReservesRoomForGrowth) {
+  prompt_len_ = 16;
+  max_tokens_ = 16 * 20;  // up to 20 more blocks each
+  Scheduler s = Make(1, 256, /*chain=*/true, /*num_blocks=*/40);
+  AddSequences(s, 4);
+  std::vector<ScheduledSequence> a;
+  ASSERT_TRUE(s.Schedule(plan_, a));
+  // 40 blocks: 1 + 14 (0.7 x 20) for the first, 15 more for the second; a third does not fit.
+  EXPECT_EQ(a.size(), 2u);
+  EXPECT_EQ(s.stats().waiting, 2);
+  // Short requests fill the rest.
+  max_tokens_ = 16;
+  AddSequences(s, 3);
+  std::vector<ScheduledSequence> b;
+  ASSERT_TRUE(s.Schedule(plan_, b));
+  EXPECT_EQ(b.size(), 2u) << "the two running ones; FCFS keeps the short ones behind the long waiting ones";
 }
 
 }  // namespace

@@ -116,22 +116,22 @@ TEST(SlaTest, ParsesLimitsAndPresets) {
   EXPECT_FALSE(SlaPreset("fast").ok());
 }
 
-// Steady state: in a closed loop of 2 calls the window opens at the second measured request's
-// first token (no warm-up call left) and closes at the last request's first token (the drain
-// begins); only the tokens that arrived inside it count.
+// Steady state: in a closed loop of 2 calls the window opens at the second first token (both calls
+// running) and closes at the last send (no call is replaced after it); only tokens inside count,
+// a warm-up call's too.
 TEST(RunReportTest, SteadyStateExcludesRampUpAndDrainTail) {
   RunResult result;
   result.plan.open_loop = false;
   result.plan.concurrency = 2;
-  result.records.push_back(Request(0, {10, 20, 30, 40, 50}, 51));        // window [20, 70]: 20..50 -> 4
-  result.records.push_back(Request(5, {20, 40, 60, 80, 100}, 101));      // 20, 40, 60 -> 3
-  result.records.push_back(Request(52, {70, 75, 80, 85, 90, 95}, 96));   // 70 -> 1
-  result.measured_start_ns = 0;
+  result.warmup_records.push_back(Request(0, {10, 20, 30, 40, 50}, 51));  // window [20, 52]: 20..50 -> 4
+  result.records.push_back(Request(5, {20, 40, 60, 80, 100}, 101));       // 20, 40 -> 2
+  result.records.push_back(Request(52, {70, 75, 80, 85, 90, 95}, 96));    // none
+  result.measured_start_ns = 5 * kMs;
   result.measured_end_ns = 101 * kMs;
   const RunReport r = BuildReport(result, std::nullopt);
-  EXPECT_NEAR(r.steady_window_s, 0.050, 1e-9);
-  EXPECT_NEAR(r.steady_output_token_throughput, 8 / 0.050, 1e-6);
-  EXPECT_NEAR(r.output_token_throughput, 16 / 0.101, 1e-6);
+  EXPECT_NEAR(r.steady_window_s, 0.032, 1e-9);
+  EXPECT_NEAR(r.steady_output_token_throughput, 6 / 0.032, 1e-6);
+  EXPECT_NEAR(r.output_token_throughput, 11 / 0.096, 1e-6);
   // All at once (open loop, infinite rate): from the first first token to the last.
   result.plan.open_loop = true;
   const RunReport all = BuildReport(result, std::nullopt);

@@ -260,6 +260,15 @@ struct ScopedBodyStmt : Stmt {
   StmtList body;
 };
 
+// A statement that fails when reached: loading tags (extends, include, import), which need a
+// template loader that a chat template never has.
+struct FailStmt : Stmt {
+  FailStmt(int l, ErrorKind k, std::string m) : Stmt(l), kind(k), message(std::move(m)) {}
+  absl::Status Exec(Interpreter& in) const override;
+  ErrorKind kind;
+  std::string message;
+};
+
 struct LoopControlStmt : Stmt {  // {% break %} / {% continue %}
   LoopControlStmt(int l, bool b) : Stmt(l), is_break(b) {}
   absl::Status Exec(Interpreter& in) const override;

@@ -50,7 +50,6 @@ absl::StatusOr<Value> Abs(Interpreter&, const Value& v, Args& args) {
     if (v.int_value() == INT64_MIN) return TemplateError(ErrorKind::kOverflow, "integer result too large");
     return Value::Int(std::llabs(v.int_value()));
   }
-  if (v.is_undefined()) return v.UndefinedError();
   return TemplateError(ErrorKind::kType, Cat("bad operand type for abs(): '", v.TypeName(), "'"));
 }
 
@@ -111,7 +110,8 @@ absl::StatusOr<Value> Default(Interpreter&, const Value& v, Args& args) {
 absl::StatusOr<Value> DictSort(Interpreter&, const Value& v, Args& args) {
   ASSIGN_OR_RETURN(BoundArgs a, BoundArgs::Bind("dictsort", args, {"case_sensitive", "by", "reverse"}));
   if (v.is_undefined()) return v.UndefinedError();
-  if (!v.is_dict()) return TemplateError(ErrorKind::kType, Cat("'", v.TypeName(), "' object has no attribute 'items'"));
+  if (!v.is_dict())
+    return TemplateError(ErrorKind::kAttribute, Cat("'", v.TypeName(), "' object has no attribute 'items'"));
   const bool case_sensitive = a.Or(0, Value::Bool(false)).Truthy();
   const std::string by = ToStr(a.Or(1, Value::String("key")));
   if (by != "key" && by != "value") return FilterArgumentError("You can only sort by either \"key\" or \"value\"");
@@ -195,6 +195,12 @@ absl::StatusOr<Value> Indent(Interpreter&, const Value& v, Args& args) {
   }
   const bool first = a.Or(1, Value::Bool(false)).Truthy();
   const bool blank = a.Or(2, Value::Bool(false)).Truthy();
+  // jinja2 appends "\n" with +=, which fails or misbehaves for anything but a string.
+  if (v.is_undefined()) return v.UndefinedError();
+  if (v.is_list()) return TemplateError(ErrorKind::kAttribute, "'list' object has no attribute 'splitlines'");
+  if (!v.is_string())
+    return TemplateError(ErrorKind::kType, v.is_tuple() ? "can only concatenate tuple (not \"str\") to tuple"
+                                                        : Cat("unsupported operand type(s) for +=: '", v.TypeName(), "' and 'str'"));
   const std::string s = v.Str() + "\n";  // jinja2's quirk: splitlines then sees a last empty line
   std::vector<std::string> lines = PySplitlines(s, false);
   std::string rv;
@@ -287,6 +293,7 @@ absl::StatusOr<Value> Upper(Interpreter&, const Value& v, Args& args) {
 }
 
 absl::StatusOr<Value> Map(Interpreter& in, const Value& v, Args& args) {
+  if (!v.Truthy()) return Value::List({});  // jinja2 iterates only `if value`
   ASSIGN_OR_RETURN(ValueList items, Iterate(v, in));
   RETURN_IF_ERROR(in.CountIterations(static_cast<int64_t>(items.size())));
   ValueList out;
@@ -352,6 +359,7 @@ absl::StatusOr<Value> Min(Interpreter& in, const Value& v, Args& args) { return 
 
 // select / reject / selectattr / rejectattr.
 absl::StatusOr<Value> SelectOrReject(Interpreter& in, const Value& v, Args& args, bool with_attr, bool select) {
+  if (!v.Truthy()) return Value::List({});  // jinja2 iterates only `if value`
   ASSIGN_OR_RETURN(ValueList items, Iterate(v, in));
   RETURN_IF_ERROR(in.CountIterations(static_cast<int64_t>(items.size())));
   size_t next = 0;
@@ -408,7 +416,9 @@ absl::StatusOr<Value> Reverse(Interpreter& in, const Value& v, Args& args) {
     std::reverse(cps.begin(), cps.end());
     return Value::String(EncodeUtf8(cps));
   }
-  ASSIGN_OR_RETURN(ValueList items, Iterate(v, in));
+  absl::StatusOr<ValueList> iterated = Iterate(v, in);
+  if (!iterated.ok()) return FilterArgumentError("argument must be iterable");
+  ValueList items = *std::move(iterated);
   std::reverse(items.begin(), items.end());
   return Value::List(std::move(items));
 }

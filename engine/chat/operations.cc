@@ -406,8 +406,10 @@ absl::StatusOr<Value> SliceValue(const Value& object, const Value& start, const 
     for (int64_t i : idx) out.push_back(items[i]);
     return object.is_tuple() ? Value::Tuple(std::move(out)) : Value::List(std::move(out));
   }
-  // jinja2 turns the failed subscript into an undefined value.
-  return Value::Undefined(Cat(ObjectTypeRepr(object), " has no element slice"));
+  // jinja2 slices with Python's subscript directly, not through its forgiving getitem.
+  if (object.is_dict()) return TypeError("unhashable type: 'slice'");
+  if (object.is_object()) return TypeError(Cat("'", object.TypeName(), "' object is not subscriptable"));
+  return TypeError(Cat("'", object.TypeName(), "' object is not subscriptable"));
 }
 
 absl::StatusOr<Value> CallValue(const Value& callee, CallArgs args, Interpreter& in) {
@@ -417,7 +419,9 @@ absl::StatusOr<Value> CallValue(const Value& callee, CallArgs args, Interpreter&
 }
 
 absl::StatusOr<std::string> PercentFormat(std::string_view format, const Value& args) {
-  const bool mapping = args.is_dict();
+  // CPython treats any argument with __getitem__ but a tuple or str (a dict, also a list) as a
+  // mapping: it is never "not all converted".
+  const bool mapping = args.is_dict() || args.is_list();
   ValueList positional;
   if (args.is_tuple()) positional = args.list();
   else if (!mapping) positional.push_back(args);
@@ -434,7 +438,7 @@ absl::StatusOr<std::string> PercentFormat(std::string_view format, const Value& 
     if (format[i] == '(') {
       const size_t close = format.find(')', i);
       if (close == std::string_view::npos) return TemplateError(ErrorKind::kValue, "incomplete format key");
-      if (!mapping) return TypeError("format requires a mapping");
+      if (!args.is_dict()) return TypeError("format requires a mapping");
       const Value* v = args.dict().Find(format.substr(i + 1, close - i - 1));
       if (v == nullptr)
         return TemplateError(ErrorKind::kValue, Cat("format key not found: ", format.substr(i + 1, close - i - 1)));

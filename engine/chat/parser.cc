@@ -187,8 +187,11 @@ class Parser {
       Next();
       return std::make_unique<LoopControlStmt>(line, tag == "break");
     }
-    if (tag == "extends" || tag == "include" || tag == "import" || tag == "from")
-      return Fail(Cat("'", tag, "' is not supported: a chat template cannot load other templates"));
+    if (tag == "extends" || tag == "include" || tag == "import" || tag == "from") {
+      // As jinja2 without a loader: a TypeError when reached.
+      while (Cur().type != TokenType::kBlockEnd && Cur().type != TokenType::kEnd) Next();
+      return std::make_unique<FailStmt>(line, ErrorKind::kType, "no loader for this environment specified");
+    }
     return Fail(Cat("Encountered unknown tag '", tag, "'."));
   }
 

@@ -71,9 +71,7 @@ std::vector<std::string> SplitWhitespace(std::string_view text, int64_t maxsplit
     while (i < n && IsPythonSpace(cps[i])) ++i;
     if (i == n) break;
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-      size_t end = n;
-      while (end > i && IsPythonSpace(cps[end - 1])) --end;
-      out.push_back(EncodeUtf8(std::vector<char32_t>(cps.begin() + i, cps.begin() + end)));
+      out.push_back(EncodeUtf8(std::vector<char32_t>(cps.begin() + i, cps.end())));
       break;
     }
     size_t j = i;
@@ -289,9 +287,7 @@ std::vector<std::string> PyRsplit(std::string_view text, const std::optional<std
       while (end > 0 && IsPythonSpace(cps[end - 1])) --end;
       if (end == 0) break;
       if (static_cast<int64_t>(out.size()) == maxsplit) {
-        int64_t begin = 0;
-        while (begin < end && IsPythonSpace(cps[begin])) ++begin;
-        out.push_back(EncodeUtf8(std::vector<char32_t>(cps.begin() + begin, cps.begin() + end)));
+        out.push_back(EncodeUtf8(std::vector<char32_t>(cps.begin(), cps.begin() + end)));
         break;
       }
       int64_t j = end;

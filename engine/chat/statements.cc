@@ -174,6 +174,8 @@ absl::Status ScopedBodyStmt::Exec(Interpreter& in) const {
   return in.ExecBody(body);
 }
 
+absl::Status FailStmt::Exec(Interpreter& in) const { return TemplateError(kind, message); }
+
 absl::Status LoopControlStmt::Exec(Interpreter& in) const {
   in.signal = is_break ? Interpreter::LoopSignal::kBreak : Interpreter::LoopSignal::kContinue;
   return absl::OkStatus();

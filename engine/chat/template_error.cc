@@ -17,6 +17,7 @@ std::string_view ErrorClassName(ErrorKind kind) {
     case ErrorKind::kSyntax: return "TemplateSyntaxError";
     case ErrorKind::kUndefined: return "UndefinedError";
     case ErrorKind::kType: return "TypeError";
+    case ErrorKind::kAttribute: return "AttributeError";
     case ErrorKind::kValue: return "ValueError";
     case ErrorKind::kZeroDivision: return "ZeroDivisionError";
     case ErrorKind::kOverflow: return "OverflowError";

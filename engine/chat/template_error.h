@@ -16,6 +16,7 @@ enum class ErrorKind {
   kSyntax,          // TemplateSyntaxError (also TemplateAssertionError)
   kUndefined,       // UndefinedError: use of an undefined value
   kType,            // TypeError
+  kAttribute,       // AttributeError (a filter applied to a value it cannot handle)
   kValue,           // ValueError
   kZeroDivision,    // ZeroDivisionError
   kOverflow,        // OverflowError (range too big, integer too large)

@@ -64,10 +64,18 @@ std::optional<Json> TokenText(const Json& token) {
   return std::nullopt;
 }
 
+// True when the template has a `{% for ... in message['content'] %}` loop (or .content, or a
+// variable named content): it then expects content as a list of parts, as vLLM decides too.
 bool IteratesContent(std::string_view source) {
   for (std::string_view pattern : {"in message['content']", "in message[\"content\"]", "in message.content",
                                    "in content", "in msg['content']", "in msg.content"}) {
-    if (source.find(pattern) != std::string_view::npos) return true;
+    for (size_t at = source.find(pattern); at != std::string_view::npos; at = source.find(pattern, at + 1)) {
+      const size_t tag = source.rfind("{%", at);
+      if (tag == std::string_view::npos) continue;
+      std::string_view head = source.substr(tag + 2, at - tag - 2);
+      while (!head.empty() && (head.front() == '-' || head.front() == '+' || head.front() == ' ')) head.remove_prefix(1);
+      if (head.substr(0, 4) == "for " && head.find("%}") == std::string_view::npos) return true;
+    }
   }
   return false;
 }

@@ -47,6 +47,13 @@ class Parser {
     int old_;
   };
 
+  // Left-deep chains (a + b + c, a|f|g, a.b.c) are built by loops, not recursion; each link
+  // still deepens the tree that evaluation walks recursively, so it counts against the limit.
+  absl::Status Link(int* links) const {
+    if (depth_ + ++*links > max_depth_) return Fail("template nested too deeply");
+    return absl::OkStatus();
+  }
+
   const Token& Cur() const { return t_[i_]; }
   const Token& Look(size_t k = 1) const { return t_[std::min(i_ + k, t_.size() - 1)]; }
   void Next() {
@@ -459,7 +466,9 @@ class Parser {
   absl::StatusOr<ExprPtr> ParseCondExpr() {
     int line = Cur().line;
     ASSIGN_OR_RETURN(ExprPtr expr, ParseOr());
+    int links = 0;
     while (SkipName("if")) {
+      RETURN_IF_ERROR(Link(&links));
       Saved soft(&soft_, soft_ + 1);
       auto node = std::make_unique<CondExpr>(line);
       node->then = std::move(expr);
@@ -475,7 +484,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseOr() {
     ASSIGN_OR_RETURN(ExprPtr left, ParseAnd());
+    int links = 0;
     while (IsName("or")) {
+      RETURN_IF_ERROR(Link(&links));
       const int line = Cur().line;
       Next();
       ASSIGN_OR_RETURN(ExprPtr right, ParseAnd());
@@ -486,7 +497,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseAnd() {
     ASSIGN_OR_RETURN(ExprPtr left, ParseNot());
+    int links = 0;
     while (IsName("and")) {
+      RETURN_IF_ERROR(Link(&links));
       const int line = Cur().line;
       Next();
       ASSIGN_OR_RETURN(ExprPtr right, ParseNot());
@@ -539,7 +552,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseMath1() {
     ASSIGN_OR_RETURN(ExprPtr left, ParseConcat());
+    int links = 0;
     while (IsOp("+") || IsOp("-")) {
+      RETURN_IF_ERROR(Link(&links));
       const BinaryOp op = IsOp("+") ? BinaryOp::kAdd : BinaryOp::kSub;
       const int line = Cur().line;
       Next();
@@ -564,7 +579,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseMath2() {
     ASSIGN_OR_RETURN(ExprPtr left, ParsePow());
+    int links = 0;
     while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
+      RETURN_IF_ERROR(Link(&links));
       const std::string op = Cur().value;
       const int line = Cur().line;
       Next();
@@ -578,7 +595,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParsePow() {
     ASSIGN_OR_RETURN(ExprPtr left, ParseUnary(true));
+    int links = 0;
     while (IsOp("**")) {  // left-associative in jinja2
+      RETURN_IF_ERROR(Link(&links));
       const int line = Cur().line;
       Next();
       ASSIGN_OR_RETURN(ExprPtr right, ParseUnary(true));
@@ -690,7 +709,9 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParsePostfix(ExprPtr node) {
+    int links = 0;
     while (true) {
+      RETURN_IF_ERROR(Link(&links));
       if (IsOp(".") || IsOp("[")) {
         ASSIGN_OR_RETURN(node, ParseSubscript(std::move(node)));
       } else if (IsOp("(")) {
@@ -702,7 +723,9 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParseFilterExpr(ExprPtr node) {
+    int links = 0;
     while (true) {
+      RETURN_IF_ERROR(Link(&links));
       if (IsOp("|")) {
         ASSIGN_OR_RETURN(node, ParseFilter(std::move(node), false));
       } else if (IsName("is")) {
@@ -815,7 +838,9 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParseFilter(ExprPtr node, bool start_inline) {
+    int links = 0;
     while (IsOp("|") || start_inline) {
+      RETURN_IF_ERROR(Link(&links));
       if (!start_inline) Next();
       start_inline = false;
       auto filter = std::make_unique<FilterExpr>(Cur().line);

@@ -13,7 +13,8 @@ constexpr char kUsage[] =
     "  generate   generate text from a prompt with a local model\n"
     "  tokenize   print the token ids of text\n"
     "  serve      serve a model over gRPC, with Prometheus metrics\n"
-    "  loadtest   load-test a server: latency percentiles, throughput, SLA goodput\n\n"
+    "  loadtest   load-test a server: latency percentiles, throughput, SLA goodput\n"
+    "  chat-template  render a chat template on a conversation: text and token ids\n\n"
     "Run 'llm <command> --help' for the flags of a command.\n";
 
 struct Command {
@@ -26,6 +27,7 @@ constexpr Command kCommands[] = {
     {"tokenize", llm::cli::RunTokenize},
     {"serve", llm::cli::RunServe},
     {"loadtest", llm::cli::RunLoadtest},
+    {"chat-template", llm::cli::RunChatTemplate},
 };
 
 }  // namespace

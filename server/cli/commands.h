@@ -8,5 +8,6 @@ int RunGenerate(int argc, char** argv);
 int RunTokenize(int argc, char** argv);
 int RunServe(int argc, char** argv);
 int RunLoadtest(int argc, char** argv);
+int RunChatTemplate(int argc, char** argv);
 
 }  // namespace llm::cli

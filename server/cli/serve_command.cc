@@ -29,6 +29,7 @@ struct ServeFlags {
   int64_t metrics_port = 9090;
   int64_t max_message_bytes = 4 << 20;
   int64_t drain_timeout_s = 60;
+  std::string chat_template;  // overrides the model's chat template
 };
 
 int Fail(const absl::Status& status, int code) {
@@ -145,6 +146,8 @@ int RunServe(int argc, char** argv) {
   flags.Int("max-message-bytes", &serve.max_message_bytes, "largest gRPC message accepted or sent");
   flags.Int("drain-timeout-s", &serve.drain_timeout_s,
             "on SIGTERM, seconds running requests may take to finish");
+  flags.String("chat-template", &serve.chat_template,
+               "chat template for the Chat RPC (Jinja file, or JSON with \"chat_template\"), instead of the model's");
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
   if (absl::Status s = model.Validate(); !s.ok()) return Fail(s, 2);
   if (model.ModelDir().empty())
@@ -184,6 +187,14 @@ int RunServe(int argc, char** argv) {
   const EngineInfo& info = engine.info();
   server::ServedModel served{&engine, (*handle)->tokenizer(),
                              server::ToModelInfo(info, (*handle)->tokenizer().get(), deployment)};
+  // The chat template, parsed once here for every Chat call; a model without one serves no Chat.
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> chat_template =
+      ChatTemplate::ForModel(model.ModelDir(), serve.chat_template);
+  if (chat_template.ok()) {
+    served.chat_template = *std::move(chat_template);
+  } else if (!serve.chat_template.empty() || chat_template.status().code() != absl::StatusCode::kNotFound) {
+    return Fail(chat_template.status(), 2);
+  }
   state.Attach(std::move(served));
   endpoints.grpc().SetServing(true);
   std::printf(

@@ -33,7 +33,32 @@ absl::Status DetokenizeInto(const Tokenizer& tokenizer, const v1::DetokenizeRequ
   return absl::OkStatus();
 }
 
+// A streaming call refused before generation starts: finishes at once with the reason.
+class RefusedStream final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+// The Generate request a Chat request becomes: its options with the rendered conversation's ids.
+absl::StatusOr<v1::GenerateRequest> ChatToGenerate(const ServingState& state, const v1::ChatRequest& chat) {
+  absl::StatusOr<ChatRequest> request = ToChatRequest(chat);
+  if (!request.ok()) return request.status();
+  absl::StatusOr<std::vector<int32_t>> ids = state.RenderChat(*request);
+  if (!ids.ok()) return ids.status();
+  v1::GenerateRequest generate = chat.options();
+  generate.mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+  return generate;
+}
+
 }  // namespace
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* LlmService::Chat(grpc::CallbackServerContext* context,
+                                                                 const v1::ChatRequest* request) {
+  absl::StatusOr<v1::GenerateRequest> generate = ChatToGenerate(state_, *request);
+  if (!generate.ok()) return new RefusedStream(ToGrpcStatus(generate.status()));
+  return new GenerateStreamReactor(state_, context, *generate);
+}
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* LlmService::Generate(grpc::CallbackServerContext* context,
                                                                      const v1::GenerateRequest* request) {

@@ -1,5 +1,6 @@
-// LlmService: the llm.v1.Llm gRPC service on the callback API. Generate and Complete hand each
-// call to a reactor (GenerateStreamReactor, CompleteReactor); Tokenize, Detokenize and ModelInfo
+// LlmService: the llm.v1.Llm gRPC service on the callback API. Generate, Chat and Complete hand
+// each call to a reactor (GenerateStreamReactor, CompleteReactor; Chat renders its conversation
+// with the model's chat template first and then streams as Generate does); Tokenize, Detokenize and ModelInfo
 // answer inline. No handler ever waits for the engine.
 #pragma once
 
@@ -16,6 +17,8 @@ class LlmService final : public v1::Llm::CallbackService {
                                                            const v1::GenerateRequest* request) override;
   grpc::ServerUnaryReactor* Complete(grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
                                      v1::GenerateResponse* response) override;
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Chat(grpc::CallbackServerContext* context,
+                                                       const v1::ChatRequest* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override;
   grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,

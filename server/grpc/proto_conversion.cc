@@ -1,5 +1,7 @@
 #include "server/grpc/proto_conversion.h"
 
+#include "nlohmann/json.hpp"
+
 #include <algorithm>
 #include <string>
 
@@ -134,6 +136,62 @@ v1::FinishReason ToProtoFinishReason(FinishReason reason) {
       return v1::FINISH_REASON_ERROR;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+absl::StatusOr<ChatRequest> ToChatRequest(const v1::ChatRequest& request) {
+  using Json = nlohmann::ordered_json;
+  if (request.options().prompt_case() != v1::GenerateRequest::PROMPT_NOT_SET)
+    return absl::InvalidArgumentError("Chat: options must not set a prompt (the conversation is the prompt)");
+  auto parse = [](const std::string& text, const std::string& what, bool want_object) -> absl::StatusOr<Json> {
+    if (absl::Status s = CheckUtf8(text, what); !s.ok()) return s;
+    Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded() || (want_object ? !json.is_object() : !json.is_array()))
+      return absl::InvalidArgumentError(absl::StrCat(what, " must be a JSON ", want_object ? "object" : "array"));
+    return json;
+  };
+  ChatRequest out;
+  out.add_generation_prompt = !request.has_add_generation_prompt() || request.add_generation_prompt();
+  for (int i = 0; i < request.messages_size(); ++i) {
+    const v1::ChatMessage& m = request.messages(i);
+    const std::string where = absl::StrCat("messages[", i, "]");
+    Json message = Json::object();
+    if (!m.extra_json().empty()) {
+      absl::StatusOr<Json> extra = parse(m.extra_json(), where + ".extra_json", true);
+      if (!extra.ok()) return extra.status();
+      message = *std::move(extra);
+    }
+    message["role"] = m.role();
+    if (m.has_content()) {
+      if (absl::Status s = CheckUtf8(m.content(), where + ".content"); !s.ok()) return s;
+      message["content"] = m.content();
+    } else {
+      message["content"] = nullptr;
+    }
+    if (m.tool_calls_size() > 0) {
+      Json calls = Json::array();
+      for (const v1::ChatToolCall& call : m.tool_calls()) {
+        if (absl::Status s = CheckUtf8(call.arguments_json(), where + ".tool_calls.arguments_json"); !s.ok()) return s;
+        calls.push_back({{"id", call.id()},
+                         {"type", "function"},
+                         {"function", {{"name", call.name()}, {"arguments", call.arguments_json().empty() ? "{}" : call.arguments_json()}}}});
+      }
+      message["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id().empty()) message["tool_call_id"] = m.tool_call_id();
+    if (!m.name().empty()) message["name"] = m.name();
+    out.messages.push_back(std::move(message));
+  }
+  if (!request.tools_json().empty()) {
+    absl::StatusOr<Json> tools = parse(request.tools_json(), "tools_json", false);
+    if (!tools.ok()) return tools.status();
+    out.tools = *std::move(tools);
+  }
+  if (!request.chat_template_kwargs_json().empty()) {
+    absl::StatusOr<Json> kwargs = parse(request.chat_template_kwargs_json(), "chat_template_kwargs_json", true);
+    if (!kwargs.ok()) return kwargs.status();
+    out.kwargs = *std::move(kwargs);
+  }
+  return out;
 }
 
 void AppendOutput(const RequestOutput& output, v1::GenerateResponse* response) {

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/chat/chat_template.h"
 #include "engine/engine.h"
 #include "engine/request.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -26,6 +27,10 @@ absl::Status CheckUtf8(std::string_view bytes, std::string_view what);
 // output carry text. `deadline` is the call's gRPC deadline (absl::InfiniteFuture() for none).
 absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request,
                                                 const Tokenizer* tokenizer, absl::Time deadline);
+
+// A Chat request's conversation in the shapes ChatTemplate takes (JSON fields parsed; text checked
+// to be UTF-8). InvalidArgument naming the field on bad input, or when options has a prompt.
+absl::StatusOr<ChatRequest> ToChatRequest(const v1::ChatRequest& request);
 
 // Appends one engine update to `response`: its tokens, text and logprobs, and, when it is the last
 // one, the finish reason, usage and timings. Appending every update of a request to one message

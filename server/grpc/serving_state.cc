@@ -123,6 +123,15 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> ServingState::ModelTokenizer() 
   return model->tokenizer;
 }
 
+absl::StatusOr<std::vector<int32_t>> ServingState::RenderChat(const ChatRequest& request) const {
+  auto model = Model();
+  if (!model) return absl::UnavailableError("the model is still loading");
+  if (!model->chat_template)
+    return absl::FailedPreconditionError("this model has no chat template (start the server with --chat-template FILE)");
+  if (!model->tokenizer) return absl::FailedPreconditionError("this model has no tokenizer (no tokenizer.json)");
+  return model->chat_template->RenderIds(request, *model->tokenizer);
+}
+
 std::string ServingState::RenderMetrics() const {
   auto model = Model();
   if (!model) return metrics_.Render(std::nullopt, nullptr);

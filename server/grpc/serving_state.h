@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/chat/chat_template.h"
 #include "engine/engine.h"
 #include "llm/v1/llm.pb.h"
 #include "server/grpc/server_metrics.h"
@@ -22,6 +23,7 @@ struct ServedModel {
   Engine* engine = nullptr;                    // outlives the gRPC server
   std::shared_ptr<const Tokenizer> tokenizer;  // null when the model has none
   v1::ModelInfoResponse info;                  // answered by ModelInfo
+  std::shared_ptr<const ChatTemplate> chat_template;  // null when the model has none
 };
 
 class ServingState {
@@ -54,6 +56,11 @@ class ServingState {
   absl::StatusOr<v1::ModelInfoResponse> ModelInfo() const;
   // UNAVAILABLE while loading, FAILED_PRECONDITION when the model has no tokenizer.
   absl::StatusOr<std::shared_ptr<const Tokenizer>> ModelTokenizer() const;
+
+  // The token ids of a Chat request's conversation (rendered with the model's chat template,
+  // encoded without adding special tokens). UNAVAILABLE while loading; FAILED_PRECONDITION without
+  // a template or a tokenizer; INVALID_ARGUMENT when the template fails on the conversation.
+  absl::StatusOr<std::vector<int32_t>> RenderChat(const ChatRequest& request) const;
 
   ServerMetrics& metrics() { return metrics_; }
   std::string RenderMetrics() const;

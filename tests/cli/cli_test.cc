@@ -177,5 +177,39 @@ TEST(CliTokenizeTest, JsonlMatchesReferenceCases) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["ids"][0], 1);  // <s>
 }
 
+
+// llm chat-template: the contract tests use. One JSON line with the text and ids (no BOS added
+// twice); template errors and usage errors exit 2 with the message.
+TEST(CliChatTemplateTest, RendersTextAndIdsAndReportsErrors) {
+  const std::string dir = ::testing::TempDir();
+  const std::string tmpl = dir + "/cli_chat.jinja";
+  std::ofstream(tmpl) << "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant:{% endif %}";
+  const std::string request = dir + "/cli_chat_request.json";
+  std::ofstream(request) << R"({"messages": [{"role": "user", "content": "Hello world"}], "add_generation_prompt": true})";
+  const std::string tokenizer = std::string(LLM_TOKENIZER_DATA_DIR) + "/llama3-tokenizer.json";
+  RunResult r = RunLlm(absl::StrCat("chat-template --template ", tmpl, " --tokenizer ", tokenizer,
+                                    " --bos-token '<|begin_of_text|>' --request ", request));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = LastJsonLine(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["text"], "<|begin_of_text|>user: Hello world\nassistant:");
+  const std::vector<int32_t> ids = j["ids"].get<std::vector<int32_t>>();
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], 128000);
+  EXPECT_NE(ids[1], 128000);
+
+  const std::string bad = dir + "/cli_chat_bad.jinja";
+  std::ofstream(bad) << "line one\n{{ raise_exception('nope') }}";
+  r = RunLlm(absl::StrCat("chat-template --template ", bad, " --tokenizer ", tokenizer, " --request ", request));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("template line 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("nope"), std::string::npos) << r.err;
+  r = RunLlm(absl::StrCat("chat-template --template ", tmpl, " --tokenizer ", tokenizer));
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunLlm(absl::StrCat("chat-template --template ", tmpl, " --tokenizer ", tokenizer, " --request '{\"x\": 1}'"));
+  EXPECT_EQ(r.exit_code, 2);
+}
+
 }  // namespace
 }  // namespace llm

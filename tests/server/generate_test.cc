@@ -333,7 +333,7 @@ TEST_F(GenerateTest, ReflectionDescribesTheApi) {
   ASSERT_TRUE(descriptor.ParseFromString(response.file_descriptor_response().file_descriptor_proto(0)));
   EXPECT_EQ(descriptor.package(), "llm.v1");
   ASSERT_EQ(descriptor.service_size(), 1);
-  EXPECT_EQ(descriptor.service(0).method_size(), 5);
+  EXPECT_EQ(descriptor.service(0).method_size(), 6);  // Generate, Complete, Chat, Tokenize, Detokenize, ModelInfo
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
 }

@@ -27,6 +27,9 @@ struct ModelFlags {
   std::string layers_per_stage;  // e.g. "10,6": explicit pipeline split
   bool dummy_weights = false;
   bool fixed_kernels = false;
+  std::string quantization = "none";  // none | fp8
+  std::string kv_cache_dtype = "auto";
+  bool emulate_fp8 = false;
   int64_t max_queue = 1024;      // waiting requests; registered by the commands that queue (serve)
 
   void Register(FlagSet& flags);

@@ -51,9 +51,12 @@ inline void RoundTo(DType format, Tensor t) {
 class RoundingBackend final : public Backend {
  public:
   // `format`: kBF16 or kF16. `vocab`: the LM head's output rows, whose float32 logits are left
-  // unrounded.
-  RoundingBackend(DType format, unsigned points, int64_t vocab)
-      : cpu_(2), format_(format), points_(points), vocab_(vocab) {}
+  // unrounded. With `fp8` (the CPU options' emulation included) the loader may hand over FP8
+  // weights and the KV cache may be FP8, as on a 16-bit GPU running an FP8 model; their float32
+  // scales are then left unrounded, so kRoundWeights must be off (FP8 checkpoints and bf16 ones
+  // quantized at load hold no float32 linear weights to round).
+  RoundingBackend(DType format, unsigned points, int64_t vocab, bool fp8 = false, CpuBackendOptions cpu = {2})
+      : cpu_(cpu), format_(format), points_(points), vocab_(vocab), fp8_(fp8) {}
 
   Device device() const override { return cpu_.device(); }
   DType activation_dtype() const override { return cpu_.activation_dtype(); }
@@ -95,6 +98,12 @@ class RoundingBackend final : public Backend {
   absl::Status Sample(Tensor logits, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) override {
     return cpu_.Sample(logits, rows, results);
   }
+  bool SupportsLinearFormat(const StorageFormat& f) const override {
+    return fp8_ ? cpu_.SupportsLinearFormat(f) : Backend::SupportsLinearFormat(f);
+  }
+  bool SupportsKvCacheDType(DType t) const override {
+    return fp8_ ? cpu_.SupportsKvCacheDType(t) : Backend::SupportsKvCacheDType(t);
+  }
 
  private:
   absl::Status Then(absl::Status s, unsigned point, std::initializer_list<Tensor> outputs) {
@@ -107,6 +116,7 @@ class RoundingBackend final : public Backend {
   DType format_;
   unsigned points_;
   int64_t vocab_;
+  bool fp8_;
 };
 
 // Logit agreement with the float32 reference over a fixture's positions.

@@ -16,6 +16,8 @@ struct CUstream_st;
 
 namespace llm {
 
+struct LinearContext;  // linear_kernels.h
+
 struct CudaBackendOptions {
   int device_index = 0;
   DType dtype = DType::kBF16;  // weights, activations and KV cache
@@ -140,11 +142,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::vector<OpTiming>> CollectOpTimings();
 
  private:
-  // CudaBackendOptions::autotune_linear: the GEMV's warps per row that wins, 0 for cuBLASLt.
-  // CudaBackendOptions::tune_cublas_max_rows: times cuBLASLt's candidates for this call's shape.
-  absl::Status TuneCublas(Tensor x, const void* w, const void* bias, Tensor out, int64_t m, int64_t n, int64_t k);
-  absl::StatusOr<int> ChooseLinearKernel(Tensor x, int64_t n, int64_t k, const std::function<absl::Status(int)>& gemv,
-                                         const std::function<absl::Status()>& cublas);
+  // What the linear-kernel room (linear_kernels.h) needs of this backend at a call.
+  LinearContext linear_context() const;
   struct Impl;
   class OpScope;
   explicit CudaBackend(std::unique_ptr<Impl> impl);

@@ -1,0 +1,182 @@
+#include "engine/backend/cuda/linear_kernels.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/cuda/common/candidate_timing.h"
+#include "kernels/cuda/elementwise/elementwise.h"
+#include "kernels/cuda/gemm/cublaslt_gemm.h"
+#include "kernels/cuda/gemm/gemv.h"
+#include "kernels/cuda/norm/rms_norm.h"
+
+namespace llm {
+namespace {
+
+// LLM_LOG_LINEAR_CHOICE=1: the decode linears' kernel choices and their timings, on stderr.
+bool LogLinearChoice() {
+  static const bool on = [] {
+    const char* v = std::getenv("LLM_LOG_LINEAR_CHOICE");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+
+const void* BiasOf(const LinearCall& c) { return c.w->bias.empty() ? nullptr : c.w->bias.data(); }
+
+absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaBackendOptions& o,
+                     const LinearContext& ctx) {
+  cuda::GemvOptions go;
+  go.pdl = o.programmatic_launch;
+  go.num_sms = ctx.num_sms;
+  go.warps_per_row = choice.kernel == LinearKernel::kGemv ? choice.warps_per_row : 0;
+  go.smem_ring = choice.kernel == LinearKernel::kGemvRing;
+  go.ring_bytes = o.gemv_ring_bytes;
+  return cuda::LaunchGemv(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), BiasOf(c), c.out.data(), c.m, c.n,
+                          c.k, go, ctx.stream);
+}
+
+absl::Status RunCublas(const LinearCall& c, const LinearContext& ctx) {
+  const void* bias = BiasOf(c);
+  if (bias && c.out.dtype() != c.act) {  // cuBLASLt's bias epilogue wants the output's type: add it after
+    RETURN_IF_ERROR(ctx.gemm->Run(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), nullptr, c.out.data(), c.m,
+                                  c.n, c.k, ctx.stream));
+    return cuda::LaunchAddBias(c.act, c.out.dtype(), c.out.data(), bias, c.m, c.n, ctx.stream);
+  }
+  return ctx.gemm->Run(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), bias, c.out.data(), c.m, c.n, c.k,
+                       ctx.stream);
+}
+
+}  // namespace
+
+std::string_view LinearKernelChoice::Name() const {
+  switch (kernel) {
+    case LinearKernel::kCublasLt: return "cublasLt";
+    case LinearKernel::kGemv: return "gemv";
+    case LinearKernel::kGemvRing: return "gemv ring";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, const LinearContext& ctx) {
+  const CudaBackendOptions& o = options_;
+  LinearKernelChoice choice{LinearKernel::kCublasLt, 0};
+  if (c.m <= o.gemv_max_rows && c.m <= cuda::kGemvMaxRows) {
+    const int wpr = o.gemv_warps_per_row;
+    if (!o.autotune_linear && wpr != 0) {  // a form forced (tests, benchmarks)
+      choice = wpr > 0 ? LinearKernelChoice{LinearKernel::kGemv, wpr} : LinearKernelChoice{LinearKernel::kGemvRing, 0};
+    } else if (o.gemv_smem_ring && c.m <= o.gemv_ring_max_rows &&
+               cuda::GemvRingFits(c.act, c.m, c.n, c.k, o.gemv_ring_bytes, ctx.num_sms)) {
+      // Not timed: an isolated timing cannot see what makes the ring form win in a step, its
+      // weights streaming during the kernels before it (see CudaBackendOptions::gemv_smem_ring).
+      choice = {LinearKernel::kGemvRing, 0};
+    } else if (!o.autotune_linear) {
+      choice = {LinearKernel::kGemv, 0};
+    } else {
+      const ShapeKey key{c.m, c.n, c.k, c.out.dtype(), BiasOf(c) != nullptr};
+      auto it = timed_.find(key);
+      if (it != timed_.end()) {
+        choice = it->second;
+      } else if (ctx.capturing || ctx.timing) {
+        // Not timed yet, and nothing can be timed while capturing a graph (the eager run before
+        // every capture normally decided already): the GEMV's own choice.
+        choice = {LinearKernel::kGemv, 0};
+      } else {
+        ASSIGN_OR_RETURN(choice, TimeGemvAgainstCublas(c, ctx));
+        timed_.emplace(key, choice);
+      }
+    }
+  }
+  if (choice.kernel == LinearKernel::kCublasLt && ctx.tuning_pass && c.m <= o.tune_cublas_max_rows &&
+      !ctx.capturing && !ctx.timing &&
+      cublas_tuned_.insert(ShapeKey{c.m, c.n, c.k, c.out.dtype(), BiasOf(c) != nullptr}).second) {
+    RETURN_IF_ERROR(TuneCublas(c, ctx));
+  }
+  return choice;
+}
+
+absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) {
+  switch (choice.kernel) {
+    case LinearKernel::kCublasLt: return RunCublas(c, ctx);
+    case LinearKernel::kGemv:
+    case LinearKernel::kGemvRing: return RunGemv(c, choice, options_, ctx);
+  }
+  return absl::InternalError("Linear: unknown kernel");
+}
+
+absl::Status LinearKernels::TuneCublas(const LinearCall& c, const LinearContext& ctx) {
+  cuda::L2Flush flush(ctx.stream, ctx.l2_bytes);
+  if (!flush.ok()) return absl::OkStatus();  // no room beside the arena: keep the heuristic's pick
+  // The same form as RunCublas: the bias goes into cuBLASLt only in the output's type.
+  const void* bias = BiasOf(c) && c.out.dtype() == c.act ? BiasOf(c) : nullptr;
+  ASSIGN_OR_RETURN(const std::vector<float> us,
+                   ctx.gemm->Tune(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), bias, c.out.data(), c.m, c.n,
+                                  c.k, ctx.stream, 8, [&] { return flush.Flush(); }));
+  if (LogLinearChoice()) {
+    std::string line = absl::StrCat("cuBLASLt ", c.n, " x ", c.k, ", ", c.m, " rows, heuristic picks (us):");
+    for (float t : us) absl::StrAppend(&line, " ", std::isinf(t) ? std::string("-") : absl::StrFormat("%.1f", t));
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  return absl::OkStatus();
+}
+
+// Times the candidates on the call's own operands: the GEMV with 1, 2, 4 and 8 warps per output
+// row (which balances the SMs best depends on N, K and the GPU: on an H100 the 8B gate/up
+// projection takes 84 us with one warp a row and 80 with two) and cuBLASLt. A few warm-up runs,
+// then the median of interleaved timed runs, each after writing a buffer larger than L2 so that
+// the weights come from DRAM as they do in a real step, where every layer has its own. Each timed
+// run is an RMSNorm over x (into scratch) followed by the candidate, as in a decode step where a
+// linear follows a small kernel: the GEMV, launched with PDL, streams its first weights during its
+// predecessor's tail, and an isolated timing would not see that. Synchronizes the stream: first
+// call of a shape only.
+absl::StatusOr<LinearKernelChoice> LinearKernels::TimeGemvAgainstCublas(const LinearCall& c,
+                                                                        const LinearContext& ctx) {
+  cuda::L2Flush flush(ctx.stream, ctx.l2_bytes, c.x.bytes());  // scratch: the norm's output
+  if (!flush.ok()) return LinearKernelChoice{LinearKernel::kGemv, 0};  // no room beside the arena: the GEMV's own rule
+  constexpr int kWarpsPerRow[] = {1, 2, 4, 8};
+  constexpr int kCandidates = 5;  // the four GEMV forms, then cuBLASLt
+  cuda::CandidateTiming timing;
+  timing.warmup = 3;  // module load, cuBLASLt heuristics
+  timing.timed = 10;
+  ASSIGN_OR_RETURN(const std::vector<float> us,
+                   cuda::TimeCandidates(ctx.stream, kCandidates, timing, [&] { return flush.Flush(); },
+                                        [&](int cand) -> absl::Status {
+                                          // x's first row stands in for the norm weight: only
+                                          // the timing matters.
+                                          RETURN_IF_ERROR(cuda::LaunchRmsNorm(
+                                              c.act, c.x.data(), nullptr, nullptr, c.x.data(), flush.scratch(), c.m,
+                                              c.k, 1e-5f, ctx.stream, options_.programmatic_launch));
+                                          if (cand == 4) return RunCublas(c, ctx);
+                                          return RunGemv(c, {LinearKernel::kGemv, kWarpsPerRow[cand]}, options_, ctx);
+                                        }));
+  // A challenger must win clearly: on a near tie the choice would flip between processes and
+  // ranks from timing noise, and bf16 outputs (rounded differently by each kernel) with it. The
+  // GEMV's own rule is the incumbent among its forms; cuBLASLt must then lose clearly to it.
+  constexpr float kMargin = 0.97f;
+  const int auto_wpr = cuda::GemvAutoWarpsPerRow(c.act, c.n, c.k, ctx.num_sms);
+  int best = 0;
+  while (kWarpsPerRow[best] != auto_wpr) ++best;
+  for (int cand = 0; cand < 4; ++cand)
+    if (us[cand] < kMargin * us[best]) best = cand;
+  const LinearKernelChoice choice = us[best] < kMargin * us[4] ? LinearKernelChoice{LinearKernel::kGemv, kWarpsPerRow[best]}
+                                                               : LinearKernelChoice{LinearKernel::kCublasLt, 0};
+  // One line per timed shape on stderr, for comparing processes or ranks whose speed differs (a
+  // near tie can fall either way).
+  if (LogLinearChoice()) {
+    std::fprintf(stderr,
+                 "linear %lld x %lld, %lld rows: GEMV 1/2/4/8 warps a row %.1f/%.1f/%.1f/%.1f us, cuBLASLt %.1f us "
+                 "(with a norm before each) -> %s\n",
+                 static_cast<long long>(c.n), static_cast<long long>(c.k), static_cast<long long>(c.m), us[0], us[1],
+                 us[2], us[3], us[4],
+                 choice.kernel == LinearKernel::kGemv ? absl::StrCat("GEMV, ", choice.warps_per_row, " warps a row").c_str()
+                                                      : "cuBLASLt");
+  }
+  return choice;
+}
+
+}  // namespace llm

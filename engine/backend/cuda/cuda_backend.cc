@@ -98,7 +98,7 @@ struct CudaBackend::Impl {
   cudaDeviceProp prop{};
   // Shared with every Buffer carved from it (their deleters hold it), so it outlives them all.
   std::shared_ptr<DeviceArena> arena;
-  DeviceMem gemm_workspace, attention_workspace;
+  DeviceMem gemm_workspace, attention_workspace, fp8_workspace;
   std::unique_ptr<cuda::CublasLtGemm> gemm;
   bool capturing = false;
   // The linear-kernel policy (engine/backend/cuda/linear_kernels.h) and whether this is a tuning
@@ -188,6 +188,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
       impl->gemm_workspace.Ensure(*impl->arena, options.gemm_workspace_bytes, "the cuBLASLt workspace"));
   RETURN_IF_ERROR(impl->attention_workspace.Ensure(*impl->arena, options.attention_workspace_bytes,
                                                    "the attention workspace"));
+  if (options.dtype != DType::kF32)  // FP8 linears run with 16-bit activations only
+    RETURN_IF_ERROR(impl->fp8_workspace.Ensure(*impl->arena, options.fp8_workspace_bytes,
+                                               "the FP8 activation workspace"));
   if (impl->attention_workspace.bytes() > 0) {  // the decode kernel's counters start at zero
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl->attention_workspace.ptr(), 0, impl->attention_workspace.bytes(),
                                          impl->stream));
@@ -276,6 +279,16 @@ absl::Status ExpectI32(const char* op, Device dev, std::initializer_list<const T
   return ExpectOnDevice(op, dev, DType::kI32, ts);
 }
 
+// The KV cache: both tensors in the activation dtype, or both FP8 E4M3 with positive scales.
+absl::Status ExpectCache(const char* op, Device dev, DType act, const KvCacheLayer& c) {
+  const DType t = c.k.dtype() == DType::kF8E4M3 && act != DType::kF32 ? DType::kF8E4M3 : act;
+  RETURN_IF_ERROR(ExpectOnDevice(op, dev, t, {&c.k, &c.v}));
+  if (t == DType::kF8E4M3 && !(c.k_scale > 0.0f && c.v_scale > 0.0f && std::isfinite(c.k_scale) &&
+                               std::isfinite(c.v_scale)))
+    return absl::InvalidArgumentError(absl::StrCat(op, ": FP8 KV cache scales must be positive"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CudaBackend::Embedding(Tensor table, Tensor ids, int64_t vocab_offset, Tensor out) {
@@ -323,6 +336,12 @@ absl::Status CudaBackend::Add(Tensor x, Tensor y) {
 absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
   const DType dt = activation_dtype();
   RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), dt, {&x, &w.bias}));
+  RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), DType::kF32, {&w.scale, &w.input_scale}));
+  RETURN_IF_ERROR(Expect(!w.format.scaled() || w.scale.numel() == w.scale_grid().numel(), "Linear",
+                         absl::StrCat("scale of ", w.scale.numel(), " elements for ", w.format.ToString(), " weights ",
+                                      w.weight.shape().ToString())));
+  RETURN_IF_ERROR(Expect(w.input_quant != ActivationQuant::kStaticPerTensor || w.input_scale.numel() == 1, "Linear",
+                         "static activation quantization without an input scale"));
   RETURN_IF_ERROR(Expect(SupportsLinearFormat(w.format) && w.weight.dtype() == w.format.element &&
                              w.weight.device() == device(),
                          "Linear",
@@ -353,6 +372,8 @@ LinearContext CudaBackend::linear_context() const {
   ctx.num_sms = impl_->prop.multiProcessorCount;
   ctx.l2_bytes = impl_->prop.l2CacheSize;
   ctx.gemm = impl_->gemm.get();
+  ctx.fp8_workspace = impl_->fp8_workspace.ptr();
+  ctx.fp8_workspace_bytes = impl_->fp8_workspace.bytes();
   ctx.capturing = impl_->capturing;
   ctx.timing = impl_->timing;
   ctx.tuning_pass = impl_->tuning_pass;
@@ -361,9 +382,29 @@ LinearContext CudaBackend::linear_context() const {
 
 void CudaBackend::SetTuningPass(bool on) { impl_->tuning_pass = on; }
 
+bool CudaBackend::SupportsLinearFormat(const StorageFormat& f) const {
+  const DType dt = activation_dtype();
+  if (f == StorageFormat::Float(dt)) return true;
+  if (f.element != DType::kF8E4M3 || dt == DType::kF32) return false;
+  switch (f.granularity) {
+    case ScaleGranularity::kTensor:
+    case ScaleGranularity::kChannel: return true;
+    case ScaleGranularity::kBlock: return f.block_rows == 128 && f.block_cols == 128;
+    case ScaleGranularity::kGroup: return f.block_cols == 128;
+    case ScaleGranularity::kNone: return false;
+  }
+  return false;
+}
+
+bool CudaBackend::SupportsKvCacheDType(DType t) const {
+  const DType dt = activation_dtype();
+  return t == dt || (t == DType::kF8E4M3 && dt != DType::kF32);
+}
+
 absl::Status CudaBackend::QkvRope(const QkvRopeArgs& a) {
   const DType dt = activation_dtype();
-  RETURN_IF_ERROR(ExpectOnDevice("QkvRope", device(), dt, {&a.qkv, &a.q_norm, &a.k_norm, &a.cache.k, &a.cache.v, &a.q_out}));
+  RETURN_IF_ERROR(ExpectOnDevice("QkvRope", device(), dt, {&a.qkv, &a.q_norm, &a.k_norm, &a.q_out}));
+  RETURN_IF_ERROR(ExpectCache("QkvRope", device(), dt, a.cache));
   RETURN_IF_ERROR(ExpectI32("QkvRope", device(), {&a.positions, &a.slot_mapping}));
   RETURN_IF_ERROR(ExpectOnDevice("QkvRope", device(), DType::kF32, {&a.rope.inv_freq}));
   const int64_t t = a.qkv.rank() > 0 ? a.qkv.dim(0) : 0;
@@ -395,13 +436,17 @@ absl::Status CudaBackend::QkvRope(const QkvRopeArgs& a) {
   p.block_size = a.cache.block_size();
   p.norm_eps = a.norm_eps;
   p.attention_scaling = a.rope.attention_scaling;
+  p.fp8_cache = a.cache.k.dtype() == DType::kF8E4M3;
+  p.k_scale = a.cache.k_scale;
+  p.v_scale = a.cache.v_scale;
   OpScope scope(*impl_, "QkvRope", 2.0 * a.qkv.bytes(), 0);
   return cuda::LaunchQkvRope(dt, p, impl_->stream, impl_->options.programmatic_launch);
 }
 
 absl::Status CudaBackend::Attention(const AttentionArgs& a) {
   const DType dt = activation_dtype();
-  RETURN_IF_ERROR(ExpectOnDevice("Attention", device(), dt, {&a.q, &a.cache.k, &a.cache.v, &a.out}));
+  RETURN_IF_ERROR(ExpectOnDevice("Attention", device(), dt, {&a.q, &a.out}));
+  RETURN_IF_ERROR(ExpectCache("Attention", device(), dt, a.cache));
   RETURN_IF_ERROR(Expect(a.meta != nullptr, "Attention", "no step metadata"));
   const StepMetadata& m = *a.meta;
   RETURN_IF_ERROR(ExpectI32("Attention", device(), {&m.query_start, &m.context_lens, &m.block_tables}));
@@ -431,12 +476,15 @@ absl::Status CudaBackend::Attention(const AttentionArgs& a) {
   p.max_blocks_per_seq = static_cast<int32_t>(m.block_tables.dim(1));
   p.scale = a.scale;
   p.sliding_window = a.sliding_window;
+  p.fp8_cache = a.cache.k.dtype() == DType::kF8E4M3;
+  p.k_scale = a.cache.k_scale;
+  p.v_scale = a.cache.v_scale;
   cuda::AttentionOptions opts;
   opts.num_sms = impl_->prop.multiProcessorCount;
   opts.force_splits = impl_->options.attention_splits;
   opts.force_simt = impl_->options.force_simt_attention;
   opts.pdl = impl_->options.programmatic_launch;
-  const double es = static_cast<double>(DTypeSize(dt));
+  const double es = static_cast<double>(DTypeSize(a.cache.k.dtype()));
   const double kv_bytes = 2.0 * m.num_seqs * static_cast<double>(m.max_context_len) * a.num_kv_heads * a.head_dim * es;
   const double keys_per_query =
       m.max_query_len > 1 ? 0.5 * m.max_context_len : static_cast<double>(m.max_context_len);

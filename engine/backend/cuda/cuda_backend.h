@@ -29,6 +29,9 @@ struct CudaBackendOptions {
   // device is left to the CUDA context, cuBLASLt, NCCL, CUDA graphs and start-up staging.
   double memory_fraction = 0.9;
   size_t gemm_workspace_bytes = size_t{32} << 20;
+  // FP8 linears on cuBLASLt: the activations quantized to E4M3 and their scales, a chunk of rows
+  // at a time (32 MiB: 2048 rows of Llama-3-8B's widest input, 14336 columns, in one chunk).
+  size_t fp8_workspace_bytes = size_t{32} << 20;
   size_t attention_workspace_bytes = size_t{32} << 20;  // bounds the decode split-K partials
   // Linear with M <= this may take the GEMV kernel (timed per shape against cuBLASLt, see
   // autotune_linear), else cuBLASLt (0: never; at most cuda::kGemvMaxRows). The GEMV re-reads x
@@ -119,6 +122,11 @@ class CudaBackend final : public Backend {
 
   absl::Status FillUniform(Tensor dst, uint64_t seed, float low, float high) override;
   absl::Status PrepareSampler(int32_t max_rows, int64_t vocab) override;
+  // The activation dtype, and (bf16/fp16 activations) FP8 E4M3 with scales per tensor, per
+  // channel, per 128 x 128 block or per row and 128 columns.
+  bool SupportsLinearFormat(const StorageFormat& format) const override;
+  // The activation dtype, and FP8 E4M3 with bf16/fp16 activations.
+  bool SupportsKvCacheDType(DType dtype) const override;
   bool SupportsGraphs() const override { return true; }
   void SetTuningPass(bool on) override;
   absl::Status BeginCapture() override;

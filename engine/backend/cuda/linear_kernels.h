@@ -25,9 +25,15 @@ class CublasLtGemm;
 }  // namespace cuda
 
 enum class LinearKernel : uint8_t {
+  // 16/32-bit weights.
   kCublasLt,  // cuBLASLt GEMM on 16/32-bit operands
   kGemv,      // the register GEMV, LinearKernelChoice::warps_per_row warps per output row
   kGemvRing,  // the GEMV's shared-memory ring form (gemv_smem_ring.cuh)
+  // FP8 E4M3 weights (gemv_fp8.h, cublaslt_gemm.h, gemm_fp8_dequant.h).
+  kFp8Gemv,      // register GEMV dequantizing in registers, 16-bit x (W8A16)
+  kFp8GemvRing,  // its shared-memory ring form
+  kFp8CublasLt,  // x quantized to FP8 as the weight declares (fp8_quantize.h), then cuBLASLt's FP8 GEMM (W8A8)
+  kFp8Dequant,   // tensor-core GEMM on weights widened in shared memory, 16-bit x (W8A16): what cuBLASLt refuses
 };
 
 struct LinearKernelChoice {
@@ -53,6 +59,9 @@ struct LinearContext {
   int num_sms = 0;
   int l2_bytes = 0;
   cuda::CublasLtGemm* gemm = nullptr;
+  // kFp8CublasLt's quantized activations and their scales, a chunk of rows at a time.
+  void* fp8_workspace = nullptr;
+  size_t fp8_workspace_bytes = 0;
   bool capturing = false;    // a graph capture is open: nothing may be timed
   bool timing = false;       // per-op timing is on: nothing may be timed either
   bool tuning_pass = false;  // Backend::SetTuningPass
@@ -74,10 +83,14 @@ class LinearKernels {
   // The GEMV forms (1, 2, 4 and 8 warps a row) against cuBLASLt, each after an RMSNorm as in a step.
   absl::StatusOr<LinearKernelChoice> TimeGemvAgainstCublas(const LinearCall& call, const LinearContext& ctx);
   absl::Status TuneCublas(const LinearCall& call, const LinearContext& ctx);
+  LinearKernelChoice ChooseFp8(const LinearCall& call, const LinearContext& ctx) const;
+  absl::Status RunFp8Cublas(const LinearCall& call, const LinearContext& ctx);
 
   const CudaBackendOptions& options_;
   std::map<ShapeKey, LinearKernelChoice> timed_;  // autotune_linear's winners
   std::set<ShapeKey> cublas_tuned_;               // tune_cublas_max_rows
+  // FP8 shapes (and scale modes) for which cuBLASLt has no algorithm: they take kFp8Dequant.
+  std::set<std::tuple<int64_t, int64_t, int64_t, int>> fp8_cublas_refused_;
 };
 
 }  // namespace llm

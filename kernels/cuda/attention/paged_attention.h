@@ -19,6 +19,7 @@
 //           (mma.sync m16n8k16), 64 queries x 64 keys per tile, online softmax, no score
 //           matrix in memory.
 //   other   the SIMT kernel without splitting (any dtype, head_dim <= 256).
+// Every kernel also reads an FP8 E4M3 cache (PagedAttentionParams::fp8_cache).
 #pragma once
 
 #include <cstddef>
@@ -49,6 +50,12 @@ struct PagedAttentionParams {
   int32_t max_blocks_per_seq = 0;
   float scale = 1.0f;
   int32_t sliding_window = 0;  // 0: unlimited; else keys > position - window
+  // FP8 E4M3 caches (16-bit q/out only): element e of a K (V) row is e * k_scale (v_scale). The
+  // kernels read E4M3 rows and widen them exactly to the 16-bit type; k_scale is folded into the
+  // query's scale and v_scale into the output's normalization (both per tensor).
+  bool fp8_cache = false;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 struct AttentionOptions {

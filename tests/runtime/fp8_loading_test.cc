@@ -5,6 +5,7 @@
 // activation emulations stay close to the float32 references.
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 
 #include "engine/backend/cpu/cpu_backend.h"
@@ -151,6 +152,95 @@ TEST(Fp8LoadingTest, ShardedCopiesGiveTheSameLogits) {
     ASSERT_TRUE(parity.ok()) << parity.status();
     EXPECT_LE(parity->max_err, 1e-4);
     EXPECT_EQ(parity->agreement(), 1.0);
+  }
+}
+
+// The same E4M3 bytes and scales under the other published configurations: AutoFP8 (per-tensor,
+// static activations) and compressed-tensors per tensor from the ModelOpt fixture, compressed-
+// tensors' block strategy from the block fixture (its `weight_scale_inv` renamed `weight_scale`).
+// Each must load to the same model: the references' logits and greedy-position logits.
+TEST(Fp8LoadingTest, EquivalentLayoutsLoadTheSameModel) {
+  struct Variant {
+    const char* fixture;
+    const char* what;
+    std::function<void(CheckpointCopy&)> edit;
+  };
+  const nlohmann::json fp8_weights_tensor = {{"num_bits", 8}, {"type", "float"}, {"strategy", "tensor"},
+                                             {"symmetric", true}, {"dynamic", false}};
+  const Variant variants[] = {
+      {"llama-fp8-tensor-kv", "AutoFP8 static",
+       [](CheckpointCopy& c) {
+         c.extra_files.erase("hf_quant_config.json");
+         c.config["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "static"},
+                                            {"ignored_layers", {"lm_head"}}};
+       }},
+      {"llama-fp8-tensor-kv", "compressed-tensors tensor/static with kv_cache_scheme",
+       [&](CheckpointCopy& c) {
+         c.extra_files.erase("hf_quant_config.json");
+         c.config["quantization_config"] = {
+             {"quant_method", "compressed-tensors"},
+             {"format", "float-quantized"},
+             {"config_groups",
+              {{"group_0",
+                {{"targets", {"Linear"}},
+                 {"weights", fp8_weights_tensor},
+                 {"input_activations", fp8_weights_tensor}}}}},
+             {"ignore", {"re:.*lm_head"}},
+             {"kv_cache_scheme", fp8_weights_tensor}};
+         // llm-compressor keeps the KV scales on the attention module.
+         for (int l = 0; l < 3; ++l) {
+           const std::string a = absl::StrCat("model.layers.", l, ".self_attn.");
+           auto k = c.tensors.extract(a + "k_proj.k_scale");
+           k.mapped().name = a + "k_scale";
+           k.key() = a + "k_scale";
+           c.tensors.insert(std::move(k));
+           auto v = c.tensors.extract(a + "v_proj.v_scale");
+           v.mapped().name = a + "v_scale";
+           v.key() = a + "v_scale";
+           c.tensors.insert(std::move(v));
+         }
+       }},
+      {"llama-fp8-block", "compressed-tensors block/group",
+       [](CheckpointCopy& c) {
+         c.config["quantization_config"] = {
+             {"quant_method", "compressed-tensors"},
+             {"format", "float-quantized"},
+             {"config_groups",
+              {{"group_0",
+                {{"targets", {"Linear"}},
+                 {"weights",
+                  {{"num_bits", 8}, {"type", "float"}, {"strategy", "block"}, {"block_structure", {128, 128}}}},
+                 {"input_activations",
+                  {{"num_bits", 8}, {"type", "float"}, {"strategy", "group"}, {"group_size", 128},
+                   {"dynamic", true}}}}}}},
+             {"ignore", {"lm_head"}}};
+         std::vector<std::string> names;
+         for (const auto& [name, t] : c.tensors)
+           if (name.ends_with(".weight_scale_inv")) names.push_back(name);
+         for (const std::string& name : names) {
+           auto node = c.tensors.extract(name);
+           const std::string renamed = name.substr(0, name.size() - 4);  // "..._inv" -> "weight_scale"
+           node.key() = renamed;
+           node.mapped().name = renamed;
+           c.tensors.insert(std::move(node));
+         }
+       }},
+  };
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.what);
+    CheckpointCopy copy = CheckpointCopy::Read(testing::ModelDir(v.fixture));
+    v.edit(copy);
+    test_util::TempDir dir;
+    copy.Write(dir.path());
+    auto parity = Parity(dir.path(), v.fixture, Cpu(), testing::ParityRunnerOptions());
+    ASSERT_TRUE(parity.ok()) << parity.status();
+    EXPECT_LE(parity->max_err, 1e-4);
+    EXPECT_EQ(parity->agreement(), 1.0);
+    CpuBackend cpu(2);
+    auto w = Load(dir.path(), cpu);
+    ASSERT_TRUE(w.ok()) << w.status();
+    const bool kv_declared = std::string(v.what).find("kv_cache_scheme") != std::string::npos;
+    EXPECT_EQ((*w)->has_kv_scales(), kv_declared || std::string(v.what).starts_with("AutoFP8"));
   }
 }
 

@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<Backend>> BuildBackend(const EngineBuildOptions& 
   b.num_threads = o.num_threads;
   b.gpu_memory_fraction = o.gpu_memory_fraction;
   b.time_linear_kernels = o.time_linear_kernels;
+  b.emulate_fp8_activations = o.emulate_fp8_activations;
   return CreateBackend(b);
 }
 
@@ -37,8 +38,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> BuildModelRunner(const EngineBuildO
   ro.kv_cache_fraction = o.kv_cache_fraction;
   ro.max_context = o.max_context;
   ro.shard = shard;
+  ASSIGN_OR_RETURN(ro.load.quantization, ParseOnlineQuantization(o.quantization));
+  ASSIGN_OR_RETURN(ro.kv_cache_dtype, ParseKvCacheDType(o.kv_cache_dtype));
   if (o.dummy_weights) {
-    ASSIGN_OR_RETURN(auto weights, CreateDummyWeights(config, shard, *backend));
+    ASSIGN_OR_RETURN(auto weights, CreateDummyWeights(config, shard, *backend, /*seed=*/1234, ro.load));
     return ModelRunner::CreateFromWeights(config, std::move(weights), std::move(backend), tp_comm, ro);
   }
   // The checkpoint's mapping is only needed while loading: weights then live in backend memory.

@@ -32,6 +32,14 @@ struct EngineBuildOptions {
   int64_t max_context = 0;      // 0: the model's max_position_embeddings
   int32_t max_queue = 1024;
   bool dummy_weights = false;   // random weights in the config's shapes; no checkpoint files
+  // "" / "none", or "fp8": quantize a float checkpoint's linears to FP8 at load (per-channel
+  // weights, dynamic per-token activations); FP8 checkpoints load as they are either way. With
+  // dummy_weights: FP8 dummy weights in the real shapes.
+  std::string quantization;
+  // auto | bf16 | fp16 | fp32 | fp8 (see ChooseKvCacheDType).
+  std::string kv_cache_dtype = "auto";
+  // CPU: emulate the CUDA W8A8 path's activation quantization (CpuBackendOptions).
+  bool emulate_fp8_activations = false;
   // CUDA: time the GEMV forms against cuBLASLt per decode linear shape at first use and keep the
   // fastest (CudaBackendOptions::autotune_linear; linears of 1-2 rows take the ring GEMV
   // untimed either way). false: a fixed rule (the GEMV up to 4 rows), so that bf16 outputs do not

@@ -35,6 +35,7 @@ MPI_Datatype MpiType(DType dtype) {
     case DType::kI64:
       return MPI_INT64_T;
     case DType::kU8:
+    case DType::kF8E4M3:  // moved as bytes, never reduced
       return MPI_UINT8_T;
   }
   return MPI_DATATYPE_NULL;

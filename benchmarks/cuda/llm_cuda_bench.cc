@@ -31,6 +31,8 @@ struct Args {
   std::string out;
   int steps = 64;
   bool quick = false;
+  std::string quantization;             // --quantization fp8: FP8 dummy weights (per channel)
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype fp8
 };
 
 Args Parse(int argc, char** argv) {
@@ -42,8 +44,13 @@ Args Parse(int argc, char** argv) {
     else if (k == "--out") a.out = next();
     else if (k == "--steps") a.steps = std::stoi(next());
     else if (k == "--quick") a.quick = true;
+    else if (k == "--quantization") a.quantization = next();
+    else if (k == "--kv-cache-dtype") a.kv_cache_dtype = next();
     else {
-      std::fprintf(stderr, "usage: %s --model DIR [--out FILE.md] [--steps N] [--quick]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s --model DIR [--out FILE.md] [--steps N] [--quick] [--quantization fp8] "
+                   "[--kv-cache-dtype auto|bf16|fp8]\n",
+                   argv[0]);
       std::exit(2);
     }
   }
@@ -72,7 +79,13 @@ Model Build(const Args& args) {
   m.backend = backend->get();
   ShardSpec shard;
   const auto t0 = std::chrono::steady_clock::now();
-  auto weights = CreateDummyWeights(m.config, shard, **backend, 2024);
+  LoadOptions load;
+  auto quantization = ParseOnlineQuantization(args.quantization);
+  BENCH_CHECK(quantization.status());
+  load.quantization = *quantization;
+  auto kv_dtype = ParseKvCacheDType(args.kv_cache_dtype);
+  BENCH_CHECK(kv_dtype.status());
+  auto weights = CreateDummyWeights(m.config, shard, **backend, 2024, load);
   BENCH_CHECK(weights.status());
   const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ModelRunnerOptions ro;
@@ -81,6 +94,7 @@ Model Build(const Args& args) {
   ro.block_size = 16;
   ro.max_context = kMaxContext;
   ro.num_kv_blocks = int64_t{kMaxBatch} * (kMaxContext / 16) + 1;
+  ro.kv_cache_dtype = *kv_dtype;
   auto runner = ModelRunner::CreateFromWeights(m.config, std::move(*weights), std::move(*backend), nullptr, ro);
   BENCH_CHECK(runner.status());
   m.runner = std::move(*runner);
@@ -253,11 +267,12 @@ int main(int argc, char** argv) {
   std::printf("%s", line);
   const double weight_bytes = static_cast<double>(m.runner->weight_bytes());
   std::snprintf(line, sizeof(line),
-                "Model: %s shape (hidden %ld, %ld layers, %ld/%ld heads, ffn %ld, vocab %ld), bf16 dummy weights "
-                "%.2f GB.\n\n",
+                "Model: %s shape (hidden %ld, %ld layers, %ld/%ld heads, ffn %ld, vocab %ld), %s dummy weights "
+                "%.2f GB, KV cache %s.\n\n",
                 m.config.model_type.c_str(), long(m.config.hidden_size), long(m.config.num_layers),
                 long(m.config.num_heads), long(m.config.num_kv_heads), long(m.config.intermediate_size),
-                long(m.config.vocab_size), weight_bytes / 1e9);
+                long(m.config.vocab_size), args.quantization == "fp8" ? "FP8 (per-channel linears, bf16 LM head)" : "bf16",
+                weight_bytes / 1e9, std::string(DTypeName(m.runner->kv_shape().dtype)).c_str());
   md += line;
 
   // --- decode ---

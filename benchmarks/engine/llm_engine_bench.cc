@@ -57,7 +57,7 @@ struct Args {
   std::fprintf(stderr,
                "llm_engine_bench: %s\n"
                "usage: [mpirun -np TP*PP] llm_engine_bench --model DIR [--dummy-weights] [--device cuda|cpu]\n"
-               "  [--dtype bf16|fp16|fp32] [--tp T] [--pp P] [--layers-per-stage 17,15] [--batch 1,16] [--prompt-len N] [--output-len N]\n"
+               "  [--dtype bf16|fp16|fp32] [--quantization fp8] [--kv-cache-dtype auto|bf16|fp8] [--tp T] [--pp P] [--layers-per-stage 17,15] [--batch 1,16] [--prompt-len N] [--output-len N]\n"
                "  [--repeats N] [--max-seqs N] [--max-tokens-per-step N] [--kv-cache-fraction F]\n"
                "  [--max-context N] [--label TEXT] [--out FILE.md]\n"
                "  [--concurrency C1,C2 [--duration S]] [--no-overlap]\n",
@@ -91,6 +91,8 @@ Args Parse(int argc, char** argv) {
     if (k == "--model") a.build.model_dir = v;
     else if (k == "--device") a.build.device = v;
     else if (k == "--dtype") a.build.dtype = v;
+    else if (k == "--quantization") a.build.quantization = v;
+    else if (k == "--kv-cache-dtype") a.build.kv_cache_dtype = v;
     else if (k == "--tp") a.parallel.tp = ParseInt(k, v);
     else if (k == "--pp") a.parallel.pp = ParseInt(k, v);
     else if (k == "--layers-per-stage") {

@@ -20,24 +20,40 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/core/sampling.h"
+#include "engine/core/storage_format.h"
 #include "engine/core/tensor.h"
 #include "kernels/core/philox.h"
 
 namespace llm {
 
-// y = x · Wᵀ + b, W stored [out_features, in_features] as in Hugging Face checkpoints.
+// y = x · Wᵀ + b, W stored [out_features, in_features] as in Hugging Face checkpoints, in the
+// storage format it declares (engine/core/storage_format.h): float weights in the activation
+// dtype, or FP8 E4M3 with float32 scales (W = element * scale, by `format`'s granularity).
 struct LinearWeight {
-  Tensor weight;  // [N, K]
-  Tensor bias;    // [N] or empty
+  Tensor weight;  // [N, K] of format.element
+  Tensor bias;    // [N] in the activation dtype, or empty
+  StorageFormat format = StorageFormat::Float(DType::kF32);
+  Tensor scale;   // f32, ScaleGridFor(format, N, K).numel() elements; empty when unscaled
+  // How a W8A8 kernel quantizes this linear's input (scaled formats only). Backends that keep
+  // activations in 16 bits may ignore it (W8A16); the CPU oracle emulates it when asked.
+  ActivationQuant input_quant = ActivationQuant::kNone;
+  int32_t input_group = 0;  // kDynamicPerGroup: columns per scale
+  Tensor input_scale;       // kStaticPerTensor: f32 [1]
   int64_t out_features() const { return weight.dim(0); }
   int64_t in_features() const { return weight.dim(1); }
+  ScaleGrid scale_grid() const { return ScaleGridFor(format, out_features(), in_features()); }
 };
 
 // One layer's paged KV cache. Block b of the layer holds, for each KV head, `block_size`
 // consecutive token slots of head_dim values. A token's slot is block_id * block_size + offset.
+// The tensors' dtype is the cache's storage: the activation dtype, or kF8E4M3, where QkvRope
+// stores value / scale and Attention reads element * scale (per-tensor scales of the layer, from
+// the checkpoint or 1.0).
 struct KvCacheLayer {
   Tensor k;  // [num_blocks, num_kv_heads, block_size, head_dim]
   Tensor v;  // same
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
   int64_t num_blocks() const { return k.dim(0); }
   int64_t block_size() const { return k.dim(2); }
 };
@@ -202,7 +218,8 @@ class Backend {
   // side must stay valid until Synchronize().
   virtual absl::Status CopyToDevice(Tensor dst, const void* src) = 0;
   virtual absl::Status CopyToHost(void* dst, Tensor src) = 0;
-  // Converts `count` host elements of a floating `src_dtype` into device tensor `dst` (its dtype).
+  // Converts `count` host elements of a floating `src_dtype` into device tensor `dst` (its dtype;
+  // a kF8E4M3 destination rounds to nearest even and saturates at +-448).
   virtual absl::Status UploadConverted(const void* src, DType src_dtype, Tensor dst) = 0;
   virtual absl::Status Synchronize() = 0;
   // The device stream ops run on (cudaStream_t for CUDA), for device communicators that must
@@ -218,9 +235,11 @@ class Backend {
   virtual absl::Status AddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out) = 0;
   // x += y.
   virtual absl::Status Add(Tensor x, Tensor y) = 0;
-  // x [M, K] and W in the activation dtype; `out` [M, N] in the activation dtype or float32 (the
-  // LM head writes float32 logits straight from activation-dtype inputs).
+  // x [M, K] in the activation dtype, W in a format SupportsLinearFormat accepts; `out` [M, N] in
+  // the activation dtype or float32 (the LM head writes float32 logits straight from
+  // activation-dtype inputs).
   virtual absl::Status Linear(Tensor x, const LinearWeight& w, Tensor out) = 0;
+  // The KV cache may be stored in any dtype SupportsKvCacheDType accepts (see KvCacheLayer).
   virtual absl::Status QkvRope(const QkvRopeArgs& args) = 0;
   virtual absl::Status Attention(const AttentionArgs& args) = 0;
   // out[t, i] = silu(gate_up[t, i]) * gate_up[t, F + i], gate_up [T, 2F], out [T, F].
@@ -255,6 +274,15 @@ class Backend {
   // Host memory that asynchronous copies may read or write (CopyToDevice/CopyToHost) while the
   // host goes on (pinned on CUDA; plain host memory on a host backend). Start-up only.
   virtual absl::StatusOr<Buffer> AllocateStaging(size_t bytes) { return AllocateHost(bytes); }
+
+  // --- storage formats: what the loader may hand this backend ---
+  // Weight formats Linear takes. The loader keeps a checkpoint's FP8 weights as stored when the
+  // backend takes them, and dequantizes them into the activation dtype otherwise.
+  virtual bool SupportsLinearFormat(const StorageFormat& format) const {
+    return format == StorageFormat::Float(activation_dtype());
+  }
+  // KV cache element types QkvRope and Attention take.
+  virtual bool SupportsKvCacheDType(DType dtype) const { return dtype == activation_dtype(); }
 
   // --- optional capabilities; the defaults suit a host backend ---
   // dst[i] = low + (high - low) * UniformFloat(seed, i) (kernels/core/philox.h): random weights for

@@ -29,7 +29,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
     if (options.dtype.has_value() && *options.dtype != DType::kF32)
       return absl::InvalidArgumentError(absl::StrCat("the CPU backend computes in float32 only (got --dtype ",
                                                      std::string(DTypeName(*options.dtype)), ")"));
-    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options.num_threads));
+    CpuBackendOptions cpu;
+    cpu.num_threads = options.num_threads;
+    cpu.emulate_fp8_activations = options.emulate_fp8_activations;
+    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(cpu));
   }
 #if LLM_HAVE_CUDA
   CudaBackendOptions cuda;

@@ -23,6 +23,8 @@ struct BackendOptions {
   double gpu_memory_fraction = 0.9;
   // CUDA: per-shape timing of the decode linear kernels (CudaBackendOptions::autotune_linear).
   bool time_linear_kernels = true;
+  // CPU: quantize linear inputs to FP8 as the weights declare (CpuBackendOptions).
+  bool emulate_fp8_activations = false;
 };
 
 // "cpu" or "cuda" (also "gpu").

@@ -160,6 +160,43 @@ absl::StatusOr<const TensorRecord*> Checkpoint::FindFloat(std::string_view name,
   return r;
 }
 
+absl::StatusOr<const TensorRecord*> Checkpoint::FindFp8(std::string_view name,
+                                                        absl::Span<const int64_t> shape) const {
+  ASSIGN_OR_RETURN(const TensorRecord* r, Find(name));
+  const std::string file = (impl_->directory / r->file).string();
+  if (r->dtype != DType::kF8E4M3) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", r->name, "' in file '", file, "' has dtype ",
+                                                   std::string(DTypeName(r->dtype)), ", expected F8_E4M3"));
+  }
+  if (absl::Span<const int64_t>(r->shape) != shape) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", r->name, "' in file '", file, "' has shape ",
+                                                   r->ShapeString(), ", expected ", FormatShape(shape)));
+  }
+  return r;
+}
+
+absl::StatusOr<const TensorRecord*> Checkpoint::FindScale(std::string_view name,
+                                                          absl::Span<const int64_t> shape) const {
+  ASSIGN_OR_RETURN(const TensorRecord* r, Find(name));
+  const std::string file = (impl_->directory / r->file).string();
+  if (!IsFloating(r->dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("scale tensor '", r->name, "' in file '", file, "' has dtype ",
+                                                   std::string(DTypeName(r->dtype)),
+                                                   ", expected float32, float16 or bfloat16"));
+  }
+  auto squeeze = [](absl::Span<const int64_t> dims) {
+    std::vector<int64_t> out;
+    for (int64_t d : dims)
+      if (d != 1) out.push_back(d);
+    return out;
+  };
+  if (squeeze(r->shape) != squeeze(shape)) {
+    return absl::InvalidArgumentError(absl::StrCat("scale tensor '", r->name, "' in file '", file, "' has shape ",
+                                                   r->ShapeString(), ", expected ", FormatShape(shape)));
+  }
+  return r;
+}
+
 std::vector<std::string> Checkpoint::TensorNames() const {
   std::vector<std::string> names;
   names.reserve(impl_->tensors.size());

@@ -48,6 +48,11 @@ class Checkpoint {
   // the tensor, its file, the expected and the actual shape/dtype.
   absl::StatusOr<const TensorRecord*> FindFloat(std::string_view name,
                                                 absl::Span<const int64_t> shape) const;
+  // Find + checks: F8_E4M3 of exactly `shape`.
+  absl::StatusOr<const TensorRecord*> FindFp8(std::string_view name, absl::Span<const int64_t> shape) const;
+  // Find + checks for a scale tensor: floating, and `shape` once dimensions of size 1 are dropped
+  // on both sides (checkpoints write a per-tensor scale as [] or [1], per-channel as [N] or [N, 1]).
+  absl::StatusOr<const TensorRecord*> FindScale(std::string_view name, absl::Span<const int64_t> shape) const;
   std::vector<std::string> TensorNames() const;
   const std::filesystem::path& directory() const;
 

@@ -325,6 +325,9 @@ absl::StatusOr<ModelConfig> ParseConfigDocument(const nlohmann::json& doc, std::
   RETURN_IF_ERROR(ParseVariant(top, &c));
   ASSIGN_OR_RETURN(c.stored_dtype, ParseStoredDType(top));
   RETURN_IF_ERROR(ParseSpecialTokens(top, &c));
+  if (const nlohmann::json* q = top.Find("quantization_config")) {
+    ASSIGN_OR_RETURN(c.quantization, ParseQuantizationConfig(*q, std::string(source), "quantization_config"));
+  }
   return c;
 }
 
@@ -369,8 +372,17 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& dir) {
   ASSIGN_OR_RETURN(std::string text, ReadTextFile(config_path));
   ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(text, config_path.string()));
 
-  const std::filesystem::path generation_path = dir / "generation_config.json";
   std::error_code ec;
+  // ModelOpt exports its quantization in a file of its own; newer exports repeat it in
+  // config.json, which then wins.
+  const std::filesystem::path modelopt_path = dir / "hf_quant_config.json";
+  if (!config.quantization.quantized() && std::filesystem::exists(modelopt_path, ec)) {
+    ASSIGN_OR_RETURN(std::string modelopt_text, ReadTextFile(modelopt_path));
+    ASSIGN_OR_RETURN(nlohmann::json modelopt, ParseJsonText(modelopt_text, modelopt_path.string()));
+    ASSIGN_OR_RETURN(config.quantization,
+                     ParseQuantizationConfig(modelopt, modelopt_path.string(), "", QuantMethod::kModelOpt));
+  }
+  const std::filesystem::path generation_path = dir / "generation_config.json";
   if (!std::filesystem::exists(generation_path, ec)) return config;
   try {
     RETURN_IF_ERROR(MergeGenerationConfig(generation_path, &config));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/quantization_config.h"
 #include "kernels/core/dtype.h"
 
 namespace llm {
@@ -58,7 +59,9 @@ struct ModelConfig {
   bool qk_norm = false;    // Qwen3: per-head RMSNorm on q and k before RoPE
   int64_t sliding_window = 0;  // 0: full attention
 
-  DType stored_dtype = DType::kF32;  // torch_dtype / dtype
+  DType stored_dtype = DType::kF32;  // torch_dtype / dtype (of the unquantized tensors)
+  // quantization_config (or ModelOpt's hf_quant_config.json): FP8 linears and KV cache scales.
+  QuantizationConfig quantization;
 
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;  // config.json, extended by generation_config.json
@@ -78,7 +81,8 @@ double LmHeadLayerEquivalents(const ModelConfig& config);
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source);
 
 // Reads `dir`/config.json and, when present, `dir`/generation_config.json (its eos_token_id,
-// int or list, is merged into eos_token_ids).
+// int or list, is merged into eos_token_ids) and, when config.json has no quantization_config,
+// ModelOpt's `dir`/hf_quant_config.json.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& dir);
 
 }  // namespace llm

@@ -16,8 +16,12 @@ namespace llm {
 
 // Values: norm weights uniform in [0.8, 1.2], biases in [-0.05, 0.05], matrices uniform with
 // variance 1/in_features (so activations keep unit scale through the layers). Deterministic in
-// `seed`.
+// `seed`. FP8 linears (`options.quantization` kFp8, or a config whose quantization_config declares
+// FP8) hold E4M3 values uniform in [-448, 448] with scales sqrt(3 / in_features) / 448, the same
+// distribution once dequantized, in the storage format a real checkpoint would load into, and
+// static input scales of 0.01.
 absl::StatusOr<std::unique_ptr<ModelWeights>> CreateDummyWeights(const ModelConfig& config, const ShardSpec& shard,
-                                                                  Backend& backend, uint64_t seed = 1234);
+                                                                  Backend& backend, uint64_t seed = 1234,
+                                                                  const LoadOptions& options = {});
 
 }  // namespace llm

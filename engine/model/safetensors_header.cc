@@ -31,7 +31,7 @@ constexpr SafetensorsDType kDTypes[] = {
     {"I32", 4, DType::kI32},      {"I64", 8, DType::kI64},      {"U8", 1, DType::kU8},
     {"F64", 8, std::nullopt},     {"I8", 1, std::nullopt},      {"I16", 2, std::nullopt},
     {"U16", 2, std::nullopt},     {"U32", 4, std::nullopt},     {"U64", 8, std::nullopt},
-    {"BOOL", 1, std::nullopt},    {"F8_E4M3", 1, std::nullopt}, {"F8_E5M2", 1, std::nullopt},
+    {"BOOL", 1, std::nullopt},    {"F8_E4M3", 1, DType::kF8E4M3}, {"F8_E5M2", 1, std::nullopt},
     {"F8_E8M0", 1, std::nullopt}, {"C64", 8, std::nullopt},
 };
 

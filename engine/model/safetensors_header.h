@@ -19,7 +19,7 @@ namespace llm {
 
 struct SafetensorsEntry {
   TensorRecord record;
-  // Non-OK when the dtype has no llm::DType (F64, F8_E4M3, or a name this parser does not know):
+  // Non-OK when the dtype has no llm::DType (F64, F8_E5M2, or a name this parser does not know):
   // the tensor is kept, bounds-checked, so that an unusual extra tensor does not block loading,
   // and this error is returned when someone looks it up.
   absl::Status unsupported;

@@ -1,13 +1,20 @@
 #include "engine/model/weights.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/core/fp8_scale.h"
 
 namespace llm {
 namespace {
+
+constexpr int64_t kScaleBlock = 128;  // rows and columns of one weight-scale block
 
 // A rectangular piece of a checkpoint tensor, viewed as [rows, cols] (1-D tensors: one row),
 // copied to a destination rows range at a column offset.
@@ -18,54 +25,392 @@ struct Piece {
   int64_t dst_row = 0, dst_col = 0;
 };
 
-// One destination tensor assembled from pieces; unfilled elements are zero (vocab padding).
+// One destination tensor of the shard: its dtype and shape, and how to fill it once the shard's
+// memory is carved (planned first, so that the whole shard is one allocation).
 struct Assembly {
   Tensor* dst = nullptr;
+  DType dtype = DType::kF32;
   Shape shape;
-  std::vector<Piece> pieces;
-  int64_t fill_from = -1;  // elements from here on get `fill` instead of 0
-  float fill = 0.0f;
+  std::function<absl::Status(Tensor dst)> fill;
+};
+
+// One part of a linear layer: rows [src_row, src_row + rows) and columns [src_col, src_col +
+// cols) of module `module`'s [src_n, src_k] weight, placed at destination rows from dst_row (the
+// destination has `cols` columns). Fused projections have several parts; TP slices select rows
+// (column-parallel) or columns (row-parallel).
+struct LinearPart {
+  std::string module;
+  int64_t src_n = 0, src_k = 0;
+  int64_t src_row = 0, rows = 0;
+  int64_t src_col = 0, cols = 0;
+  int64_t dst_row = 0;
+};
+
+// A linear as the checkpoint holds it, resolved against its quantization scheme.
+struct LinearSource {
+  std::string label;  // "layer 3 q/k/v projection"
+  std::vector<LinearPart> parts;
+  LinearScheme scheme;
+  std::vector<const TensorRecord*> weights, scales, input_scales;  // one per part (scales: fp8 only)
 };
 
 int64_t RecordCols(const TensorRecord& r) { return r.shape.size() == 2 ? r.shape[1] : r.numel(); }
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Element `index` of a floating record, as float32 (scales may be stored in any float type).
+float ReadFloat(const TensorRecord& r, int64_t index) {
+  float v = 0.0f;
+  ConvertToFloat(r.dtype, static_cast<const char*>(r.data) + index * DTypeSize(r.dtype), &v, 1);
+  return v;
+}
+
+absl::Status WithScheme(const absl::Status& s, const LinearScheme& scheme) {
+  if (s.ok() || scheme.description.empty()) return s;
+  return absl::Status(s.code(), absl::StrCat(s.message(), " (quantization: ", scheme.description, ")"));
+}
 
 class Loader {
  public:
-  Loader(const ModelConfig& c, const internal::TensorLookup& lookup, const internal::TensorFill& fill,
-         const LocalDims& d, const ShardSpec& s)
-      : c_(c), lookup_(lookup), fill_(fill), d_(d), s_(s) {}
+  Loader(const ModelConfig& c, const internal::WeightSource& source, const LoadOptions& options, const LocalDims& d,
+         const ShardSpec& s, Backend& backend)
+      : c_(c), source_(source), options_(options), d_(d), s_(s), backend_(backend) {}
 
-  absl::StatusOr<std::unique_ptr<ModelWeights>> Run(Backend& backend);
+  absl::StatusOr<std::unique_ptr<ModelWeights>> Run();
 
  private:
-  absl::StatusOr<const TensorRecord*> Get(const std::string& name, std::vector<int64_t> shape) {
-    return lookup_(name, shape);
+  absl::StatusOr<const TensorRecord*> Get(const std::string& name, std::vector<int64_t> shape,
+                                          internal::TensorKind kind = internal::TensorKind::kFloat) {
+    return source_.lookup(name, shape, kind);
   }
+  // Float tensors of the activation dtype (norms, biases, embedding) assembled from pieces;
+  // elements no piece covers are zero, or `fill_value` from `fill_from` on (vocab padding).
+  void PlanFloat(Tensor* dst, Shape shape, std::vector<Piece> pieces, int64_t fill_from = -1, float fill_value = 0);
   // Whole tensor into `dst` of `shape`.
   absl::Status Whole(Tensor* dst, const std::string& name, std::vector<int64_t> shape) {
     ASSIGN_OR_RETURN(const TensorRecord* r, Get(name, shape));
-    Shape s;
-    if (shape.size() == 1) s = Shape({shape[0]});
-    else s = Shape({shape[0], shape[1]});
     const int64_t rows = shape.size() == 2 ? shape[0] : 1;
-    plan_.push_back({dst, s, {{r, 0, 0, rows, RecordCols(*r), 0, 0}}});
+    PlanFloat(dst, shape.size() == 1 ? Shape({shape[0]}) : Shape({shape[0], shape[1]}),
+              {{r, 0, 0, rows, RecordCols(*r), 0, 0}});
     return absl::OkStatus();
   }
   absl::Status PlanLayer(int64_t layer, LayerWeights& w);
   absl::Status PlanVocab(Tensor* dst, const std::string& name);
+  absl::Status PlanLinear(LinearWeight* w, std::string label, std::vector<LinearPart> parts, int64_t n, int64_t k);
+  absl::StatusOr<LinearSource> ResolveLinear(std::string label, std::vector<LinearPart> parts);
+  absl::StatusOr<StorageFormat> ChooseFormat(const LinearSource& src, bool online_fp8) const;
+  absl::Status LoadKvScales(int64_t layer, LayerWeights& w);
+
+  // Fills: the scale every weight element of a part gets, per format.
+  float OnlineRowScale(const LinearPart& part, const TensorRecord& r, int64_t local_row) const;
+  absl::Status FillLinearWeight(const LinearSource& src, const StorageFormat& format, bool online_fp8, Tensor dst);
+  absl::Status FillLinearScale(const LinearSource& src, const StorageFormat& format, bool online_fp8, Tensor dst);
+  absl::Status Upload(const std::vector<float>& values, Tensor dst);
 
   const ModelConfig& c_;
-  const internal::TensorLookup& lookup_;
-  const internal::TensorFill& fill_;  // null: copy checkpoint slices
+  const internal::WeightSource& source_;
+  const LoadOptions& options_;
   const LocalDims& d_;
   const ShardSpec& s_;
+  Backend& backend_;
   std::vector<Assembly> plan_;
+  std::vector<float> staging_;
+  std::vector<uint8_t> bytes_;
 };
+
+void Loader::PlanFloat(Tensor* dst, Shape shape, std::vector<Piece> pieces, int64_t fill_from, float fill_value) {
+  const std::string name = pieces.empty() ? std::string() : pieces.front().src->name;
+  const int64_t fan_in = shape.rank() == 2 ? shape[1] : shape.numel();
+  plan_.push_back({dst, backend_.activation_dtype(), shape, [=, this](Tensor t) -> absl::Status {
+                     if (source_.fill && !pieces.empty()) return source_.fill(t, name, fan_in);
+                     const int64_t dst_cols = shape.rank() == 2 ? shape[1] : shape.numel();
+                     staging_.assign(shape.numel(), 0.0f);
+                     if (fill_from >= 0) std::fill(staging_.begin() + fill_from, staging_.end(), fill_value);
+                     for (const Piece& p : pieces) {
+                       const int64_t src_cols = RecordCols(*p.src);
+                       const size_t elem = DTypeSize(p.src->dtype);
+                       for (int64_t r = 0; r < p.rows; ++r) {
+                         const char* src =
+                             static_cast<const char*>(p.src->data) + ((p.src_row + r) * src_cols + p.src_col) * elem;
+                         ConvertToFloat(p.src->dtype, src, staging_.data() + (p.dst_row + r) * dst_cols + p.dst_col,
+                                        p.cols);
+                       }
+                     }
+                     return Upload(staging_, t);
+                   }});
+}
+
+absl::Status Loader::Upload(const std::vector<float>& values, Tensor dst) {
+  RETURN_IF_ERROR(backend_.UploadConverted(values.data(), DType::kF32, dst));
+  return backend_.Synchronize();  // the staging is reused by the next tensor
+}
 
 absl::Status Loader::PlanVocab(Tensor* dst, const std::string& name) {
   ASSIGN_OR_RETURN(const TensorRecord* r, Get(name, {d_.vocab, d_.hidden}));
   const int64_t rows = std::max<int64_t>(0, std::min(d_.vocab, d_.vocab_offset + d_.vocab_local) - d_.vocab_offset);
-  plan_.push_back({dst, Shape({d_.vocab_local, d_.hidden}), {{r, d_.vocab_offset, 0, rows, d_.hidden, 0, 0}}});
+  PlanFloat(dst, Shape({d_.vocab_local, d_.hidden}), {{r, d_.vocab_offset, 0, rows, d_.hidden, 0, 0}});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LinearSource> Loader::ResolveLinear(std::string label, std::vector<LinearPart> parts) {
+  LinearSource src;
+  src.label = std::move(label);
+  src.parts = std::move(parts);
+  const QuantizationConfig& q = c_.quantization;
+  src.scheme = q.SchemeFor(src.parts.front().module);
+  for (const LinearPart& p : src.parts) {
+    const LinearScheme s = q.SchemeFor(p.module);
+    if (s.fp8 != src.scheme.fp8 || s.weight_scales != src.scheme.weight_scales ||
+        s.block_cols != src.scheme.block_cols || s.activation != src.scheme.activation ||
+        s.scale_name != src.scheme.scale_name)
+      return absl::InvalidArgumentError(absl::StrCat(
+          src.label, ": '", src.parts.front().module, "' and '", p.module, "' are quantized differently (",
+          src.scheme.description, " vs ", s.description, "); the parts of a fused projection need one scheme"));
+  }
+  const LinearScheme& s = src.scheme;
+  for (const LinearPart& p : src.parts) {
+    const std::string weight = p.module + ".weight";
+    if (!s.fp8) {
+      absl::StatusOr<const TensorRecord*> r = Get(weight, {p.src_n, p.src_k});
+      RETURN_IF_ERROR(WithScheme(r.status(), s));
+      src.weights.push_back(*r);
+      continue;
+    }
+    absl::StatusOr<const TensorRecord*> r = Get(weight, {p.src_n, p.src_k}, internal::TensorKind::kFp8);
+    RETURN_IF_ERROR(WithScheme(r.status(), s));
+    src.weights.push_back(*r);
+    std::vector<int64_t> scale_shape;
+    switch (s.weight_scales) {
+      case ScaleGranularity::kTensor: scale_shape = {}; break;
+      case ScaleGranularity::kChannel: scale_shape = {p.src_n, 1}; break;
+      case ScaleGranularity::kBlock:
+        scale_shape = {CeilDiv(p.src_n, s.block_rows), CeilDiv(p.src_k, s.block_cols)};
+        break;
+      case ScaleGranularity::kGroup: scale_shape = {p.src_n, CeilDiv(p.src_k, s.block_cols)}; break;
+      case ScaleGranularity::kNone:
+        return absl::InternalError(absl::StrCat(src.label, ": FP8 scheme without weight scales"));
+    }
+    absl::StatusOr<const TensorRecord*> scale =
+        Get(p.module + "." + s.scale_name, scale_shape, internal::TensorKind::kScale);
+    RETURN_IF_ERROR(WithScheme(scale.status(), s));
+    src.scales.push_back(*scale);
+    if (s.activation == ActivationQuant::kStaticPerTensor) {
+      absl::StatusOr<const TensorRecord*> in = Get(p.module + ".input_scale", {}, internal::TensorKind::kScale);
+      RETURN_IF_ERROR(WithScheme(in.status(), s));
+      src.input_scales.push_back(*in);
+    }
+  }
+  return src;
+}
+
+absl::StatusOr<StorageFormat> Loader::ChooseFormat(const LinearSource& src, bool online_fp8) const {
+  const LinearScheme& s = src.scheme;
+  StorageFormat f;
+  if (online_fp8) {
+    f = StorageFormat::Fp8(ScaleGranularity::kChannel);
+  } else if (!s.fp8) {
+    // The checkpoint's own float type where the backend takes it (no conversion), else the
+    // backend's activation dtype.
+    const StorageFormat stored = StorageFormat::Float(src.weights.front()->dtype);
+    return backend_.SupportsLinearFormat(stored) ? stored : StorageFormat::Float(backend_.activation_dtype());
+  } else {
+    switch (s.weight_scales) {
+      case ScaleGranularity::kTensor: {
+        bool same = true;  // fused parts with different scales: one per row, each its part's
+        for (const TensorRecord* r : src.scales)
+          same = same && (source_.fill || ReadFloat(*r, 0) == ReadFloat(*src.scales.front(), 0));
+        f = StorageFormat::Fp8(same ? ScaleGranularity::kTensor : ScaleGranularity::kChannel);
+        break;
+      }
+      case ScaleGranularity::kChannel:
+        f = StorageFormat::Fp8(ScaleGranularity::kChannel);
+        break;
+      case ScaleGranularity::kBlock:
+      case ScaleGranularity::kGroup: {
+        bool blocks_aligned = s.weight_scales == ScaleGranularity::kBlock;
+        for (const LinearPart& p : src.parts) {
+          if (p.src_col % s.block_cols != 0)
+            return absl::InvalidArgumentError(absl::StrCat(
+                src.label, " ('", p.module, ".weight'): this tensor-parallel rank takes input columns [", p.src_col,
+                ", ", p.src_col + p.cols, ") of ", p.src_k, ", which do not start on a ", s.block_cols,
+                "-column boundary of its weight scales (", s.description,
+                "); choose a tensor-parallel size that splits its ", p.src_k, " columns into multiples of ",
+                s.block_cols));
+          blocks_aligned = blocks_aligned && p.src_row % s.block_rows == 0 && p.dst_row % s.block_rows == 0;
+        }
+        f = blocks_aligned ? StorageFormat::Fp8(ScaleGranularity::kBlock, s.block_rows, s.block_cols)
+                           : StorageFormat::Fp8(ScaleGranularity::kGroup, 0, s.block_cols);
+        break;
+      }
+      case ScaleGranularity::kNone:
+        return absl::InternalError("FP8 scheme without scales");
+    }
+  }
+  if (!backend_.SupportsLinearFormat(f)) return StorageFormat::Float(backend_.activation_dtype());  // dequantized
+  return f;
+}
+
+float Loader::OnlineRowScale(const LinearPart& part, const TensorRecord& r, int64_t local_row) const {
+  // The whole checkpoint row, not only this rank's columns: every TP layout quantizes alike.
+  const int64_t row = part.src_row + local_row;
+  const size_t elem = DTypeSize(r.dtype);
+  std::vector<float> values(part.src_k);
+  ConvertToFloat(r.dtype, static_cast<const char*>(r.data) + row * part.src_k * elem, values.data(), part.src_k);
+  float amax = 0.0f;
+  for (float v : values) amax = std::max(amax, std::abs(v));
+  return Fp8ScaleForAmax(amax);
+}
+
+// The scale of element (local row, local column) of a part, from the checkpoint's scales.
+float CheckpointScale(const LinearSource& src, size_t part_index, int64_t local_row, int64_t local_col) {
+  const LinearPart& p = src.parts[part_index];
+  const TensorRecord& r = *src.scales[part_index];
+  const LinearScheme& s = src.scheme;
+  const int64_t row = p.src_row + local_row, col = p.src_col + local_col;
+  switch (s.weight_scales) {
+    case ScaleGranularity::kTensor: return ReadFloat(r, 0);
+    case ScaleGranularity::kChannel: return ReadFloat(r, row);
+    case ScaleGranularity::kBlock:
+      return ReadFloat(r, (row / s.block_rows) * CeilDiv(p.src_k, s.block_cols) + col / s.block_cols);
+    case ScaleGranularity::kGroup: return ReadFloat(r, row * CeilDiv(p.src_k, s.block_cols) + col / s.block_cols);
+    case ScaleGranularity::kNone: break;
+  }
+  return 1.0f;
+}
+
+absl::Status Loader::FillLinearWeight(const LinearSource& src, const StorageFormat& format, bool online_fp8,
+                                      Tensor dst) {
+  const int64_t k = dst.dim(1);
+  if (source_.fill) return source_.fill(dst, src.parts.front().module + ".weight", src.parts.front().src_k);
+  if (format.element == DType::kF8E4M3) {
+    bytes_.assign(static_cast<size_t>(dst.numel()), 0);
+    for (size_t i = 0; i < src.parts.size(); ++i) {
+      const LinearPart& p = src.parts[i];
+      const TensorRecord& r = *src.weights[i];
+      for (int64_t row = 0; row < p.rows; ++row) {
+        uint8_t* out = bytes_.data() + (p.dst_row + row) * k;
+        const int64_t at = (p.src_row + row) * p.src_k + p.src_col;
+        if (!online_fp8) {  // the checkpoint's bytes, as stored
+          std::memcpy(out, static_cast<const uint8_t*>(r.data) + at, p.cols);
+          continue;
+        }
+        const float scale = OnlineRowScale(p, r, row);
+        staging_.resize(p.cols);
+        ConvertToFloat(r.dtype, static_cast<const char*>(r.data) + at * DTypeSize(r.dtype), staging_.data(), p.cols);
+        for (int64_t c = 0; c < p.cols; ++c) out[c] = FloatToFp8E4M3(staging_[c] / scale);
+      }
+    }
+    RETURN_IF_ERROR(backend_.CopyToDevice(dst, bytes_.data()));
+    return backend_.Synchronize();
+  }
+  // Float storage: float checkpoint rows, or FP8 ones dequantized (element * scale).
+  staging_.assign(static_cast<size_t>(dst.numel()), 0.0f);
+  for (size_t i = 0; i < src.parts.size(); ++i) {
+    const LinearPart& p = src.parts[i];
+    const TensorRecord& r = *src.weights[i];
+    for (int64_t row = 0; row < p.rows; ++row) {
+      float* out = staging_.data() + (p.dst_row + row) * k;
+      const int64_t at = (p.src_row + row) * p.src_k + p.src_col;
+      ConvertToFloat(r.dtype, static_cast<const char*>(r.data) + at * DTypeSize(r.dtype), out, p.cols);
+      if (src.scheme.fp8)
+        for (int64_t c = 0; c < p.cols; ++c) out[c] *= CheckpointScale(src, i, row, c);
+    }
+  }
+  return Upload(staging_, dst);
+}
+
+absl::Status Loader::FillLinearScale(const LinearSource& src, const StorageFormat& format, bool online_fp8,
+                                     Tensor dst) {
+  const LinearPart& first = src.parts.front();
+  if (source_.fill) return source_.fill(dst, first.module + "." + src.scheme.scale_name, first.src_k);
+  const int64_t n = src.parts.back().dst_row + src.parts.back().rows, k = first.cols;
+  const ScaleGrid grid = ScaleGridFor(format, n, k);
+  staging_.assign(static_cast<size_t>(grid.numel()), 0.0f);
+  for (size_t i = 0; i < src.parts.size(); ++i) {
+    const LinearPart& p = src.parts[i];
+    switch (format.granularity) {
+      case ScaleGranularity::kTensor:
+        staging_[0] = CheckpointScale(src, i, 0, 0);
+        break;
+      case ScaleGranularity::kChannel:
+        for (int64_t row = 0; row < p.rows; ++row)
+          staging_[p.dst_row + row] =
+              online_fp8 ? OnlineRowScale(p, *src.weights[i], row) : CheckpointScale(src, i, row, 0);
+        break;
+      case ScaleGranularity::kBlock:  // whole blocks: the part's rows and columns start on block boundaries
+        for (int64_t row = 0; row < p.rows; row += format.block_rows)
+          for (int64_t col = 0; col < p.cols; col += format.block_cols)
+            staging_[grid.Index(p.dst_row + row, col)] = CheckpointScale(src, i, row, col);
+        break;
+      case ScaleGranularity::kGroup:
+        for (int64_t row = 0; row < p.rows; ++row)
+          for (int64_t col = 0; col < p.cols; col += format.block_cols)
+            staging_[grid.Index(p.dst_row + row, col)] = CheckpointScale(src, i, row, col);
+        break;
+      case ScaleGranularity::kNone:
+        break;
+    }
+  }
+  return Upload(staging_, dst);
+}
+
+absl::Status Loader::PlanLinear(LinearWeight* w, std::string label, std::vector<LinearPart> parts, int64_t n,
+                                int64_t k) {
+  ASSIGN_OR_RETURN(LinearSource resolved, ResolveLinear(std::move(label), std::move(parts)));
+  auto src = std::make_shared<const LinearSource>(std::move(resolved));
+  const bool online_fp8 = !src->scheme.fp8 && options_.quantization == OnlineQuantization::kFp8;
+  ASSIGN_OR_RETURN(const StorageFormat format, ChooseFormat(*src, online_fp8));
+  const bool fp8 = format.element == DType::kF8E4M3;
+  w->format = format;
+  plan_.push_back({&w->weight, format.element, Shape({n, k}), [=, this](Tensor t) {
+                     return FillLinearWeight(*src, format, online_fp8, t);
+                   }});
+  if (!fp8) return absl::OkStatus();  // float, or FP8 dequantized for this backend
+  const ScaleGrid grid = ScaleGridFor(format, n, k);
+  plan_.push_back({&w->scale, DType::kF32, Shape({grid.rows, grid.cols}), [=, this](Tensor t) {
+                     return FillLinearScale(*src, format, online_fp8, t);
+                   }});
+  w->input_quant = online_fp8 ? ActivationQuant::kDynamicPerToken : src->scheme.activation;
+  w->input_group = src->scheme.activation_group;
+  if (w->input_quant == ActivationQuant::kStaticPerTensor) {
+    plan_.push_back({&w->input_scale, DType::kF32, Shape({1}), [=, this](Tensor t) -> absl::Status {
+                       if (source_.fill) return source_.fill(t, src->parts.front().module + ".input_scale", k);
+                       float largest = 0.0f;
+                       for (const TensorRecord* r : src->input_scales) largest = std::max(largest, ReadFloat(*r, 0));
+                       staging_.assign(1, largest);
+                       return Upload(staging_, t);
+                     }});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Loader::LoadKvScales(int64_t layer, LayerWeights& w) {
+  // Where the published layouts keep them: ModelOpt on the projections, compressed-tensors and
+  // llm-compressor on the attention module, AutoFP8 as the projections' output scales.
+  const std::string a = absl::StrCat("model.layers.", layer, ".self_attn.");
+  const std::string k_names[] = {a + "k_proj.k_scale", a + "k_scale", a + "k_proj.output_scale", a + "attn.k_scale"};
+  const std::string v_names[] = {a + "v_proj.v_scale", a + "v_scale", a + "v_proj.output_scale", a + "attn.v_scale"};
+  const std::string* k_name = nullptr;
+  const std::string* v_name = nullptr;
+  for (const std::string& n : k_names)
+    if (!k_name && source_.exists(n)) k_name = &n;
+  for (const std::string& n : v_names)
+    if (!v_name && source_.exists(n)) v_name = &n;
+  if (!k_name || !v_name) {
+    if (c_.quantization.kv_cache_fp8)
+      return absl::NotFoundError(absl::StrCat("layer ", layer, ": ", c_.quantization.source,
+                                              " declares an FP8 KV cache, but the checkpoint has no '",
+                                              k_name ? v_names[0] : k_names[0], "' (nor '",
+                                              k_name ? v_names[1] : k_names[1], "')"));
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const TensorRecord* k, Get(*k_name, {}, internal::TensorKind::kScale));
+  ASSIGN_OR_RETURN(const TensorRecord* v, Get(*v_name, {}, internal::TensorKind::kScale));
+  w.k_scale = ReadFloat(*k, 0);
+  w.v_scale = ReadFloat(*v, 0);
+  if (!(w.k_scale > 0 && w.v_scale > 0 && std::isfinite(w.k_scale) && std::isfinite(w.v_scale)))
+    return absl::InvalidArgumentError(absl::StrCat("KV cache scales '", *k_name, "' (", w.k_scale, ") and '",
+                                                   *v_name, "' (", w.v_scale, ") must be positive and finite"));
+  w.has_kv_scales = true;
   return absl::OkStatus();
 }
 
@@ -85,49 +430,47 @@ absl::Status Loader::PlanLayer(int64_t layer, LayerWeights& w) {
 
   // Fused QKV, column-parallel.
   const std::string a = p + "self_attn.";
-  ASSIGN_OR_RETURN(auto* q, Get(a + "q_proj.weight", {q_full, h}));
-  ASSIGN_OR_RETURN(auto* k, Get(a + "k_proj.weight", {kv_full, h}));
-  ASSIGN_OR_RETURN(auto* v, Get(a + "v_proj.weight", {kv_full, h}));
-  plan_.push_back({&w.qkv.weight, Shape({q_rows + 2 * kv_rows, h}),
-                   {{q, q_first, 0, q_rows, h, 0, 0},
-                    {k, kv_first, 0, kv_rows, h, q_rows, 0},
-                    {v, kv_first, 0, kv_rows, h, q_rows + kv_rows, 0}}});
+  RETURN_IF_ERROR(PlanLinear(&w.qkv, absl::StrCat("layer ", layer, " q/k/v projection"),
+                             {{a + "q_proj", q_full, h, q_first, q_rows, 0, h, 0},
+                              {a + "k_proj", kv_full, h, kv_first, kv_rows, 0, h, q_rows},
+                              {a + "v_proj", kv_full, h, kv_first, kv_rows, 0, h, q_rows + kv_rows}},
+                             q_rows + 2 * kv_rows, h));
   if (c_.qkv_bias) {
     ASSIGN_OR_RETURN(auto* qb, Get(a + "q_proj.bias", {q_full}));
     ASSIGN_OR_RETURN(auto* kb, Get(a + "k_proj.bias", {kv_full}));
     ASSIGN_OR_RETURN(auto* vb, Get(a + "v_proj.bias", {kv_full}));
-    plan_.push_back({&w.qkv.bias, Shape({q_rows + 2 * kv_rows}),
-                     {{qb, 0, q_first, 1, q_rows, 0, 0},
-                      {kb, 0, kv_first, 1, kv_rows, 0, q_rows},
-                      {vb, 0, kv_first, 1, kv_rows, 0, q_rows + kv_rows}}});
+    PlanFloat(&w.qkv.bias, Shape({q_rows + 2 * kv_rows}),
+              {{qb, 0, q_first, 1, q_rows, 0, 0},
+               {kb, 0, kv_first, 1, kv_rows, 0, q_rows},
+               {vb, 0, kv_first, 1, kv_rows, 0, q_rows + kv_rows}});
   }
   if (c_.qk_norm) {
     RETURN_IF_ERROR(Whole(&w.q_norm, a + "q_norm.weight", {hd}));
     RETURN_IF_ERROR(Whole(&w.k_norm, a + "k_norm.weight", {hd}));
   }
   // o_proj, row-parallel: this rank's input columns; the bias once (rank 0), after the sum.
-  ASSIGN_OR_RETURN(auto* o, Get(a + "o_proj.weight", {h, q_full}));
-  plan_.push_back({&w.o_proj.weight, Shape({h, q_rows}), {{o, 0, q_first, h, q_rows, 0, 0}}});
+  RETURN_IF_ERROR(PlanLinear(&w.o_proj, absl::StrCat("layer ", layer, " o_proj"),
+                             {{a + "o_proj", h, q_full, 0, h, q_first, q_rows, 0}}, h, q_rows));
   if (c_.o_bias && s_.tp_rank == 0) RETURN_IF_ERROR(Whole(&w.o_proj.bias, a + "o_proj.bias", {h}));
 
   // Fused gate/up, column-parallel; down, row-parallel.
   const std::string m = p + "mlp.";
-  const int64_t f = d_.ffn, f_first = s_.tp_rank * f;
-  ASSIGN_OR_RETURN(auto* gate, Get(m + "gate_proj.weight", {c_.intermediate_size, h}));
-  ASSIGN_OR_RETURN(auto* up, Get(m + "up_proj.weight", {c_.intermediate_size, h}));
-  plan_.push_back({&w.gate_up.weight, Shape({2 * f, h}), {{gate, f_first, 0, f, h, 0, 0}, {up, f_first, 0, f, h, f, 0}}});
-  ASSIGN_OR_RETURN(auto* down, Get(m + "down_proj.weight", {h, c_.intermediate_size}));
-  plan_.push_back({&w.down.weight, Shape({h, f}), {{down, 0, f_first, h, f, 0, 0}}});
+  const int64_t f = d_.ffn, f_first = s_.tp_rank * f, ffn = c_.intermediate_size;
+  RETURN_IF_ERROR(PlanLinear(&w.gate_up, absl::StrCat("layer ", layer, " gate/up projection"),
+                             {{m + "gate_proj", ffn, h, f_first, f, 0, h, 0}, {m + "up_proj", ffn, h, f_first, f, 0, h, f}},
+                             2 * f, h));
+  RETURN_IF_ERROR(PlanLinear(&w.down, absl::StrCat("layer ", layer, " down_proj"),
+                             {{m + "down_proj", h, ffn, 0, h, f_first, f, 0}}, h, f));
   if (c_.mlp_bias) {
-    ASSIGN_OR_RETURN(auto* gb, Get(m + "gate_proj.bias", {c_.intermediate_size}));
-    ASSIGN_OR_RETURN(auto* ub, Get(m + "up_proj.bias", {c_.intermediate_size}));
-    plan_.push_back({&w.gate_up.bias, Shape({2 * f}), {{gb, 0, f_first, 1, f, 0, 0}, {ub, 0, f_first, 1, f, 0, f}}});
+    ASSIGN_OR_RETURN(auto* gb, Get(m + "gate_proj.bias", {ffn}));
+    ASSIGN_OR_RETURN(auto* ub, Get(m + "up_proj.bias", {ffn}));
+    PlanFloat(&w.gate_up.bias, Shape({2 * f}), {{gb, 0, f_first, 1, f, 0, 0}, {ub, 0, f_first, 1, f, 0, f}});
     if (s_.tp_rank == 0) RETURN_IF_ERROR(Whole(&w.down.bias, m + "down_proj.bias", {h}));
   }
-  return absl::OkStatus();
+  return LoadKvScales(layer, w);
 }
 
-absl::StatusOr<std::unique_ptr<ModelWeights>> Loader::Run(Backend& backend) {
+absl::StatusOr<std::unique_ptr<ModelWeights>> Loader::Run() {
   auto weights = std::make_unique<ModelWeights>();
   ModelWeights& w = *weights;
   w.layers.resize(d_.end_layer - d_.first_layer);
@@ -136,51 +479,36 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Loader::Run(Backend& backend) {
   for (int64_t l = d_.first_layer; l < d_.end_layer; ++l) RETURN_IF_ERROR(PlanLayer(l, w.layers[l - d_.first_layer]));
   if (d_.is_last_stage) {
     RETURN_IF_ERROR(Whole(&w.final_norm, "model.norm.weight", {d_.hidden}));
-    if (!c_.tie_word_embeddings) RETURN_IF_ERROR(PlanVocab(&w.lm_head.weight, "lm_head.weight"));
+    if (!c_.tie_word_embeddings) {
+      // The LM head stays in floats: an FP8 one (a checkpoint that quantized it) is refused by name.
+      ASSIGN_OR_RETURN(const TensorRecord* head, Get("lm_head.weight", {d_.vocab, d_.hidden}, internal::TensorKind::kAny));
+      if (head->dtype == DType::kF8E4M3)
+        return absl::UnimplementedError(absl::StrCat(
+            "tensor 'lm_head.weight' is F8_E4M3 (quantization: ", c_.quantization.SchemeFor("lm_head").description,
+            "): an FP8 LM head is not supported; the LM head must be stored in bf16, fp16 or fp32 (list "
+            "lm_head in the quantization config's ignore / exclude_modules)"));
+      RETURN_IF_ERROR(PlanVocab(&w.lm_head.weight, "lm_head.weight"));
+    }
+    w.lm_head.format = StorageFormat::Float(backend_.activation_dtype());
     // A vocabulary that does not split evenly over TP ranks is padded; the padded rows' logits
     // are pushed to -1e30 so that no sampler can ever pick them.
     const int64_t valid = std::max<int64_t>(0, std::min(d_.vocab_local, d_.vocab - d_.vocab_offset));
-    if (valid < d_.vocab_local) {
-      Assembly bias{&w.lm_head.bias, Shape({d_.vocab_local}), {}};
-      bias.fill_from = valid;
-      bias.fill = -1e30f;
-      plan_.push_back(bias);
-    }
+    if (valid < d_.vocab_local) PlanFloat(&w.lm_head.bias, Shape({d_.vocab_local}), {}, valid, -1e30f);
   }
 
-  // One allocation for the whole shard, then each tensor assembled on the host and uploaded.
-  const DType dtype = backend.activation_dtype();
+  // One allocation for the whole shard, then each tensor filled (staged on the host, uploaded).
   constexpr size_t kAlign = 256;
-  size_t total = 0, largest = 0;
-  for (const Assembly& a : plan_) {
-    total = (total + kAlign - 1) / kAlign * kAlign + a.shape.numel() * DTypeSize(dtype);
-    largest = std::max<size_t>(largest, a.shape.numel());
-  }
-  ASSIGN_OR_RETURN(Buffer memory, backend.Allocate(total));
+  size_t total = 0;
+  for (const Assembly& a : plan_) total = (total + kAlign - 1) / kAlign * kAlign + a.shape.numel() * DTypeSize(a.dtype);
+  ASSIGN_OR_RETURN(Buffer memory, backend_.Allocate(total));
   Arena arena(std::move(memory));
-  std::vector<float> staging;  // grown to `largest` when first needed
   for (Assembly& a : plan_) {
-    ASSIGN_OR_RETURN(*a.dst, arena.Take(dtype, a.shape, kAlign));
-    if (fill_ && !a.pieces.empty()) {
-      RETURN_IF_ERROR(fill_(*a.dst, a.pieces.front().src->name));
-      continue;
-    }
-    if (staging.size() < static_cast<size_t>(a.shape.numel())) staging.resize(fill_ ? a.shape.numel() : largest);
-    const int64_t dst_cols = a.shape.rank() == 2 ? a.shape[1] : a.shape.numel();
-    std::fill(staging.begin(), staging.begin() + a.shape.numel(), 0.0f);
-    if (a.fill_from >= 0) std::fill(staging.begin() + a.fill_from, staging.begin() + a.shape.numel(), a.fill);
-    for (const Piece& p : a.pieces) {
-      const int64_t src_cols = RecordCols(*p.src);
-      const size_t elem = DTypeSize(p.src->dtype);
-      for (int64_t r = 0; r < p.rows; ++r) {
-        const char* src = static_cast<const char*>(p.src->data) + ((p.src_row + r) * src_cols + p.src_col) * elem;
-        ConvertToFloat(p.src->dtype, src, staging.data() + (p.dst_row + r) * dst_cols + p.dst_col, p.cols);
-      }
-    }
-    RETURN_IF_ERROR(backend.UploadConverted(staging.data(), DType::kF32, *a.dst));
-    RETURN_IF_ERROR(backend.Synchronize());  // staging is reused by the next tensor
+    ASSIGN_OR_RETURN(*a.dst, arena.Take(a.dtype, a.shape, kAlign));
+    RETURN_IF_ERROR(a.fill(*a.dst));
   }
-  if (fill_) RETURN_IF_ERROR(backend.Synchronize());
+  RETURN_IF_ERROR(backend_.Synchronize());
+  staging_ = {};
+  bytes_ = {};
   if (d_.is_last_stage && c_.tie_word_embeddings) w.lm_head.weight = w.embedding;
   w.bytes = arena.used();
   // The arena's buffer must outlive the views: move it into the weights.
@@ -189,6 +517,13 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Loader::Run(Backend& backend) {
 }
 
 }  // namespace
+
+absl::StatusOr<OnlineQuantization> ParseOnlineQuantization(std::string_view name) {
+  const std::string n = absl::AsciiStrToLower(std::string(name));
+  if (n.empty() || n == "none") return OnlineQuantization::kNone;
+  if (n == "fp8") return OnlineQuantization::kFp8;
+  return absl::InvalidArgumentError(absl::StrCat("unknown quantization '", std::string(name), "' (none or fp8)"));
+}
 
 absl::StatusOr<LocalDims> ComputeLocalDims(const ModelConfig& c, const ShardSpec& s) {
   LocalDims d;
@@ -223,21 +558,31 @@ absl::StatusOr<LocalDims> ComputeLocalDims(const ModelConfig& c, const ShardSpec
 }
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const ModelConfig& config, const Checkpoint& checkpoint,
-                                                          const ShardSpec& shard, Backend& backend) {
-  const internal::TensorLookup lookup = [&](const std::string& name, const std::vector<int64_t>& shape) {
-    return checkpoint.FindFloat(name, shape);
+                                                          const ShardSpec& shard, Backend& backend,
+                                                          const LoadOptions& options) {
+  internal::WeightSource source;
+  source.lookup = [&](const std::string& name, const std::vector<int64_t>& shape,
+                      internal::TensorKind kind) -> absl::StatusOr<const TensorRecord*> {
+    switch (kind) {
+      case internal::TensorKind::kFloat: return checkpoint.FindFloat(name, shape);
+      case internal::TensorKind::kFp8: return checkpoint.FindFp8(name, shape);
+      case internal::TensorKind::kScale: return checkpoint.FindScale(name, shape);
+      case internal::TensorKind::kAny: return checkpoint.Find(name);
+    }
+    return absl::InternalError("unknown tensor kind");
   };
-  return internal::BuildWeights(config, shard, backend, lookup, nullptr);
+  source.exists = [&](const std::string& name) { return checkpoint.Contains(name); };
+  return internal::BuildWeights(config, shard, backend, source, options);
 }
 
 namespace internal {
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> BuildWeights(const ModelConfig& config, const ShardSpec& shard,
-                                                           Backend& backend, const TensorLookup& lookup,
-                                                           const TensorFill& fill) {
+                                                           Backend& backend, const WeightSource& source,
+                                                           const LoadOptions& options) {
   ASSIGN_OR_RETURN(LocalDims dims, ComputeLocalDims(config, shard));
-  Loader loader(config, lookup, fill, dims, shard);
-  return loader.Run(backend);
+  Loader loader(config, source, options, dims, shard, backend);
+  return loader.Run();
 }
 
 }  // namespace internal

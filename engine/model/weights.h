@@ -3,11 +3,30 @@
 //   column-parallel (output rows split):  fused QKV, fused gate/up, vocab rows of embedding/lm_head
 //   row-parallel (input columns split):   o_proj, down_proj (their bias added by TP rank 0 only)
 // KV heads fewer than TP ranks are replicated: rank r uses KV head r / (tp / num_kv_heads).
+//
+// Each linear's storage format is decided here, once, and declared in its LinearWeight:
+//  - FP8 checkpoints (engine/model/quantization_config.h) keep their E4M3 bytes and scales, sliced
+//    with their rows / columns: per-channel scales with their rows, 128x128 block scales with
+//    their blocks. Fused parts with different per-tensor scales (q/k/v, gate/up) get per-channel
+//    scales (each row its part's scale: exact, N floats); blocks that a fused part or a TP slice
+//    starts mid-way become per-row 128-column groups (exact; N * K / 128 floats instead of
+//    N * K / 16384). A TP slice of K that is not on a 128-column boundary is an error naming the
+//    layer. Static input scales of fused parts are merged by taking the largest (inputs that fit
+//    the largest range fit; the others lose at most the ratio of the scales in resolution).
+//  - Float checkpoints keep their float type when the backend takes it, else the backend's
+//    activation dtype; with LoadOptions::quantization kFp8 their linears (not the LM head) are
+//    quantized here to FP8 with one scale per output row, the row's amax over the whole
+//    checkpoint row / 448 (so that every TP layout holds the same values), and dynamic per-token
+//    activations (vLLM's online FP8).
+//  - A backend that does not take an FP8 format gets the weights dequantized to its activation
+//    dtype (Backend::SupportsLinearFormat).
+// The LM head and the embedding are never FP8: an FP8 LM head in a checkpoint is an error.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,6 +65,15 @@ struct LocalDims {
 
 absl::StatusOr<LocalDims> ComputeLocalDims(const ModelConfig& config, const ShardSpec& shard);
 
+// Quantization applied while loading a float checkpoint (--quantization).
+enum class OnlineQuantization { kNone, kFp8 };
+// "" / "none" -> kNone, "fp8" -> kFp8.
+absl::StatusOr<OnlineQuantization> ParseOnlineQuantization(std::string_view name);
+
+struct LoadOptions {
+  OnlineQuantization quantization = OnlineQuantization::kNone;
+};
+
 struct LayerWeights {
   Tensor input_norm;            // [hidden]
   LinearWeight qkv;             // [(heads + 2 kv_heads) * head_dim, hidden]
@@ -55,6 +83,11 @@ struct LayerWeights {
   Tensor post_attention_norm;   // [hidden]
   LinearWeight gate_up;         // [2 * ffn, hidden]: gate rows, then up rows
   LinearWeight down;            // [hidden, ffn]
+  // Per-tensor FP8 KV cache scales from the checkpoint (ModelOpt `k_proj.k_scale`,
+  // compressed-tensors `self_attn.k_scale`, ...); 1.0 when it has none.
+  bool has_kv_scales = false;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 struct ModelWeights {
@@ -64,24 +97,43 @@ struct ModelWeights {
   Tensor final_norm;            // [hidden] (last stage)
   LinearWeight lm_head;         // [vocab_local, hidden] (last stage)
   size_t bytes = 0;             // weight bytes held by this rank
+  // Whether every layer of this stage has k/v scales from the checkpoint.
+  bool has_kv_scales() const {
+    for (const LayerWeights& l : layers)
+      if (!l.has_kv_scales) return false;
+    return !layers.empty();
+  }
 };
 
 // Reads, slices, converts and uploads this shard's weights. Every tensor is checked for presence,
-// shape and dtype; errors name the tensor and its file.
+// shape and dtype (FP8 weights and their scales against the scheme the quantization config
+// declares for their module); errors name the tensor, its file and the scheme.
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const ModelConfig& config, const Checkpoint& checkpoint,
-                                                          const ShardSpec& shard, Backend& backend);
+                                                          const ShardSpec& shard, Backend& backend,
+                                                          const LoadOptions& options = {});
 
 namespace internal {
-// The loader with its two inputs made explicit, so that LoadWeights and CreateDummyWeights
-// (dummy_weights.h) share one shape/sharding plan. `lookup` returns the checkpoint record of a
-// tensor name with the expected full shape; `fill`, when set, fills each planned tensor (named by
-// its first source tensor) instead of copying the records' slices.
-using TensorLookup =
-    std::function<absl::StatusOr<const TensorRecord*>(const std::string& name, const std::vector<int64_t>& shape)>;
-using TensorFill = std::function<absl::Status(Tensor dst, const std::string& name)>;
+// The loader with its inputs made explicit, so that LoadWeights and CreateDummyWeights
+// (dummy_weights.h) share one shape/sharding/format plan.
+enum class TensorKind {
+  kFloat,  // f32/f16/bf16 of exactly `shape`
+  kFp8,    // F8_E4M3 of exactly `shape`
+  kScale,  // floating, `shape` up to dimensions of size 1 ([] and [1], [N] and [N, 1] alike)
+  kAny,    // any dtype and shape (the loader checks)
+};
+struct WeightSource {
+  // The checkpoint record of a tensor checked against `shape` and `kind`; errors name it.
+  std::function<absl::StatusOr<const TensorRecord*>(const std::string& name, const std::vector<int64_t>& shape,
+                                                    TensorKind kind)>
+      lookup;
+  std::function<bool(const std::string& name)> exists;
+  // When set, fills each planned tensor (named by its first source tensor; `fan_in` is the full
+  // input width of a matrix) instead of copying the records' data.
+  std::function<absl::Status(Tensor dst, const std::string& name, int64_t fan_in)> fill;
+};
 absl::StatusOr<std::unique_ptr<ModelWeights>> BuildWeights(const ModelConfig& config, const ShardSpec& shard,
-                                                           Backend& backend, const TensorLookup& lookup,
-                                                           const TensorFill& fill);
+                                                           Backend& backend, const WeightSource& source,
+                                                           const LoadOptions& options);
 }  // namespace internal
 
 }  // namespace llm

@@ -12,7 +12,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelConf
                                                                  Communicator* tp_comm,
                                                                  const ModelRunnerOptions& options) {
   if (backend == nullptr) return absl::InvalidArgumentError("ModelRunner: no backend");
-  ASSIGN_OR_RETURN(auto weights, LoadWeights(config, checkpoint, options.shard, *backend));
+  ASSIGN_OR_RETURN(auto weights, LoadWeights(config, checkpoint, options.shard, *backend, options.load));
   return CreateFromWeights(config, std::move(weights), std::move(backend), tp_comm, options);
 }
 
@@ -42,7 +42,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::CreateFromWeights(cons
   kv.block_size = options.block_size;
   kv.num_kv_heads = dims.num_kv_heads;
   kv.head_dim = dims.head_dim;
-  kv.dtype = r->backend_->activation_dtype();
+  const ModelWeights& weights_held = r->decoder_->weights();
+  ASSIGN_OR_RETURN(kv.dtype, ChooseKvCacheDType(options.kv_cache_dtype, weights_held.has_kv_scales(), *r->backend_));
+  std::vector<KvCacheScales> kv_scales;  // the checkpoint's, or 1.0 (uncalibrated)
+  for (const LayerWeights& l : weights_held.layers) kv_scales.push_back({l.k_scale, l.v_scale});
   // Enough for every sequence at full length, plus one spare, is all that can ever be used.
   const int64_t useful = int64_t{options.limits.max_seqs} * r->block_table_width_ + 1;
   if (options.num_kv_blocks > 0) {
@@ -56,7 +59,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::CreateFromWeights(cons
     return absl::ResourceExhaustedError(absl::StrCat(
         "KV cache of ", kv.num_blocks, " blocks cannot hold one sequence of ", r->max_context_,
         " tokens (", r->block_table_width_, " blocks of ", kv.block_size, "); lower --max-context or give more memory"));
-  ASSIGN_OR_RETURN(r->kv_cache_, KvCache::Create(*r->backend_, kv));
+  ASSIGN_OR_RETURN(r->kv_cache_, KvCache::Create(*r->backend_, kv, kv_scales));
   // Decode graph buckets, up to the sequence limit.
   const int32_t graph_max = std::min({options.max_graph_batch, options.limits.max_seqs, options.limits.max_tokens});
   // Every rank of a TP group and every pipeline stage captures its own graph of the same step;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,6 +28,9 @@ struct ModelRunnerOptions {
   int32_t block_size = 16;
   int64_t max_context = 0;       // 0: the model's max_position_embeddings
   int64_t num_kv_blocks = 0;     // 0: from kv_cache_fraction, capped at what max_seqs x max_context needs
+  // The KV cache's element type (--kv-cache-dtype); nullopt: auto (ChooseKvCacheDType).
+  std::optional<DType> kv_cache_dtype;
+  LoadOptions load;  // --quantization
   double kv_cache_fraction = 0.9;  // of the memory free after weights and activations
   ShardSpec shard;
   // Decode steps (one token per sequence, all logits wanted) of up to this many sequences replay

@@ -1,5 +1,8 @@
 #include "kernels/core/dtype.h"
 
+#include <cmath>
+#include <limits>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
@@ -13,6 +16,7 @@ std::string_view DTypeName(DType t) {
     case DType::kI32: return "int32";
     case DType::kI64: return "int64";
     case DType::kU8: return "uint8";
+    case DType::kF8E4M3: return "float8_e4m3fn";
   }
   return "unknown";
 }
@@ -78,6 +82,54 @@ uint16_t FloatToFp16(float f) {
   return sign | static_cast<uint16_t>(h);
 }
 
+namespace {
+
+// Every E4M3 byte's value: the decoder is a table lookup.
+struct Fp8Table {
+  float value[256];
+  Fp8Table() {
+    for (int b = 0; b < 256; ++b) {
+      const int exp = (b >> 3) & 0xf, mant = b & 7;
+      float v;
+      if (exp == 0xf && mant == 7) v = std::numeric_limits<float>::quiet_NaN();
+      else if (exp == 0) v = std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant * 2^-9
+      else v = std::ldexp(1.0f + mant / 8.0f, exp - 7);
+      value[b] = (b & 0x80) ? -v : v;
+    }
+  }
+};
+const Fp8Table kFp8Table;
+
+}  // namespace
+
+float Fp8E4M3ToFloat(uint8_t v) { return kFp8Table.value[v]; }
+
+uint8_t FloatToFp8E4M3(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits > 0x7f800000u) return 0x7f;  // NaN
+  float a;
+  std::memcpy(&a, &abs_bits, 4);
+  if (a >= kFp8E4M3Max) return sign | 0x7e;  // saturate (infinity included)
+  if (a < 0.015625f) {  // below the smallest normal 2^-6: multiples of 2^-9, 8 of them rounding up to 2^-6
+    // a * 512 is exact; nearbyint rounds to nearest even. Byte 8 (q = 8) is exactly 2^-6.
+    const uint32_t q = static_cast<uint32_t>(std::nearbyint(a * 512.0f));
+    return sign | static_cast<uint8_t>(q);
+  }
+  int32_t exp = static_cast<int32_t>(abs_bits >> 23) - 127 + 7;  // 1..8+7
+  uint32_t mant = (abs_bits & 0x7fffffu) >> 20;
+  const uint32_t rem = abs_bits & 0xfffffu, half = 0x80000u;
+  if (rem > half || (rem == half && (mant & 1u))) ++mant;
+  if (mant == 8) {
+    mant = 0;
+    ++exp;
+  }
+  if (exp > 15 || (exp == 15 && mant == 7)) return sign | 0x7e;  // rounded past 448
+  return sign | static_cast<uint8_t>((exp << 3) | mant);
+}
+
 void ConvertToFloat(DType src_type, const void* src, float* dst, size_t count) {
   switch (src_type) {
     case DType::kF32:
@@ -93,10 +145,14 @@ void ConvertToFloat(DType src_type, const void* src, float* dst, size_t count) {
       for (size_t i = 0; i < count; ++i) dst[i] = Fp16ToFloat(s[i]);
       return;
     }
+    case DType::kF8E4M3: {
+      const uint8_t* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = kFp8Table.value[s[i]];
+      return;
+    }
     default:
       break;
   }
-
   std::abort();
 }
 
@@ -113,6 +169,11 @@ void ConvertFromFloat(const float* src, DType dst_type, void* dst, size_t count)
     case DType::kF16: {
       uint16_t* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < count; ++i) d[i] = FloatToFp16(src[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      uint8_t* d = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < count; ++i) d[i] = FloatToFp8E4M3(src[i]);
       return;
     }
     default:

@@ -10,7 +10,10 @@
 
 namespace llm {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8 };
+// kF8E4M3: OCP FP8 E4M3 ("e4m3fn": no infinities, one NaN pattern, largest finite 448), the
+// element type of FP8 checkpoints' weights and of an FP8 KV cache. It is a storage type only:
+// nothing computes in it without a scale (see engine/core/storage_format.h).
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kF8E4M3 };
 
 constexpr size_t DTypeSize(DType t) {
   switch (t) {
@@ -20,6 +23,7 @@ constexpr size_t DTypeSize(DType t) {
     case DType::kI32: return 4;
     case DType::kI64: return 8;
     case DType::kU8: return 1;
+    case DType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -45,9 +49,16 @@ inline uint16_t FloatToBf16(float f) {
 float Fp16ToFloat(uint16_t h);
 uint16_t FloatToFp16(float f);
 
-// Converts `count` elements of a floating type (f32/f16/bf16) to float32.
+// FP8 E4M3 <-> float on the host. The encoder rounds to nearest even and saturates finite
+// values and infinities to +-448 (CUDA's __NV_SATFINITE), so the CPU oracle and the GPU kernels
+// quantize alike; NaN stays NaN (0x7f).
+inline constexpr float kFp8E4M3Max = 448.0f;
+float Fp8E4M3ToFloat(uint8_t v);
+uint8_t FloatToFp8E4M3(float f);
+
+// Converts `count` elements of a floating type (f32/f16/bf16/f8e4m3) to float32.
 void ConvertToFloat(DType src_type, const void* src, float* dst, size_t count);
-// Converts float32 to a floating type (f32/f16/bf16).
+// Converts float32 to a floating type (f32/f16/bf16/f8e4m3, the last saturating).
 void ConvertFromFloat(const float* src, DType dst_type, void* dst, size_t count);
 
 }  // namespace llm

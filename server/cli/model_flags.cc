@@ -25,7 +25,16 @@ void ModelFlags::Register(FlagSet& f) {
   f.Int("tp", &tp, "tensor-parallel ranks (launch TP*PP ranks with mpirun)");
   f.Int("pp", &pp, "pipeline stages");
   f.String("layers-per-stage", &layers_per_stage, "comma-separated layer counts per stage (default: balanced, the last stage's LM head counted as layers)");
-  f.Bool("dummy-weights", &dummy_weights, "random weights in the shapes of --model's config.json (benchmarks)");
+  f.Bool("dummy-weights", &dummy_weights,
+         "random weights in the shapes of --model's config.json (benchmarks; FP8 ones with --quantization fp8)");
+  f.String("quantization", &quantization,
+           "none or fp8: quantize a bf16/fp16/fp32 checkpoint's linears to FP8 at load (per-channel weights, "
+           "dynamic per-token activations); FP8 checkpoints load as published either way");
+  f.String("kv-cache-dtype", &kv_cache_dtype,
+           "auto, bf16, fp16, fp32 or fp8 (auto: fp8 when the checkpoint carries k/v scales and the engine "
+           "computes in 16 bits, else the activation dtype)");
+  f.Bool("emulate-fp8", &emulate_fp8,
+         "CPU: quantize FP8 linears' inputs to FP8 as the weights declare (emulates the GPU's W8A8 path)");
   f.Bool("no-overlap", &no_overlap,
          "plan and launch each step only after the previous one's tokens are back (for comparisons; by default "
          "the next step is launched while the device runs the current one)");
@@ -41,6 +50,10 @@ absl::Status ModelFlags::Validate() const {
   if (!(gpu_memory_fraction > 0.0 && gpu_memory_fraction <= 1.0))
     return absl::InvalidArgumentError(
         absl::StrCat("--gpu-memory-fraction must be in (0, 1], got ", gpu_memory_fraction));
+  if (absl::Status s = ParseOnlineQuantization(quantization).status(); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--quantization: ", s.message()));
+  if (absl::Status s = ParseKvCacheDType(kv_cache_dtype).status(); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--kv-cache-dtype: ", s.message()));
   return absl::OkStatus();
 }
 
@@ -113,6 +126,9 @@ EngineBuildOptions ModelFlags::ToBuildOptions() const {
   o.gpu_memory_fraction = gpu_memory_fraction;
   o.block_size = static_cast<int32_t>(block_size);
   o.dummy_weights = dummy_weights;
+  o.quantization = quantization;
+  o.kv_cache_dtype = kv_cache_dtype;
+  o.emulate_fp8_activations = emulate_fp8;
   o.time_linear_kernels = !fixed_kernels;
   o.overlap_steps = !no_overlap;
   o.output_threads = static_cast<int32_t>(output_threads);

@@ -29,6 +29,9 @@ struct ModelFlags {
   bool fixed_kernels = false;
   bool no_overlap = false;       // one step at a time (EngineBuildOptions::overlap_steps = false)
   int64_t output_threads = 1;
+  std::string quantization = "none";  // none | fp8
+  std::string kv_cache_dtype = "auto";
+  bool emulate_fp8 = false;
   int64_t max_queue = 1024;      // waiting requests; registered by the commands that queue (serve)
 
   void Register(FlagSet& flags);

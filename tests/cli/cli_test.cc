@@ -88,6 +88,41 @@ TEST(CliGenerateTest, FixedKernelsFlagIsAcceptedAndKeepsTheOutput) {
   EXPECT_EQ(LastJsonLine(plain.out)["token_ids"], LastJsonLine(fixed.out)["token_ids"]);
 }
 
+// The FP8 layouts through the whole stack (config.json / hf_quant_config.json, E4M3 weights and
+// their scales) give the reference's greedy tokens.
+TEST(CliGenerateTest, Fp8CheckpointsGiveReferenceTokens) {
+  for (const char* model : testing::kFp8FixtureModels) {
+    auto prompts = testing::LoadFixturePrompts(model);
+    for (int i = 0; i < 2; ++i) {
+      SCOPED_TRACE(absl::StrCat(model, " prompt ", i));
+      RunResult r = RunLlm(absl::StrCat("generate --model ", Model(model), " --prompt-ids ",
+                                        absl::StrJoin(prompts[i].prompt, ","),
+                                        " --max-tokens 24 --temperature 0 --ignore-eos --json --threads 2"));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(LastJsonLine(r.out)["token_ids"].get<std::vector<int32_t>>(), prompts[i].greedy);
+    }
+  }
+}
+
+// --quantization fp8, --kv-cache-dtype fp8 and --emulate-fp8 on the CPU: accepted, and they do
+// change the arithmetic (the logprob of the greedy token moves).
+TEST(CliGenerateTest, Fp8FlagsRunOnTheCpu) {
+  const std::string base = absl::StrCat("generate --model ", Model("llama-tiny"),
+                                        " --prompt-ids 1,5,9,33,7 --max-tokens 6 --temperature 0 --logprobs 1 --json");
+  RunResult plain = RunLlm(base);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  for (const char* flags : {" --quantization fp8", " --kv-cache-dtype fp8", " --quantization fp8 --emulate-fp8",
+                            " --quantization fp8 --kv-cache-dtype fp8 --emulate-fp8"}) {
+    SCOPED_TRACE(flags);
+    RunResult r = RunLlm(base + flags);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json a = LastJsonLine(plain.out), b = LastJsonLine(r.out);
+    ASSERT_TRUE(b.is_object()) << r.out;
+    EXPECT_EQ(b["completion_tokens"], 6);
+    EXPECT_NE(a["logprobs"][0]["logprob"].get<double>(), b["logprobs"][0]["logprob"].get<double>());
+  }
+}
+
 TEST(CliErrorsTest, BadUsageExitsTwoWithMessage) {
   struct Case {
     std::string args;
@@ -110,6 +145,10 @@ TEST(CliErrorsTest, BadUsageExitsTwoWithMessage) {
       {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --gpu-memory-fraction 1.5",
        "--gpu-memory-fraction must be in (0, 1]"},
       {"serve --gpu-memory-fraction -0.1", "--gpu-memory-fraction must be in (0, 1]"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --quantization int4",
+       "--quantization: unknown quantization 'int4'"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --kv-cache-dtype fp4",
+       "--kv-cache-dtype: unknown KV cache dtype 'fp4'"},
       {"tokenize --text hi", "--tokenizer is required"},
       {"tokenize --tokenizer x", "exactly one of --text"},
   };

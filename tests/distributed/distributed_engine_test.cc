@@ -31,15 +31,18 @@ int EnvInt(const char* name, int fallback) {
 // folders of their own, or one layout's ranks would read another's half-written files.
 std::string LayoutTag(const ParallelOptions& p) { return absl::StrCat("_tp", p.tp, "_pp", p.pp); }
 
-class DistributedEngineTest : public ::testing::TestWithParam<const char*> {};
-
-TEST_P(DistributedEngineTest, GreedyTokensMatchReference) {
+ParallelOptions TestLayout() {
   ParallelOptions parallel;
   parallel.tp = EnvInt("LLM_TEST_TP", 1);
   parallel.pp = EnvInt("LLM_TEST_PP", 1);
   parallel.comm_timeout = absl::Seconds(120);
+  return parallel;
+}
+
+// Fixture `name`'s four prompts, greedy, 24 tokens each, against the reference.
+void ExpectReferenceGreedyTokens(const char* name, const ParallelOptions& parallel) {
   EngineBuildOptions o;
-  o.model_dir = testing::ModelDir(GetParam());
+  o.model_dir = testing::ModelDir(name);
   o.max_context = 256;
   o.max_seqs = 8;
   o.max_tokens_per_step = 64;  // chunked prefill across ranks too
@@ -51,7 +54,7 @@ TEST_P(DistributedEngineTest, GreedyTokensMatchReference) {
     return;
   }
   Engine& engine = *(*group)->engine();
-  const auto prompts = testing::LoadFixturePrompts(GetParam());
+  const auto prompts = testing::LoadFixturePrompts(name);
   std::mutex mu;
   std::condition_variable cv;
   std::map<RequestId, std::vector<int32_t>> tokens;
@@ -84,19 +87,44 @@ TEST_P(DistributedEngineTest, GreedyTokensMatchReference) {
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return finished == 4; }));
   }
   for (size_t i = 0; i < prompts.size(); ++i)
-    EXPECT_EQ(tokens[ids[i]], prompts[i].greedy) << GetParam() << " prompt " << i << " at tp " << parallel.tp
+    EXPECT_EQ(tokens[ids[i]], prompts[i].greedy) << name << " prompt " << i << " at tp " << parallel.tp
                                                  << " pp " << parallel.pp;
   engine.Shutdown(true);
   group->reset();  // tells the workers to stop
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, DistributedEngineTest, ::testing::ValuesIn(testing::kFixtureModels),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+std::string ParamName(const ::testing::TestParamInfo<const char*>& info) {
+  std::string n = info.param;
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+}
+
+class DistributedEngineTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DistributedEngineTest, GreedyTokensMatchReference) { ExpectReferenceGreedyTokens(GetParam(), TestLayout()); }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DistributedEngineTest, ::testing::ValuesIn(testing::kFixtureModels), ParamName);
+
+// The FP8 layouts, each rank loading only its slices of the E4M3 weights and their scales, at
+// every layout the model's shape allows: 3 layers (PP <= 3), heads and FFN divisible by TP, and
+// for the 128x128-block fixture (hidden 192, FFN 448) no TP at all, since any split of its K
+// columns falls inside a block (fp8_loading_test checks that the loader refuses it by name).
+class DistributedFp8Test : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DistributedFp8Test, GreedyTokensMatchReference) {
+  const ParallelOptions parallel = TestLayout();
+  auto config = LoadModelConfig(testing::ModelDir(GetParam()));
+  ASSERT_TRUE(config.ok()) << config.status();
+  const bool blocks = config->quantization.SchemeFor("model.layers.0.mlp.down_proj").weight_scales ==
+                      ScaleGranularity::kBlock;
+  if (parallel.pp > config->num_layers || !ComputeLocalDims(*config, ShardSpec{0, parallel.tp}).ok() ||
+      (blocks && parallel.tp > 1))
+    GTEST_SKIP() << GetParam() << " cannot be split at tp " << parallel.tp << " pp " << parallel.pp;
+  ExpectReferenceGreedyTokens(GetParam(), parallel);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp8Fixtures, DistributedFp8Test, ::testing::ValuesIn(testing::kFp8FixtureModels), ParamName);
 
 // Synthetic checkpoints (every rank writes the same deterministic files) checked against the
 // float64 reference's greedy tokens: MQA with KV heads replicated over TP ranks, and a vocabulary

@@ -228,7 +228,7 @@ TEST(CheckpointTest, UnsupportedDtypesFailOnlyWhenLookedUp) {
   TempDir dir;
   WriteFile(dir / "model.safetensors", BuildSafetensors({{"w", "F32", {2}, std::string(8, '\0')},
                                                          {"d", "F64", {2}, std::string(16, '\0')},
-                                                         {"f8", "F8_E4M3", {4}, std::string(4, '\0')},
+                                                         {"f8", "F8_E5M2", {4}, std::string(4, '\0')},
                                                          {"q", "Q4_K", {7}, std::string(5, '\0')}}));
   absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir.path());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();

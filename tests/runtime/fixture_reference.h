@@ -60,5 +60,8 @@ inline double RelativeError(const float* a, const float* b, int64_t n) {
 
 inline const char* kFixtureModels[] = {"llama-tiny", "llama3-tiny-bf16", "qwen2-tiny", "qwen3-tiny-fp16",
                                        "llama-tiny-sharded"};
+// The FP8 checkpoints, one per published layout (tests/data/FIXTURES.md): their references are
+// float32 over the dequantized weights.
+inline const char* kFp8FixtureModels[] = {"llama-fp8-block", "qwen3-fp8-channel", "llama-fp8-tensor-kv"};
 
 }  // namespace llm::testing

@@ -152,13 +152,17 @@ TEST_P(FixtureModelTest, BatchedPromptsMatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureModelTest, ::testing::ValuesIn(testing::kFixtureModels),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+std::string ParamName(const ::testing::TestParamInfo<const char*>& info) {
+  std::string n = info.param;
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureModelTest, ::testing::ValuesIn(testing::kFixtureModels), ParamName);
+// Every FP8 layout, loaded as published (E4M3 weights and their scales) and computed on the
+// dequantized weights with float32 inputs and a float32 KV cache: the references' own math.
+INSTANTIATE_TEST_SUITE_P(Fp8Fixtures, FixtureModelTest, ::testing::ValuesIn(testing::kFp8FixtureModels), ParamName);
 
 }  // namespace
 }  // namespace llm

@@ -62,6 +62,8 @@ class RecordingBackend final : public Backend {
     return cpu_.ResolvePendingTokens(ids, sampled);
   }
 
+  bool SupportsLinearFormat(const StorageFormat& f) const override { return cpu_.SupportsLinearFormat(f); }
+  bool SupportsKvCacheDType(DType t) const override { return cpu_.SupportsKvCacheDType(t); }
   bool SupportsGraphs() const override { return true; }
   void SetTuningPass(bool on) override {
     if (on && !tuning_) ++tuning_passes;

@@ -42,6 +42,7 @@ inline constexpr RoundingPointName kRoundingPointNames[] = {
 
 // Rounds float32 values in place to the nearest `format` value (bf16 or f16).
 inline void RoundTo(DType format, Tensor t) {
+  if (t.dtype() != DType::kF32) return;  // FP8 bytes and integers are stored as they are
   float* p = t.data_as<float>();
   for (int64_t i = 0; !t.empty() && i < t.numel(); ++i)
     p[i] = format == DType::kBF16 ? Bf16ToFloat(FloatToBf16(p[i])) : Fp16ToFloat(FloatToFp16(p[i]));
@@ -50,9 +51,12 @@ inline void RoundTo(DType format, Tensor t) {
 class RoundingBackend final : public Backend {
  public:
   // `format`: kBF16 or kF16. `vocab`: the LM head's output rows, whose float32 logits are left
-  // unrounded.
-  RoundingBackend(DType format, unsigned points, int64_t vocab)
-      : cpu_(2), format_(format), points_(points), vocab_(vocab) {}
+  // unrounded. With `fp8` (the CPU options' emulation included) the loader may hand over FP8
+  // weights and the KV cache may be FP8, as on a 16-bit GPU running an FP8 model; their float32
+  // scales are then left unrounded, so kRoundWeights must be off (FP8 checkpoints and bf16 ones
+  // quantized at load hold no float32 linear weights to round).
+  RoundingBackend(DType format, unsigned points, int64_t vocab, bool fp8 = false, CpuBackendOptions cpu = {2})
+      : cpu_(cpu), format_(format), points_(points), vocab_(vocab), fp8_(fp8) {}
 
   Device device() const override { return cpu_.device(); }
   DType activation_dtype() const override { return cpu_.activation_dtype(); }
@@ -98,6 +102,12 @@ class RoundingBackend final : public Backend {
   absl::Status ResolvePendingTokens(Tensor ids, Tensor sampled) override {
     return cpu_.ResolvePendingTokens(ids, sampled);
   }
+  bool SupportsLinearFormat(const StorageFormat& f) const override {
+    return fp8_ ? cpu_.SupportsLinearFormat(f) : Backend::SupportsLinearFormat(f);
+  }
+  bool SupportsKvCacheDType(DType t) const override {
+    return fp8_ ? cpu_.SupportsKvCacheDType(t) : Backend::SupportsKvCacheDType(t);
+  }
 
  private:
   absl::Status Then(absl::Status s, unsigned point, std::initializer_list<Tensor> outputs) {
@@ -110,6 +120,7 @@ class RoundingBackend final : public Backend {
   DType format_;
   unsigned points_;
   int64_t vocab_;
+  bool fp8_;
 };
 
 // Logit agreement with the float32 reference over a fixture's positions.
@@ -127,13 +138,8 @@ struct LogitParity {
   double mean_err() const { return positions ? sum_err / positions : 0.0; }
 };
 
-// Runs fixture `name` with rounding to `format` at `points`, teacher-forced over the positions the
-// CUDA parity test checks: every prompt position, and each of the 24 greedy positions (the
-// context plus the reference's greedy tokens, prefilled whole: the same math as decoding them).
-inline absl::StatusOr<LogitParity> EmulatedParity(const std::string& name, DType format, unsigned points) {
-  const std::string dir = ModelDir(name);
-  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
-  ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(dir));
+// Runner options that fit the teacher-forced runs of every fixture (one sequence of up to 256 tokens).
+inline ModelRunnerOptions ParityRunnerOptions() {
   ModelRunnerOptions options;
   options.limits.max_tokens = 256;
   options.limits.max_seqs = 4;
@@ -141,10 +147,14 @@ inline absl::StatusOr<LogitParity> EmulatedParity(const std::string& name, DType
   options.block_size = 16;
   options.num_kv_blocks = 16;
   options.max_context = 256;
-  const int64_t vocab = config.vocab_size;
-  ASSIGN_OR_RETURN(auto runner,
-                   ModelRunner::Create(config, *checkpoint, std::make_unique<RoundingBackend>(format, points, vocab),
-                                       nullptr, options));
+  return options;
+}
+
+// Fixture `name` on `runner`, teacher-forced over the positions the CUDA parity test checks:
+// every prompt position, and each of the 24 greedy positions (the context plus the reference's
+// greedy tokens, prefilled whole: the same math as decoding them).
+inline absl::StatusOr<LogitParity> TeacherForcedParity(ModelRunner& runner, const std::string& name) {
+  const int64_t vocab = runner.config().vocab_size;
   LogitParity parity;
   std::vector<float> logits;
   for (const FixturePrompt& p : LoadFixturePrompts(name)) {
@@ -159,7 +169,7 @@ inline absl::StatusOr<LogitParity> EmulatedParity(const std::string& name, DType
       }
       const int64_t len = static_cast<int64_t>(tokens.size());
       StepPlan plan;
-      plan.block_table_width = runner->block_table_width();
+      plan.block_table_width = runner.block_table_width();
       plan.Clear();
       std::vector<int32_t> blocks(KvBlockTable::BlocksFor(len, 16));
       std::iota(blocks.begin(), blocks.end(), 0);
@@ -167,7 +177,7 @@ inline absl::StatusOr<LogitParity> EmulatedParity(const std::string& name, DType
       plan.logit_rows.resize(len);
       std::iota(plan.logit_rows.begin(), plan.logit_rows.end(), 0);
       logits.resize(len * vocab);
-      RETURN_IF_ERROR(runner->ComputeLogits(plan, logits.data()));
+      RETURN_IF_ERROR(runner.ComputeLogits(plan, logits.data()));
       if (!greedy) {
         for (int64_t r = 0; r < len; ++r) parity.Add(&logits[r * vocab], &p.prefill_logits[r * vocab], vocab);
       } else {
@@ -177,6 +187,17 @@ inline absl::StatusOr<LogitParity> EmulatedParity(const std::string& name, DType
     }
   }
   return parity;
+}
+
+// Runs fixture `name` with rounding to `format` at `points` (TeacherForcedParity).
+inline absl::StatusOr<LogitParity> EmulatedParity(const std::string& name, DType format, unsigned points) {
+  const std::string dir = ModelDir(name);
+  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(dir));
+  ASSIGN_OR_RETURN(auto runner, ModelRunner::Create(config, *checkpoint,
+                                                    std::make_unique<RoundingBackend>(format, points, config.vocab_size),
+                                                    nullptr, ParityRunnerOptions()));
+  return TeacherForcedParity(*runner, name);
 }
 
 }  // namespace llm::testing

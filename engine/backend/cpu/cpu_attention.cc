@@ -15,8 +15,14 @@ void PagedAttention(ThreadPool& pool, const AttentionArgs& a) {
   const int64_t block_size = a.cache.block_size();
   const int64_t max_blocks = m.block_tables.dim(1);
   const float* q = a.q.data_as<const float>();
-  const float* kc = a.cache.k.data_as<const float>();
-  const float* vc = a.cache.v.data_as<const float>();
+  // An FP8 cache is read back as element * scale, one row at a time into float32.
+  const bool fp8 = a.cache.k.dtype() == DType::kF8E4M3;
+  auto row = [&](const Tensor& cache, int64_t at, float scale, float* buffer) -> const float* {
+    if (!fp8) return cache.data_as<const float>() + at;
+    const uint8_t* src = cache.data_as<const uint8_t>() + at;
+    for (int i = 0; i < d; ++i) buffer[i] = Fp8E4M3ToFloat(src[i]) * scale;
+    return buffer;
+  };
   const int32_t* qs = m.query_start.data_as<const int32_t>();
   const int32_t* ctx = m.context_lens.data_as<const int32_t>();
   const int32_t* tables = m.block_tables.data_as<const int32_t>();
@@ -24,7 +30,7 @@ void PagedAttention(ThreadPool& pool, const AttentionArgs& a) {
   float* out = a.out.data_as<float>();
 
   pool.ParallelFor(static_cast<int64_t>(m.num_tokens) * heads, 4, [&](int64_t begin, int64_t end, int) {
-    float acc[512];
+    float acc[512], k_row[512], v_row[512];
     int seq = 0;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / heads;
@@ -43,11 +49,11 @@ void PagedAttention(ThreadPool& pool, const AttentionArgs& a) {
       for (int64_t j = first; j <= last; ++j) {
         const int64_t base = ((static_cast<int64_t>(table[j / block_size]) * kv_heads + kvh) * block_size +
                               j % block_size) * d;
-        const float* kj = kc + base;
+        const float* kj = row(a.cache.k, base, a.cache.k_scale, k_row);
         float s = 0.0f;
         for (int i = 0; i < d; ++i) s += qh[i] * kj[i];
         s *= a.scale;
-        const float* vj = vc + base;
+        const float* vj = row(a.cache.v, base, a.cache.v_scale, v_row);
         if (s > running_max) {
           const float correction = std::exp(running_max - s);
           running_sum *= correction;

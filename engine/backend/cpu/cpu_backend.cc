@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -34,7 +35,27 @@ int DefaultThreads(int n) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int num_threads) : pool_(DefaultThreads(num_threads)) {}
+CpuBackend::CpuBackend(int num_threads) : CpuBackend(CpuBackendOptions{num_threads}) {}
+
+CpuBackend::CpuBackend(const CpuBackendOptions& options)
+    : options_(options), pool_(DefaultThreads(options.num_threads)) {}
+
+bool CpuBackend::SupportsLinearFormat(const StorageFormat& f) const {
+  if (f == StorageFormat::Float(DType::kF32)) return true;
+  if (f.element != DType::kF8E4M3) return false;
+  switch (f.granularity) {
+    case ScaleGranularity::kNone: return false;
+    case ScaleGranularity::kTensor:
+    case ScaleGranularity::kChannel: return true;
+    case ScaleGranularity::kBlock: return f.block_rows > 0 && f.block_cols > 0;
+    case ScaleGranularity::kGroup: return f.block_cols > 0;
+  }
+  return false;
+}
+
+bool CpuBackend::SupportsKvCacheDType(DType dtype) const {
+  return dtype == DType::kF32 || dtype == DType::kF8E4M3;
+}
 
 absl::StatusOr<Buffer> CpuBackend::Allocate(size_t bytes) { return AllocateHost(bytes); }
 
@@ -55,10 +76,17 @@ absl::Status CpuBackend::CopyToHost(void* dst, Tensor src) {
 }
 
 absl::Status CpuBackend::UploadConverted(const void* src, DType src_dtype, Tensor dst) {
-  RETURN_IF_ERROR(ExpectF32("UploadConverted", {&dst}));
-  if (src_dtype != DType::kF32 && src_dtype != DType::kF16 && src_dtype != DType::kBF16)
+  if (src_dtype != DType::kF32 && src_dtype != DType::kF16 && src_dtype != DType::kBF16 &&
+      src_dtype != DType::kF8E4M3)
     return absl::InvalidArgumentError(
-        absl::StrCat("UploadConverted: cannot convert ", std::string(DTypeName(src_dtype)), " to float32"));
+        absl::StrCat("UploadConverted: cannot convert ", std::string(DTypeName(src_dtype))));
+  if (dst.dtype() == DType::kF8E4M3 && dst.device().kind == DeviceKind::kCpu) {
+    std::vector<float> values(static_cast<size_t>(dst.numel()));
+    ConvertToFloat(src_dtype, src, values.data(), values.size());
+    ConvertFromFloat(values.data(), DType::kF8E4M3, dst.data(), values.size());
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(ExpectF32("UploadConverted", {&dst}));
   ConvertToFloat(src_dtype, src, dst.data_as<float>(), dst.numel());
   return absl::OkStatus();
 }
@@ -113,20 +141,60 @@ absl::Status CpuBackend::Add(Tensor x, Tensor y) {
 }
 
 absl::Status CpuBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
-  RETURN_IF_ERROR(ExpectF32("Linear", {&x, &w.weight, &w.bias, &out}));
+  RETURN_IF_ERROR(ExpectF32("Linear", {&x, &w.bias, &out}));
+  RETURN_IF_ERROR(Expect(SupportsLinearFormat(w.format) && w.weight.dtype() == w.format.element &&
+                             w.weight.device().kind == DeviceKind::kCpu,
+                         "Linear", absl::StrCat("weights of format ", w.format.ToString(), " stored as ",
+                                                std::string(DTypeName(w.weight.dtype())))));
   const int64_t n = w.out_features(), k = w.in_features();
   RETURN_IF_ERROR(Expect(x.numel() % k == 0 && out.numel() == x.numel() / k * n &&
                              (w.bias.empty() || w.bias.numel() == n),
                          "Linear",
                          absl::StrCat("x ", x.shape().ToString(), " · W ", w.weight.shape().ToString(),
                                       " -> out ", out.shape().ToString())));
-  cpu::Matmul(pool_, x.data_as<const float>(), w.weight.data_as<const float>(),
-              w.bias.empty() ? nullptr : w.bias.data_as<const float>(), out.data_as<float>(), x.numel() / k, n, k);
+  const int64_t m = x.numel() / k;
+  const float* bias = w.bias.empty() ? nullptr : w.bias.data_as<const float>();
+  if (!w.format.scaled()) {
+    cpu::Matmul(pool_, x.data_as<const float>(), w.weight.data_as<const float>(), bias, out.data_as<float>(), m, n,
+                k);
+    return absl::OkStatus();
+  }
+  const ScaleGrid grid = w.scale_grid();
+  RETURN_IF_ERROR(Expect(w.scale.dtype() == DType::kF32 && w.scale.numel() == grid.numel(), "Linear",
+                         absl::StrCat("scale of ", w.scale.numel(), " elements for ", w.format.ToString(),
+                                      " weights ", w.weight.shape().ToString())));
+  const float* input = x.data_as<const float>();
+  if (options_.emulate_fp8_activations && w.input_quant != ActivationQuant::kNone) {
+    const bool is_static = w.input_quant == ActivationQuant::kStaticPerTensor;
+    RETURN_IF_ERROR(Expect(!is_static || (w.input_scale.dtype() == DType::kF32 && w.input_scale.numel() == 1),
+                           "Linear", "static activation quantization without an input scale"));
+    if (quantized_input_.size() < static_cast<size_t>(x.numel())) quantized_input_.resize(x.numel());
+    cpu::FakeQuantizeFp8(pool_, input, quantized_input_.data(), m, k, w.input_quant, w.input_group,
+                         is_static ? *w.input_scale.data_as<const float>() : 0.0f);
+    input = quantized_input_.data();
+  }
+  cpu::MatmulFp8(pool_, input, w.weight.data_as<const uint8_t>(), w.scale.data_as<const float>(), grid, bias,
+                 out.data_as<float>(), m, n, k);
   return absl::OkStatus();
 }
 
+namespace {
+
+// The cache: float32, or FP8 E4M3 in both K and V.
+absl::Status ExpectCache(const char* op, const KvCacheLayer& c) {
+  if (c.k.dtype() == DType::kF8E4M3 && c.v.dtype() == DType::kF8E4M3) {
+    if (!(c.k_scale > 0 && c.v_scale > 0 && std::isfinite(c.k_scale) && std::isfinite(c.v_scale)))
+      return absl::InvalidArgumentError(absl::StrCat(op, ": FP8 KV cache scales must be positive"));
+    return absl::OkStatus();
+  }
+  return ExpectF32(op, {&c.k, &c.v});
+}
+
+}  // namespace
+
 absl::Status CpuBackend::QkvRope(const QkvRopeArgs& a) {
-  RETURN_IF_ERROR(ExpectF32("QkvRope", {&a.qkv, &a.q_norm, &a.k_norm, &a.cache.k, &a.cache.v, &a.q_out}));
+  RETURN_IF_ERROR(ExpectF32("QkvRope", {&a.qkv, &a.q_norm, &a.k_norm, &a.q_out}));
+  RETURN_IF_ERROR(ExpectCache("QkvRope", a.cache));
   const int64_t t = a.qkv.dim(0);
   RETURN_IF_ERROR(Expect(a.head_dim > 0 && a.head_dim <= 512 && a.rope.rotary_dim <= a.head_dim &&
                              a.rope.rotary_dim % 2 == 0 &&
@@ -140,7 +208,8 @@ absl::Status CpuBackend::QkvRope(const QkvRopeArgs& a) {
 }
 
 absl::Status CpuBackend::Attention(const AttentionArgs& a) {
-  RETURN_IF_ERROR(ExpectF32("Attention", {&a.q, &a.cache.k, &a.cache.v, &a.out}));
+  RETURN_IF_ERROR(ExpectF32("Attention", {&a.q, &a.out}));
+  RETURN_IF_ERROR(ExpectCache("Attention", a.cache));
   RETURN_IF_ERROR(Expect(a.meta != nullptr && a.head_dim <= 512 && a.num_kv_heads > 0 &&
                              a.num_heads % a.num_kv_heads == 0 &&
                              a.q.numel() == int64_t{a.meta->num_tokens} * a.num_heads * a.head_dim &&

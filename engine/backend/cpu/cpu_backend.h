@@ -13,10 +13,20 @@
 
 namespace llm {
 
+struct CpuBackendOptions {
+  int num_threads = 0;  // <= 0: all hardware threads
+  // Emulate a W8A8 GPU: Linear quantizes its input to FP8 as the weight declares
+  // (LinearWeight::input_quant: per token, static per tensor or per 128-column group) before the
+  // float32 product, so that the CUDA path can be compared with an emulation of itself. Off, the
+  // oracle computes on the dequantized weights with float32 inputs, as the fixtures' references do.
+  bool emulate_fp8_activations = false;
+};
+
 class CpuBackend final : public Backend {
  public:
   // num_threads <= 0: all hardware threads.
   explicit CpuBackend(int num_threads = 0);
+  explicit CpuBackend(const CpuBackendOptions& options);
 
   Device device() const override { return Device{DeviceKind::kCpu, 0}; }
   DType activation_dtype() const override { return DType::kF32; }
@@ -41,10 +51,18 @@ class CpuBackend final : public Backend {
   absl::Status ReadSampleResults(int slot, absl::Span<SampleResult> results) override;
   absl::Status ResolvePendingTokens(Tensor ids, Tensor sampled) override;
 
+  // Float32 weights, or FP8 E4M3 at any scale granularity (dequantized tile by tile in Linear).
+  bool SupportsLinearFormat(const StorageFormat& format) const override;
+  // Float32, or FP8 E4M3 (quantized on write with the layer's scale, dequantized on read).
+  bool SupportsKvCacheDType(DType dtype) const override;
+
   int num_threads() const { return pool_.num_threads(); }
+  const CpuBackendOptions& options() const { return options_; }
 
  private:
+  CpuBackendOptions options_;
   ThreadPool pool_;
+  std::vector<float> quantized_input_;  // Linear's emulated FP8 input, grown on first use
   std::vector<cpu::SamplerScratch> sampler_scratch_;
   // Each slot's results; and rows whose pending output token is appended to their outputs.
   std::array<std::vector<SampleResult>, kSampleSlots> sample_slots_;

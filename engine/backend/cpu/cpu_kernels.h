@@ -16,9 +16,21 @@ namespace llm::cpu {
 void Matmul(ThreadPool& pool, const float* x, const float* w, const float* bias, float* y, int64_t m,
             int64_t n, int64_t k);
 
+// The same with FP8 E4M3 weights: each element is dequantized to float32 (e4m3 value times its
+// scale, `grid` locating the scale, one rounding as in the references) before the product.
+void MatmulFp8(ThreadPool& pool, const float* x, const uint8_t* w, const float* scale, const ScaleGrid& grid,
+               const float* bias, float* y, int64_t m, int64_t n, int64_t k);
+
+// out = e4m3(x / s) * s for x [rows, cols]: what a W8A8 kernel's input quantization keeps, in
+// float32. The scale s per `quant`: Fp8ScaleForAmax of each row (kDynamicPerToken) or of each
+// row's `group`-column groups (kDynamicPerGroup), or `static_scale` (kStaticPerTensor).
+void FakeQuantizeFp8(ThreadPool& pool, const float* x, float* out, int64_t rows, int64_t cols,
+                     ActivationQuant quant, int32_t group, float static_scale);
+
 void RmsNormRows(ThreadPool& pool, const float* x, const float* weight, float eps, float* out,
                  int64_t rows, int64_t dim, float* residual_in_out, const float* delta);
 
+// Both take a float32 or FP8 E4M3 cache (KvCacheLayer's scales).
 void QkvRope(ThreadPool& pool, const QkvRopeArgs& args);
 
 void PagedAttention(ThreadPool& pool, const AttentionArgs& args);

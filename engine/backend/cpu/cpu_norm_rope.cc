@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include "engine/backend/cpu/cpu_kernels.h"
@@ -41,14 +42,22 @@ void QkvRope(ThreadPool& pool, const QkvRopeArgs& a) {
   const int32_t* slots = a.slot_mapping.data_as<const int32_t>();
   const int half = a.rope.rotary_dim / 2;
   const int64_t block_size = a.cache.block_size();
-  float* kc = a.cache.k.data_as<float>();
-  float* vc = a.cache.v.data_as<float>();
+  // An FP8 cache stores value / scale (rounded to nearest even, saturated); a float32 one the value.
+  const bool fp8 = a.cache.k.dtype() == DType::kF8E4M3;
+  auto store = [&](const Tensor& cache, int64_t at, const float* src, float scale) {
+    if (!fp8) {
+      std::copy(src, src + d, cache.data_as<float>() + at);
+      return;
+    }
+    uint8_t* dst = cache.data_as<uint8_t>() + at;
+    for (int i = 0; i < d; ++i) dst[i] = FloatToFp8E4M3(src[i] / scale);
+  };
   float* q_out = a.q_out.data_as<float>();
   const float* qn = a.q_norm.empty() ? nullptr : a.q_norm.data_as<const float>();
   const float* kn = a.k_norm.empty() ? nullptr : a.k_norm.data_as<const float>();
 
   pool.ParallelFor(t_count, 4, [&](int64_t begin, int64_t end, int) {
-    float cos_v[512], sin_v[512], tmp[1024];
+    float cos_v[512], sin_v[512], tmp[1024], rotated[512];
     for (int64_t t = begin; t < end; ++t) {
       // As Hugging Face: angle = float(position) * inv_freq in float32, then cos/sin.
       const float p = static_cast<float>(pos[t]);
@@ -76,9 +85,9 @@ void QkvRope(ThreadPool& pool, const QkvRopeArgs& a) {
       const int64_t block = slot / block_size, offset = slot % block_size;
       for (int h = 0; h < kv_heads; ++h) {
         const int64_t dst = ((block * kv_heads + h) * block_size + offset) * d;
-        rotate(r + (heads + h) * d, kn, kc + dst);
-        const float* v = r + (heads + kv_heads + h) * d;
-        for (int i = 0; i < d; ++i) vc[dst + i] = v[i];
+        rotate(r + (heads + h) * d, kn, rotated);
+        store(a.cache.k, dst, rotated, a.cache.k_scale);
+        store(a.cache.v, dst, r + (heads + kv_heads + h) * d, a.cache.v_scale);
       }
     }
   });

@@ -1,4 +1,5 @@
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/linear_kernels.h"
 
 #include <cuda_runtime_api.h>
 
@@ -17,12 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/cuda/attention/paged_attention.h"
-#include "kernels/cuda/common/candidate_timing.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/elementwise/elementwise.h"
 #include "kernels/cuda/elementwise/gather.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
-#include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/norm/rms_norm.h"
 #include "kernels/cuda/rope/qkv_rope.h"
 #include "kernels/cuda/sampling/pending_tokens.h"
@@ -118,18 +117,6 @@ class CudaStepFence final : public StepFence {
 };
 
 constexpr int kMaxTimedOps = 8192;
-// Linear's kernel code for the GEMV's shared-memory ring form (cuBLASLt is 0, the register GEMV
-// its warps per row, or -1 for its own choice).
-constexpr int kLinearSmemRing = -2;
-
-// LLM_LOG_LINEAR_CHOICE=1: the decode linears' kernel choices and their timings, on stderr.
-bool LogLinearChoice() {
-  static const bool on = [] {
-    const char* v = std::getenv("LLM_LOG_LINEAR_CHOICE");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
-  return on;
-}
 
 }  // namespace
 
@@ -139,15 +126,12 @@ struct CudaBackend::Impl {
   cudaDeviceProp prop{};
   // Shared with every Buffer carved from it (their deleters hold it), so it outlives them all.
   std::shared_ptr<DeviceArena> arena;
-  DeviceMem gemm_workspace, attention_workspace;
+  DeviceMem gemm_workspace, attention_workspace, fp8_workspace;
   std::unique_ptr<cuda::CublasLtGemm> gemm;
   bool capturing = false;
-  // Linear shapes timed so far (see CudaBackendOptions::autotune_linear): the GEMV's warps per
-  // row that won, or 0 when cuBLASLt did.
-  std::map<std::tuple<int64_t, int64_t, int64_t, DType, bool>, int> linear_choice;
-  // Shapes whose cuBLASLt algorithm was timed (tune_cublas_max_rows), and whether this is a
-  // tuning pass (SetTuningPass).
-  std::set<std::tuple<int64_t, int64_t, int64_t, DType, bool>> cublas_tuned;
+  // The linear-kernel policy (engine/backend/cuda/linear_kernels.h) and whether this is a tuning
+  // pass (SetTuningPass).
+  std::unique_ptr<LinearKernels> linears;
   bool tuning_pass = false;
 
   // Sampler buffers. The device ones serve one sampling at a time (stream order); the pinned host
@@ -218,6 +202,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
         absl::StrCat("CUDA backend: device ", options.device_index, " does not exist (", count, " GPUs)"));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->linears = std::make_unique<LinearKernels>(impl->options);
   // Benchmark knobs for the GEMV's shared-memory ring form (launch/README.md lists them).
   if (const char* v = std::getenv("LLM_GEMV_SMEM_RING"); v != nullptr && v[0] == '0') impl->options.gemv_smem_ring = false;
   if (const char* v = std::getenv("LLM_TUNE_CUBLAS"); v != nullptr && v[0] == '0') impl->options.tune_cublas_max_rows = 0;
@@ -235,6 +220,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
       impl->gemm_workspace.Ensure(*impl->arena, options.gemm_workspace_bytes, "the cuBLASLt workspace"));
   RETURN_IF_ERROR(impl->attention_workspace.Ensure(*impl->arena, options.attention_workspace_bytes,
                                                    "the attention workspace"));
+  if (options.dtype != DType::kF32)  // FP8 linears run with 16-bit activations only
+    RETURN_IF_ERROR(impl->fp8_workspace.Ensure(*impl->arena, options.fp8_workspace_bytes,
+                                               "the FP8 activation workspace"));
   if (impl->attention_workspace.bytes() > 0) {  // the decode kernel's counters start at zero
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl->attention_workspace.ptr(), 0, impl->attention_workspace.bytes(),
                                          impl->stream));
@@ -323,6 +311,16 @@ absl::Status ExpectI32(const char* op, Device dev, std::initializer_list<const T
   return ExpectOnDevice(op, dev, DType::kI32, ts);
 }
 
+// The KV cache: both tensors in the activation dtype, or both FP8 E4M3 with positive scales.
+absl::Status ExpectCache(const char* op, Device dev, DType act, const KvCacheLayer& c) {
+  const DType t = c.k.dtype() == DType::kF8E4M3 && act != DType::kF32 ? DType::kF8E4M3 : act;
+  RETURN_IF_ERROR(ExpectOnDevice(op, dev, t, {&c.k, &c.v}));
+  if (t == DType::kF8E4M3 && !(c.k_scale > 0.0f && c.v_scale > 0.0f && std::isfinite(c.k_scale) &&
+                               std::isfinite(c.v_scale)))
+    return absl::InvalidArgumentError(absl::StrCat(op, ": FP8 KV cache scales must be positive"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CudaBackend::Embedding(Tensor table, Tensor ids, int64_t vocab_offset, Tensor out) {
@@ -369,7 +367,19 @@ absl::Status CudaBackend::Add(Tensor x, Tensor y) {
 
 absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
   const DType dt = activation_dtype();
-  RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), dt, {&x, &w.weight, &w.bias}));
+  RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), dt, {&x, &w.bias}));
+  RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), DType::kF32, {&w.scale, &w.input_scale}));
+  RETURN_IF_ERROR(Expect(!w.format.scaled() || w.scale.numel() == w.scale_grid().numel(), "Linear",
+                         absl::StrCat("scale of ", w.scale.numel(), " elements for ", w.format.ToString(), " weights ",
+                                      w.weight.shape().ToString())));
+  RETURN_IF_ERROR(Expect(w.input_quant != ActivationQuant::kStaticPerTensor || w.input_scale.numel() == 1, "Linear",
+                         "static activation quantization without an input scale"));
+  RETURN_IF_ERROR(Expect(SupportsLinearFormat(w.format) && w.weight.dtype() == w.format.element &&
+                             w.weight.device() == device(),
+                         "Linear",
+                         absl::StrCat("weights of format ", w.format.ToString(), " stored as ",
+                                      std::string(DTypeName(w.weight.dtype())), " are not taken by the ",
+                                      std::string(DTypeName(dt)), " backend")));
   RETURN_IF_ERROR(Expect(out.dtype() == dt || out.dtype() == DType::kF32, "Linear",
                          "output must be in the activation dtype or float32"));
   RETURN_IF_ERROR(Expect(out.device() == device(), "Linear", "output is not on this GPU"));
@@ -379,145 +389,54 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
                          "Linear",
                          absl::StrCat("x ", x.shape().ToString(), " · W ", w.weight.shape().ToString(), " -> out ",
                                       out.shape().ToString())));
-  const int64_t m = x.numel() / k;
-  const void* bias = w.bias.empty() ? nullptr : w.bias.data();
-  // form: the GEMV with this many warps per row (<= 0: its own choice), or kLinearSmemRing.
-  auto gemv = [&](int form) -> absl::Status {
-    cuda::GemvOptions go;
-    go.pdl = impl_->options.programmatic_launch;
-    go.num_sms = impl_->prop.multiProcessorCount;
-    go.warps_per_row = form > 0 ? form : 0;
-    go.smem_ring = form == kLinearSmemRing;
-    go.ring_bytes = impl_->options.gemv_ring_bytes;
-    return cuda::LaunchGemv(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k, go,
-                            impl_->stream);
-  };
-  auto cublas = [&]() -> absl::Status {
-    if (bias && out.dtype() != dt) {  // cuBLASLt's bias epilogue wants the output's type: add it after
-      RETURN_IF_ERROR(impl_->gemm->Run(dt, out.dtype(), x.data(), w.weight.data(), nullptr, out.data(), m, n, k,
-                                       impl_->stream));
-      return cuda::LaunchAddBias(dt, out.dtype(), out.data(), bias, m, n, impl_->stream);
-    }
-    return impl_->gemm->Run(dt, out.dtype(), x.data(), w.weight.data(), bias, out.data(), m, n, k, impl_->stream);
-  };
-  // The kernel: cuBLASLt (0), the GEMV with this many warps per row (its own choice: -1), or its
-  // shared-memory ring form (kLinearSmemRing).
-  int kernel = 0;
-  if (m <= impl_->options.gemv_max_rows && m <= cuda::kGemvMaxRows) {
-    const int wpr = impl_->options.gemv_warps_per_row;
-    if (!impl_->options.autotune_linear && wpr != 0) {
-      kernel = wpr > 0 ? wpr : kLinearSmemRing;  // a form forced (tests, benchmarks)
-    } else if (impl_->options.gemv_smem_ring && m <= impl_->options.gemv_ring_max_rows &&
-               cuda::GemvRingFits(dt, m, n, k, impl_->options.gemv_ring_bytes, impl_->prop.multiProcessorCount)) {
-      // Not timed: an isolated timing cannot see what makes the ring form win in a step, its
-      // weights streaming during the kernels before it (see CudaBackendOptions::gemv_smem_ring).
-      kernel = kLinearSmemRing;
-    } else if (!impl_->options.autotune_linear) {
-      kernel = -1;
-    } else {
-      const auto key = std::make_tuple(m, n, k, out.dtype(), bias != nullptr);
-      auto it = impl_->linear_choice.find(key);
-      if (it != impl_->linear_choice.end()) {
-        kernel = it->second;
-      } else if (impl_->capturing || impl_->timing) {
-        // Not timed yet, and nothing can be timed while capturing a graph (the eager run before
-        // every capture normally decided already): the GEMV's own choice.
-        kernel = -1;
-      } else {
-        ASSIGN_OR_RETURN(kernel, ChooseLinearKernel(x, n, k, gemv, cublas));
-        impl_->linear_choice.emplace(key, kernel);
-      }
-    }
-  }
-  if (kernel == 0 && impl_->tuning_pass && m <= impl_->options.tune_cublas_max_rows && !impl_->capturing &&
-      !impl_->timing && impl_->cublas_tuned.insert(std::make_tuple(m, n, k, out.dtype(), bias != nullptr)).second) {
-    // The same form as cublas() below runs: the bias goes into cuBLASLt only in the output's type.
-    RETURN_IF_ERROR(TuneCublas(x, w.weight.data(), bias && out.dtype() != dt ? nullptr : bias, out, m, n, k));
-  }
+  const LinearCall call{x, &w, out, x.numel() / k, n, k, dt};
+  const LinearContext ctx = linear_context();
+  ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(call, ctx));
   OpScope scope(*impl_, "Linear", static_cast<double>(w.weight.bytes() + x.bytes() + out.bytes() + w.bias.bytes()),
-                2.0 * m * n * k,
-                impl_->timing ? absl::StrCat(n, "x", k,
-                                             kernel == 0                 ? " cublasLt"
-                                             : kernel == kLinearSmemRing ? " gemv ring"
-                                                                         : " gemv")
-                              : std::string());
-  return kernel == 0 ? cublas() : gemv(kernel);
+                2.0 * call.m * n * k,
+                impl_->timing ? absl::StrCat(n, "x", k, " ", std::string(choice.Name())) : std::string());
+  return impl_->linears->Run(call, choice, ctx);
+}
+
+LinearContext CudaBackend::linear_context() const {
+  LinearContext ctx;
+  ctx.stream = impl_->stream;
+  ctx.num_sms = impl_->prop.multiProcessorCount;
+  ctx.l2_bytes = impl_->prop.l2CacheSize;
+  ctx.gemm = impl_->gemm.get();
+  ctx.fp8_workspace = impl_->fp8_workspace.ptr();
+  ctx.fp8_workspace_bytes = impl_->fp8_workspace.bytes();
+  ctx.capturing = impl_->capturing;
+  ctx.timing = impl_->timing;
+  ctx.tuning_pass = impl_->tuning_pass;
+  return ctx;
 }
 
 void CudaBackend::SetTuningPass(bool on) { impl_->tuning_pass = on; }
 
-absl::Status CudaBackend::TuneCublas(Tensor x, const void* w, const void* bias, Tensor out, int64_t m, int64_t n,
-                                     int64_t k) {
-  cuda::L2Flush flush(impl_->stream, impl_->prop.l2CacheSize);
-  if (!flush.ok()) return absl::OkStatus();  // no room beside the arena: keep the heuristic's pick
-  ASSIGN_OR_RETURN(const std::vector<float> us,
-                   impl_->gemm->Tune(activation_dtype(), out.dtype(), x.data(), w, bias, out.data(), m, n, k,
-                                     impl_->stream, 8, [&] { return flush.Flush(); }));
-  if (LogLinearChoice()) {
-    std::string line = absl::StrCat("cuBLASLt ", n, " x ", k, ", ", m, " rows, heuristic picks (us):");
-    for (float t : us) absl::StrAppend(&line, " ", std::isinf(t) ? std::string("-") : absl::StrFormat("%.1f", t));
-    std::fprintf(stderr, "%s\n", line.c_str());
+bool CudaBackend::SupportsLinearFormat(const StorageFormat& f) const {
+  const DType dt = activation_dtype();
+  if (f == StorageFormat::Float(dt)) return true;
+  if (f.element != DType::kF8E4M3 || dt == DType::kF32) return false;
+  switch (f.granularity) {
+    case ScaleGranularity::kTensor:
+    case ScaleGranularity::kChannel: return true;
+    case ScaleGranularity::kBlock: return f.block_rows == 128 && f.block_cols == 128;
+    case ScaleGranularity::kGroup: return f.block_cols == 128;
+    case ScaleGranularity::kNone: return false;
   }
-  return absl::OkStatus();
+  return false;
 }
 
-// Times the candidates on the call's own operands: the GEMV with 1, 2, 4 and 8 warps per output
-// row (which balances the SMs best depends on N, K and the GPU: on an H100 the 8B gate/up
-// projection takes 84 us with one warp a row and 80 with two) and cuBLASLt. A few warm-up runs,
-// then the median of interleaved timed runs, each after writing a buffer larger than L2 so that
-// the weights come from DRAM as they do in a real step, where every layer has its own. Each timed
-// run is an RMSNorm over x (into scratch) followed by the candidate, as in a decode step where a
-// linear follows a small kernel: the GEMV, launched with PDL, streams its first weights during its
-// predecessor's tail, and an isolated timing would not see that. Synchronizes the stream: first
-// call of a shape only. Returns the winning warps per row, or 0 for cuBLASLt.
-absl::StatusOr<int> CudaBackend::ChooseLinearKernel(Tensor x, int64_t n, int64_t k,
-                                                    const std::function<absl::Status(int)>& gemv,
-                                                    const std::function<absl::Status()>& cublas) {
-  cudaStream_t st = impl_->stream;
-  cuda::L2Flush flush(st, impl_->prop.l2CacheSize, x.bytes());  // scratch: the norm's output
-  if (!flush.ok()) return -1;  // no room beside the arena: the GEMV's own rule
-  constexpr int kWarpsPerRow[] = {1, 2, 4, 8};
-  constexpr int kCandidates = 5;  // the four GEMV forms, then cuBLASLt
-  cuda::CandidateTiming timing;
-  timing.warmup = 3;  // module load, cuBLASLt heuristics
-  timing.timed = 10;
-  ASSIGN_OR_RETURN(const std::vector<float> us,
-                   cuda::TimeCandidates(st, kCandidates, timing, [&] { return flush.Flush(); },
-                                        [&](int c) -> absl::Status {
-                                          // x's first row stands in for the norm weight: only
-                                          // the timing matters.
-                                          RETURN_IF_ERROR(cuda::LaunchRmsNorm(
-                                              activation_dtype(), x.data(), nullptr, nullptr, x.data(),
-                                              flush.scratch(), x.numel() / k, k, 1e-5f, st,
-                                              impl_->options.programmatic_launch));
-                                          return c < 4 ? gemv(kWarpsPerRow[c]) : cublas();
-                                        }));
-  // A challenger must win clearly: on a near tie the choice would flip between processes and
-  // ranks from timing noise, and bf16 outputs (rounded differently by each kernel) with it. The
-  // GEMV's own rule is the incumbent among its forms; cuBLASLt must then lose clearly to it.
-  constexpr float kMargin = 0.97f;
-  const int auto_wpr = cuda::GemvAutoWarpsPerRow(activation_dtype(), n, k, impl_->prop.multiProcessorCount);
-  int best = 0;
-  while (kWarpsPerRow[best] != auto_wpr) ++best;
-  for (int c = 0; c < 4; ++c)
-    if (us[c] < kMargin * us[best]) best = c;
-  const int choice = us[best] < kMargin * us[4] ? kWarpsPerRow[best] : 0;
-  // One line per timed shape on stderr, for comparing processes or ranks whose speed differs (a
-  // near tie can fall either way).
-  if (LogLinearChoice()) {
-    std::fprintf(stderr,
-                 "linear %lld x %lld, %lld rows: GEMV 1/2/4/8 warps a row %.1f/%.1f/%.1f/%.1f us, cuBLASLt %.1f us "
-                 "(with a norm before each) -> %s\n",
-                 static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(x.numel() / k), us[0],
-                 us[1], us[2], us[3], us[4],
-                 choice > 0 ? absl::StrCat("GEMV, ", choice, " warps a row").c_str() : "cuBLASLt");
-  }
-  return choice;
+bool CudaBackend::SupportsKvCacheDType(DType t) const {
+  const DType dt = activation_dtype();
+  return t == dt || (t == DType::kF8E4M3 && dt != DType::kF32);
 }
 
 absl::Status CudaBackend::QkvRope(const QkvRopeArgs& a) {
   const DType dt = activation_dtype();
-  RETURN_IF_ERROR(ExpectOnDevice("QkvRope", device(), dt, {&a.qkv, &a.q_norm, &a.k_norm, &a.cache.k, &a.cache.v, &a.q_out}));
+  RETURN_IF_ERROR(ExpectOnDevice("QkvRope", device(), dt, {&a.qkv, &a.q_norm, &a.k_norm, &a.q_out}));
+  RETURN_IF_ERROR(ExpectCache("QkvRope", device(), dt, a.cache));
   RETURN_IF_ERROR(ExpectI32("QkvRope", device(), {&a.positions, &a.slot_mapping}));
   RETURN_IF_ERROR(ExpectOnDevice("QkvRope", device(), DType::kF32, {&a.rope.inv_freq}));
   const int64_t t = a.qkv.rank() > 0 ? a.qkv.dim(0) : 0;
@@ -549,13 +468,17 @@ absl::Status CudaBackend::QkvRope(const QkvRopeArgs& a) {
   p.block_size = a.cache.block_size();
   p.norm_eps = a.norm_eps;
   p.attention_scaling = a.rope.attention_scaling;
+  p.fp8_cache = a.cache.k.dtype() == DType::kF8E4M3;
+  p.k_scale = a.cache.k_scale;
+  p.v_scale = a.cache.v_scale;
   OpScope scope(*impl_, "QkvRope", 2.0 * a.qkv.bytes(), 0);
   return cuda::LaunchQkvRope(dt, p, impl_->stream, impl_->options.programmatic_launch);
 }
 
 absl::Status CudaBackend::Attention(const AttentionArgs& a) {
   const DType dt = activation_dtype();
-  RETURN_IF_ERROR(ExpectOnDevice("Attention", device(), dt, {&a.q, &a.cache.k, &a.cache.v, &a.out}));
+  RETURN_IF_ERROR(ExpectOnDevice("Attention", device(), dt, {&a.q, &a.out}));
+  RETURN_IF_ERROR(ExpectCache("Attention", device(), dt, a.cache));
   RETURN_IF_ERROR(Expect(a.meta != nullptr, "Attention", "no step metadata"));
   const StepMetadata& m = *a.meta;
   RETURN_IF_ERROR(ExpectI32("Attention", device(), {&m.query_start, &m.context_lens, &m.block_tables}));
@@ -586,12 +509,15 @@ absl::Status CudaBackend::Attention(const AttentionArgs& a) {
   p.scale = a.scale;
   p.sliding_window = a.sliding_window;
   p.num_decode_seqs = m.num_decode_seqs;
+  p.fp8_cache = a.cache.k.dtype() == DType::kF8E4M3;
+  p.k_scale = a.cache.k_scale;
+  p.v_scale = a.cache.v_scale;
   cuda::AttentionOptions opts;
   opts.num_sms = impl_->prop.multiProcessorCount;
   opts.force_splits = impl_->options.attention_splits;
   opts.force_simt = impl_->options.force_simt_attention;
   opts.pdl = impl_->options.programmatic_launch;
-  const double es = static_cast<double>(DTypeSize(dt));
+  const double es = static_cast<double>(DTypeSize(a.cache.k.dtype()));
   const double kv_bytes = 2.0 * m.num_seqs * static_cast<double>(m.max_context_len) * a.num_kv_heads * a.head_dim * es;
   const double keys_per_query =
       m.max_query_len > 1 ? 0.5 * m.max_context_len : static_cast<double>(m.max_context_len);

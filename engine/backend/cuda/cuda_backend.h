@@ -16,6 +16,8 @@ struct CUstream_st;
 
 namespace llm {
 
+struct LinearContext;  // linear_kernels.h
+
 struct CudaBackendOptions {
   int device_index = 0;
   DType dtype = DType::kBF16;  // weights, activations and KV cache
@@ -27,6 +29,9 @@ struct CudaBackendOptions {
   // device is left to the CUDA context, cuBLASLt, NCCL, CUDA graphs and start-up staging.
   double memory_fraction = 0.9;
   size_t gemm_workspace_bytes = size_t{32} << 20;
+  // FP8 linears on cuBLASLt: the activations quantized to E4M3 and their scales, a chunk of rows
+  // at a time (32 MiB: 2048 rows of Llama-3-8B's widest input, 14336 columns, in one chunk).
+  size_t fp8_workspace_bytes = size_t{32} << 20;
   size_t attention_workspace_bytes = size_t{32} << 20;  // bounds the decode split-K partials
   // Linear with M <= this may take the GEMV kernel (timed per shape against cuBLASLt, see
   // autotune_linear), else cuBLASLt (0: never; at most cuda::kGemvMaxRows). The GEMV re-reads x
@@ -120,6 +125,11 @@ class CudaBackend final : public Backend {
 
   absl::Status FillUniform(Tensor dst, uint64_t seed, float low, float high) override;
   absl::Status PrepareSampler(int32_t max_rows, int64_t vocab) override;
+  // The activation dtype, and (bf16/fp16 activations) FP8 E4M3 with scales per tensor, per
+  // channel, per 128 x 128 block or per row and 128 columns.
+  bool SupportsLinearFormat(const StorageFormat& format) const override;
+  // The activation dtype, and FP8 E4M3 with bf16/fp16 activations.
+  bool SupportsKvCacheDType(DType dtype) const override;
   bool SupportsGraphs() const override { return true; }
   void SetTuningPass(bool on) override;
   absl::Status BeginCapture() override;
@@ -143,11 +153,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::vector<OpTiming>> CollectOpTimings();
 
  private:
-  // CudaBackendOptions::autotune_linear: the GEMV's warps per row that wins, 0 for cuBLASLt.
-  // CudaBackendOptions::tune_cublas_max_rows: times cuBLASLt's candidates for this call's shape.
-  absl::Status TuneCublas(Tensor x, const void* w, const void* bias, Tensor out, int64_t m, int64_t n, int64_t k);
-  absl::StatusOr<int> ChooseLinearKernel(Tensor x, int64_t n, int64_t k, const std::function<absl::Status(int)>& gemv,
-                                         const std::function<absl::Status()>& cublas);
+  // What the linear-kernel room (linear_kernels.h) needs of this backend at a call.
+  LinearContext linear_context() const;
   struct Impl;
   class OpScope;
   explicit CudaBackend(std::unique_ptr<Impl> impl);

@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention/attention_common.cuh"
+#include "kernels/cuda/common/fp8.cuh"
 
 namespace llm::cuda::attention {
 
@@ -47,9 +48,11 @@ struct DecodeSmem {
       sizeof(float) * G * D + (kStageBytes > kMergeBytes ? kStageBytes : kMergeBytes);
 };
 
-// One lane's share of a V row: D / 32 elements of 2 bytes.
+// One lane's share of a V row: D / 32 elements of 2 bytes (of 1 byte in an FP8 cache: ColVecFp8).
 template <int D>
 using DecodeColVec = std::conditional_t<D == 128, uint2, uint32_t>;
+template <int D>
+using DecodeColVecFp8 = std::conditional_t<D == 128, uint32_t, uint16_t>;
 
 // grid: (num_tokens, num_kv_heads * head_tiles, splits); block: kDecodeThreads. Block (t, kvh,
 // tile, z) as in AttentionSimtKernel: token t == sequence t (one query token each), the G query heads
@@ -58,14 +61,21 @@ using DecodeColVec = std::conditional_t<D == 128, uint2, uint32_t>;
 // place) instead of registers: the V latency is no longer hidden behind the scores, but the
 // kernel fits 128 registers and two blocks per SM, which is what counts when the grid alone
 // fills the GPU (large batches).
-template <typename T, int G, int D, bool kVSmem>
+//
+// kFp8: the cache holds E4M3 bytes (PagedAttentionParams::fp8_cache). The same steps with byte
+// rows: a row's 16-byte pieces hold 16 elements (half as many copies), staged rows are D + 16
+// bytes apart, V columns are D / 32 bytes a lane, and elements are widened to float where they
+// are used; k_scale joins the query's scale and v_scale the output's. The 16-bit code is kept
+// exactly as it was (its register allocation, spill-free at 128 registers, depends on it).
+template <typename T, int G, int D, bool kVSmem, bool kFp8 = false>
 __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
     AttentionDecodeKernel(PagedAttentionParams p, DecodeSplit split) {
   static_assert(sizeof(T) == 2 && (D == 64 || D == 128));
   constexpr int kCols = D / 32;
-  constexpr int kVec = 8;  // 16-bit elements per 16-byte load
+  constexpr int kVec = kFp8 ? 16 : 8;  // cache elements per 16-byte load
   constexpr int kRowVecs = D / kVec;
-  using ColVec = DecodeColVec<D>;
+  constexpr int kFp8Pitch = D + 16;  // bytes between staged FP8 rows
+  using ColVec = std::conditional_t<kFp8, DecodeColVecFp8<D>, DecodeColVec<D>>;
   AllowDependentLaunch();
   using Smem = DecodeSmem<T, G, D>;
   extern __shared__ __align__(16) float decode_smem[];
@@ -76,6 +86,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   T* const k_stage = reinterpret_cast<T*>(q_s + G * D) + warp * 32 * Smem::kRowPitch;
+  uint8_t* const k_stage8 = reinterpret_cast<uint8_t*>(q_s + G * D) + warp * 32 * kFp8Pitch;
   const int64_t t = blockIdx.x;
   const int kvh = blockIdx.y / split.head_tiles, tile = blockIdx.y % split.head_tiles, z = blockIdx.z;
   const int group = p.num_heads / p.num_kv_heads;
@@ -102,6 +113,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
   const int start = first + z * chunk;
   const T* kc = static_cast<const T*>(p.k_cache);
   const T* vc = static_cast<const T*>(p.v_cache);
+  const uint8_t* kc8 = static_cast<const uint8_t*>(p.k_cache);
+  const uint8_t* vc8 = static_cast<const uint8_t*>(p.v_cache);
   // Element offset of key `key`'s row in the caches (keys past the context are never read).
   auto row_offset = [&](int key) -> int64_t {
     const PagedKeySlot at = (p.block_size & (p.block_size - 1)) == 0
@@ -113,7 +126,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
   const int end = min(ctx, start + chunk);
   GridDependencyWait();
 
-  const float qscale = p.scale * kLog2e;
+  const float qscale = kFp8 ? p.scale * kLog2e * p.k_scale : p.scale * kLog2e;
   const T* q = static_cast<const T*>(p.q) + (t * p.num_heads + h0) * static_cast<int64_t>(D);
   for (int i = tid; i < G * D; i += kDecodeThreads) q_s[i] = i / D < rows ? ToFloat(q[i]) * qscale : 0.0f;
   __syncthreads();
@@ -142,8 +155,18 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
       }
       CpAsyncCommit();
     };
+    auto stage_rows8 = [&](const uint8_t* cache) {
+#pragma unroll
+      for (int i = 0; i < kRowVecs; ++i) {
+        const int piece = i * 32 + lane, row = piece / kRowVecs, col = (piece % kRowVecs) * kVec;
+        const int64_t orow = __shfl_sync(0xffffffffu, off, row);
+        CpAsync16(k_stage8 + row * kFp8Pitch + col, cache + orow + col, k0 + row < end);
+      }
+      CpAsyncCommit();
+    };
     // K first: a lane then reads its own row from shared memory.
-    stage_rows(kc);
+    if constexpr (kFp8) stage_rows8(kc8);
+    else stage_rows(kc);
     // V: this lane's columns of the group's 32 rows (zeros past the end: 0 * garbage could be NaN).
     ColVec v[kVSmem ? 1 : 32];
     if constexpr (!kVSmem) {
@@ -151,7 +174,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
       for (int j = 0; j < 32; ++j) {
         const int64_t oj = __shfl_sync(0xffffffffu, off, j);
         if (k0 + j < end) {
-          v[j] = *reinterpret_cast<const ColVec*>(vc + oj + lane * kCols);
+          if constexpr (kFp8) v[j] = *reinterpret_cast<const ColVec*>(vc8 + oj + lane * kCols);
+          else v[j] = *reinterpret_cast<const ColVec*>(vc + oj + lane * kCols);
         } else {
           v[j] = ColVec{};
         }
@@ -163,7 +187,25 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
     for (int r = 0; r < G; ++r) s[r] = 0.0f;
     CpAsyncWait<0>();
     __syncwarp();
-    if (valid) {
+    if (kFp8 && valid) {
+      // E4M3: 16 elements a 16-byte piece of the lane's staged row.
+#pragma unroll(kVSmem ? 2 : kRowVecs)
+      for (int i = 0; i < kRowVecs; ++i) {
+        const uint4 kv = *reinterpret_cast<const uint4*>(k_stage8 + lane * kFp8Pitch + i * 16);
+        float kf[16];
+        Fp8x16ToFloat(kv, kf);
+#pragma unroll
+        for (int r = 0; r < G; ++r) {
+#pragma unroll
+          for (int e8 = 0; e8 < 16; e8 += 8) {
+            const float4 qa = *reinterpret_cast<const float4*>(q_s + r * D + i * 16 + e8);
+            const float4 qb = *reinterpret_cast<const float4*>(q_s + r * D + i * 16 + e8 + 4);
+            s[r] += qa.x * kf[e8] + qa.y * kf[e8 + 1] + qa.z * kf[e8 + 2] + qa.w * kf[e8 + 3] + qb.x * kf[e8 + 4] +
+                    qb.y * kf[e8 + 5] + qb.z * kf[e8 + 6] + qb.w * kf[e8 + 7];
+          }
+        }
+      }
+    } else if (!kFp8 && valid) {
       // The row from shared memory (all of it in registers first, or, in the 128-register
       // variant, a few vectors at a time).
       uint4 kr[kVSmem ? 1 : kRowVecs];
@@ -193,7 +235,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
     if constexpr (kVSmem) {
       // Every lane has its scores: the stage takes the V rows (the softmax runs meanwhile).
       __syncwarp();
-      stage_rows(vc);
+      if constexpr (kFp8) stage_rows8(vc8);
+      else stage_rows(vc);
     }
     // Online softmax over the group, then P·V.
     float pr[G];
@@ -216,12 +259,24 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
       ColVec vj;
-      if constexpr (kVSmem) vj = *reinterpret_cast<const ColVec*>(k_stage + j * Smem::kRowPitch + lane * kCols);
-      else vj = v[j];
-      const T* ve = reinterpret_cast<const T*>(&vj);
       float vf[kCols];
+      if constexpr (kFp8) {
+        if constexpr (kVSmem) vj = *reinterpret_cast<const ColVec*>(k_stage8 + j * kFp8Pitch + lane * kCols);
+        else vj = v[j];
+        const uint8_t* ve = reinterpret_cast<const uint8_t*>(&vj);
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) vf[c] = ToFloat(ve[c]);
+        for (int c = 0; c < kCols; c += 2) {
+          const float2 two = Fp8x2ToFloat2(static_cast<uint16_t>(ve[c] | (ve[c + 1] << 8)));
+          vf[c] = two.x;
+          vf[c + 1] = two.y;
+        }
+      } else {
+        if constexpr (kVSmem) vj = *reinterpret_cast<const ColVec*>(k_stage + j * Smem::kRowPitch + lane * kCols);
+        else vj = v[j];
+        const T* ve = reinterpret_cast<const T*>(&vj);
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) vf[c] = ToFloat(ve[c]);
+      }
 #pragma unroll
       for (int r = 0; r < G; ++r) {
         const float pj = __shfl_sync(0xffffffffu, pr[r], j);
@@ -259,6 +314,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
       sum += l_w[w * G + r] * wt;
       o += acc_w[(w * G + r) * D + c] * wt;
     }
+    if constexpr (kFp8) o *= p.v_scale;
     const int64_t qh = t * p.num_heads + h0 + r;
     if (splits == 1) {
       static_cast<T*>(p.out)[qh * D + c] = FromFloat<T>(sum > 0.0f ? o / sum : 0.0f);

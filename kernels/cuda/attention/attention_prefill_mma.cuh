@@ -2,7 +2,10 @@
 // accumulation) over the paged cache. 4 warps; each warp owns 32 of the block's 128 query rows.
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/cuda/attention/attention_common.cuh"
+#include "kernels/cuda/common/fp8.cuh"
 
 namespace llm::cuda::attention {
 
@@ -86,7 +89,11 @@ constexpr size_t PrefillSmemBytes() {
 // 16 of them from mt * 16; per m-tile each thread holds rows ra = .. + lane / 4 and rb = ra + 8.
 // kPow2Pages: the cache's page size is a power of two (the usual case), so a key's page and slot
 // take a shift and a mask instead of an integer division.
-template <typename T, int D, bool kPow2Pages>
+// kFp8: the cache holds E4M3 (PagedAttentionParams::fp8_cache): each 8-element chunk of a K/V
+// row is read (8 bytes), widened exactly to T and stored into the swizzled tile (synchronously,
+// outside the cp.async groups, which then carry Q only); k_scale joins the query's scale and
+// v_scale the output's normalization.
+template <typename T, int D, bool kPow2Pages, bool kFp8 = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(PagedAttentionParams p) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim tile");
   static_assert(sizeof(T) == 2, "16-bit operands");
@@ -111,8 +118,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
   const int n_first = kv_begin / kMmaBlockN * kMmaBlockN;
   const int kvh = h / (p.num_heads / p.num_kv_heads);
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
-  const T* kc = static_cast<const T*>(p.k_cache);
-  const T* vc = static_cast<const T*>(p.v_cache);
+  using TC = std::conditional_t<kFp8, uint8_t, T>;  // a cache element
+  const TC* kc = static_cast<const TC*>(p.k_cache);
+  const TC* vc = static_cast<const TC*>(p.v_cache);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
   // Q tile -> shared (rows past the sequence: zeros).
@@ -130,24 +138,38 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
   // that the copy needs no branch. The page lookup is the loop's main integer work: a division
   // here cost as much as the tile's softmax.
   const int page_shift = kPow2Pages ? __ffs(p.block_size) - 1 : 0;
-  auto load_kv = [&](T* dst, const T* cache, int n0) {
+  auto load_kv = [&](T* dst, const TC* cache, int n0) {
     const int c = tid % kChunks;
 #pragma unroll
     for (int j = tid / kChunks; j < kMmaBlockN; j += kMmaThreads / kChunks) {
       const int key = min(n0 + j, kv_end - 1);
       // key is already clamped into the context: no table clamp (kNoBlockClamp folds it away).
-      const T* src = cache +
-                     PagedRowOffset(table, LocateKey<kPow2Pages>(key, p.block_size, page_shift), kvh, p.num_kv_heads,
-                                    p.block_size, kNoBlockClamp, D) +
-                     c * 8;
-      CpAsync16(dst + Swz<D>(j, c), src, n0 + j < kv_end);
+      const TC* src = cache +
+                      PagedRowOffset(table, LocateKey<kPow2Pages>(key, p.block_size, page_shift), kvh, p.num_kv_heads,
+                                     p.block_size, kNoBlockClamp, D) +
+                      c * 8;
+      if constexpr (kFp8) {
+        uint4 wide = make_uint4(0, 0, 0, 0);
+        if (n0 + j < kv_end) {
+          const uint2 raw = *reinterpret_cast<const uint2*>(src);
+          float f[8];
+          Fp8x4ToFloat(raw.x, f);
+          Fp8x4ToFloat(raw.y, f + 4);
+          uint32_t* w = reinterpret_cast<uint32_t*>(&wide);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) w[e] = MmaTraits<T>::Pack(f[2 * e], f[2 * e + 1]);
+        }
+        *reinterpret_cast<uint4*>(dst + Swz<D>(j, c)) = wide;
+      } else {
+        CpAsync16(dst + Swz<D>(j, c), src, n0 + j < kv_end);
+      }
     }
   };
   load_kv(k_s, kc, n_first);
   CpAsyncCommit();  // group: Q + K(first)
 
   const int warp_row = warp * 16 * MT;
-  const float scale = p.scale * kLog2e;
+  const float scale = p.scale * kLog2e * (kFp8 ? p.k_scale : 1.0f);
   float m_a[MT], m_b[MT], l_a[MT], l_b[MT];
   float o[MT][kTilesD][4];
 #pragma unroll
@@ -296,7 +318,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
       la += __shfl_xor_sync(0xffffffffu, la, off);
       lb += __shfl_xor_sync(0xffffffffu, lb, off);
     }
-    const float inv_a = la > 0.0f ? 1.0f / la : 0.0f, inv_b = lb > 0.0f ? 1.0f / lb : 0.0f;
+    const float vs = kFp8 ? p.v_scale : 1.0f;
+    const float inv_a = la > 0.0f ? vs / la : 0.0f, inv_b = lb > 0.0f ? vs / lb : 0.0f;
     const int ra = warp_row + mt * 16 + (lane >> 2), rb = ra + 8;
 #pragma unroll
     for (int dt = 0; dt < kTilesD; ++dt) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kernels/cuda/attention/attention_common.cuh"
+#include "kernels/cuda/common/fp8.cuh"
 
 namespace llm::cuda::attention {
 
@@ -35,7 +36,9 @@ struct SimtSmem {
 // grid: (num_tokens, num_kv_heads * head_tiles, splits); block: kSimtThreads.
 // Block (t, kvh, tile, z) computes query token t against KV head kvh for the G query heads
 // kvh * group + tile * G + [0, G) over slice z of the token's visible keys.
-template <typename T, int G, int kVec>
+// kFp8: the cache holds E4M3 (PagedAttentionParams::fp8_cache): tiles are widened into T as they
+// are copied (synchronously), k_scale joins the query's scale and v_scale the output's.
+template <typename T, int G, int kVec, bool kFp8>
 __global__ void __launch_bounds__(kSimtThreads) AttentionSimtKernel(PagedAttentionParams p, int head_tiles,
                                                                     int splits, float* __restrict__ part_acc,
                                                                     float2* __restrict__ part_ml) {
@@ -73,8 +76,11 @@ __global__ void __launch_bounds__(kSimtThreads) AttentionSimtKernel(PagedAttenti
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
   const T* kc = static_cast<const T*>(p.k_cache);
   const T* vc = static_cast<const T*>(p.v_cache);
+  const uint8_t* kc8 = static_cast<const uint8_t*>(p.k_cache);
+  const uint8_t* vc8 = static_cast<const uint8_t*>(p.v_cache);
 
-  const float qscale = p.scale * kLog2e;
+  const float qscale = p.scale * kLog2e * (kFp8 ? p.k_scale : 1.0f);
+  const float out_scale = kFp8 ? p.v_scale : 1.0f;
   const T* q = static_cast<const T*>(p.q) + (t * p.num_heads + h0) * static_cast<int64_t>(d);
   for (int i = tid; i < G * d; i += kSimtThreads) q_s[i] = i / d < rows ? ToFloat(q[i]) * qscale : 0.0f;
   if (tid < G) {
@@ -105,7 +111,13 @@ __global__ void __launch_bounds__(kSimtThreads) AttentionSimtKernel(PagedAttenti
                                  kNoBlockClamp, d) +
                       c
                 : 0;
-      if constexpr (Smem::kAsync) {
+      if constexpr (kFp8) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          kd[e] = FromFloat<T>(valid ? Fp8ToFloat(kc8[off + e]) : 0.0f);
+          vd[e] = FromFloat<T>(valid ? Fp8ToFloat(vc8[off + e]) : 0.0f);
+        }
+      } else if constexpr (Smem::kAsync) {
         CpAsync16(kd, kc + off, valid);
         CpAsync16(vd, vc + off, valid);
       } else if (valid) {
@@ -232,9 +244,9 @@ __global__ void __launch_bounds__(kSimtThreads) AttentionSimtKernel(PagedAttenti
       const int64_t qh = t * p.num_heads + h0 + r;
       if (splits == 1) {
         const float l = l_s[r];
-        static_cast<T*>(p.out)[qh * d + c] = FromFloat<T>(l > 0.0f ? acc[i][r] / l : 0.0f);
+        static_cast<T*>(p.out)[qh * d + c] = FromFloat<T>(l > 0.0f ? acc[i][r] * out_scale / l : 0.0f);
       } else {
-        part_acc[(qh * splits + z) * d + c] = acc[i][r];
+        part_acc[(qh * splits + z) * d + c] = acc[i][r] * out_scale;
         if (c == 0) part_ml[qh * splits + z] = make_float2(m_s[r], l_s[r]);
       }
     }

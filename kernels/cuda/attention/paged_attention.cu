@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cuda/attention/attention_decode.cuh"
@@ -64,7 +65,7 @@ template <typename T, int G, int kVec>
 absl::Status LaunchSimt(const PagedAttentionParams& p, DecodeSplit split, void* workspace, bool pdl,
                         Stream stream) {
   const size_t smem = SimtSmem<T, G, kVec>::Bytes(p.head_dim);
-  auto kernel = AttentionSimtKernel<T, G, kVec>;
+  auto kernel = p.fp8_cache ? AttentionSimtKernel<T, G, kVec, true> : AttentionSimtKernel<T, G, kVec, false>;
   CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
   PlacePartials(p, workspace, &split);
   const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
@@ -127,7 +128,8 @@ absl::Status LaunchDecode(const PagedAttentionParams& p, DecodeSplit split, void
   // When the (token, KV head) blocks alone fill every SM, occupancy counts more than hiding each
   // warp's V latency: the 128-register variant (two blocks per SM).
   const bool v_smem = p.num_tokens * p.num_kv_heads * split.head_tiles >= num_sms;
-  auto kernel = v_smem ? AttentionDecodeKernel<T, G, D, true> : AttentionDecodeKernel<T, G, D, false>;
+  auto kernel = p.fp8_cache ? (v_smem ? AttentionDecodeKernel<T, G, D, true, true> : AttentionDecodeKernel<T, G, D, false, true>)
+                            : (v_smem ? AttentionDecodeKernel<T, G, D, true> : AttentionDecodeKernel<T, G, D, false>);
   constexpr size_t smem = DecodeSmem<T, G, D>::kBytes;
   CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
   PlacePartials(p, workspace, &split);
@@ -185,12 +187,16 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
         return absl::OkStatus();
       };
       const bool pow2 = (p.block_size & (p.block_size - 1)) == 0;
-      if (p.head_dim == 64) {
-        return pow2 ? launch(AttentionPrefillMmaKernel<T, 64, true>, attention::PrefillSmemBytes<T, 64>())
-                    : launch(AttentionPrefillMmaKernel<T, 64, false>, attention::PrefillSmemBytes<T, 64>());
-      }
-      return pow2 ? launch(AttentionPrefillMmaKernel<T, 128, true>, attention::PrefillSmemBytes<T, 128>())
-                  : launch(AttentionPrefillMmaKernel<T, 128, false>, attention::PrefillSmemBytes<T, 128>());
+      auto launch_dim = [&](auto fp8) -> absl::Status {
+        constexpr bool kFp8 = decltype(fp8)::value;
+        if (p.head_dim == 64) {
+          return pow2 ? launch(AttentionPrefillMmaKernel<T, 64, true, kFp8>, attention::PrefillSmemBytes<T, 64>())
+                      : launch(AttentionPrefillMmaKernel<T, 64, false, kFp8>, attention::PrefillSmemBytes<T, 64>());
+        }
+        return pow2 ? launch(AttentionPrefillMmaKernel<T, 128, true, kFp8>, attention::PrefillSmemBytes<T, 128>())
+                    : launch(AttentionPrefillMmaKernel<T, 128, false, kFp8>, attention::PrefillSmemBytes<T, 128>());
+      };
+      return p.fp8_cache ? launch_dim(std::true_type{}) : launch_dim(std::false_type{});
     }
     // One query token per sequence (token t is sequence t), aligned rows: the decode kernel.
     if (p.max_query_len == 1 && p.num_seqs == p.num_tokens && !options.force_simt && mma_dim &&
@@ -240,6 +246,8 @@ absl::Status LaunchPagedAttention(DType dtype, const PagedAttentionParams& p, vo
   if (p.num_tokens == 0 || p.num_seqs == 0) return absl::OkStatus();
   if (p.num_tokens > 0x7fffffff || p.num_seqs > 65535 || p.max_query_len <= 0)
     return absl::InvalidArgumentError("Attention: step too large or empty queries");
+  if (p.fp8_cache && (dtype == DType::kF32 || !(p.k_scale > 0.0f) || !(p.v_scale > 0.0f)))
+    return absl::InvalidArgumentError("Attention: an FP8 cache needs 16-bit queries and positive scales");
   return LLM_DISPATCH_FLOAT(dtype, "Attention", [&] {
     return LaunchTyped<scalar_t>(p, workspace, workspace_bytes, options, stream);
   });

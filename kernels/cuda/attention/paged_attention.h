@@ -20,6 +20,7 @@
 //           (mma.sync m16n8k16), 64 queries x 64 keys per tile, online softmax, no score
 //           matrix in memory.
 //   other   the SIMT kernel without splitting (any dtype, head_dim <= 256).
+// Every kernel also reads an FP8 E4M3 cache (PagedAttentionParams::fp8_cache).
 #pragma once
 
 #include <cstddef>
@@ -55,6 +56,12 @@ struct PagedAttentionParams {
   // the prefill kernel, which would otherwise spend a 64-row tile (and a K/V pass per query head)
   // on each of them.
   int32_t num_decode_seqs = 0;
+  // FP8 E4M3 caches (16-bit q/out only): element e of a K (V) row is e * k_scale (v_scale). The
+  // kernels read E4M3 rows and widen them exactly to the 16-bit type; k_scale is folded into the
+  // query's scale and v_scale into the output's normalization (both per tensor).
+  bool fp8_cache = false;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 struct AttentionOptions {

@@ -3,6 +3,7 @@
 #include "kernels/core/philox.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/common/fp8.cuh"
 
 namespace llm::cuda {
 namespace {
@@ -139,9 +140,17 @@ absl::Status LaunchAddBias(DType dtype, DType out_dtype, void* out, const void* 
 }
 
 absl::Status LaunchConvert(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t n, Stream stream) {
-  if (!IsFloating(src_dtype) || !IsFloating(dst_dtype))
+  if (!IsFloating(src_dtype) || !(IsFloating(dst_dtype) || dst_dtype == DType::kF8E4M3))
     return absl::InvalidArgumentError("Convert: floating dtypes only");
   if (n <= 0) return absl::OkStatus();
+  if (dst_dtype == DType::kF8E4M3) {  // rounds to nearest even, saturating (dummy FP8 weights)
+    return LLM_DISPATCH_FLOAT(src_dtype, "Convert", [&] {
+      ConvertKernel<scalar_t, Fp8E4M3Byte><<<GridFor(n), kThreads, 0, stream>>>(static_cast<const scalar_t*>(src),
+                                                                                static_cast<Fp8E4M3Byte*>(dst), n);
+      CUDA_RETURN_IF_LAUNCH_ERROR();
+      return absl::OkStatus();
+    });
+  }
   return LLM_DISPATCH_FLOAT(src_dtype, "Convert", [&] {
     using S = scalar_t;
     return LLM_DISPATCH_FLOAT(dst_dtype, "Convert", [&] {
@@ -156,6 +165,12 @@ absl::Status LaunchConvert(DType src_dtype, const void* src, DType dst_dtype, vo
 absl::Status LaunchFillUniform(DType dtype, void* dst, int64_t n, uint64_t seed, float low, float high,
                                Stream stream) {
   if (n <= 0) return absl::OkStatus();
+  if (dtype == DType::kF8E4M3) {
+    FillUniformKernel<Fp8E4M3Byte><<<GridFor(n), kThreads, 0, stream>>>(static_cast<Fp8E4M3Byte*>(dst), n, seed, low,
+                                                                        high - low);
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
   return LLM_DISPATCH_FLOAT(dtype, "FillUniform", [&] {
     FillUniformKernel<scalar_t><<<GridFor(n), kThreads, 0, stream>>>(static_cast<scalar_t*>(dst), n, seed, low,
                                                                      high - low);

@@ -24,10 +24,12 @@ absl::Status LaunchSiluMul(DType dtype, const void* gate_up, void* out, int64_t 
 absl::Status LaunchAddBias(DType dtype, DType out_dtype, void* out, const void* bias, int64_t rows, int64_t cols,
                            Stream stream);
 
-// dst[i] = (dst_dtype) src[i] for floating dtypes (f32/f16/bf16), i < n.
+// dst[i] = (dst_dtype) src[i] for floating dtypes (f32/f16/bf16; dst also f8e4m3, rounded to
+// nearest even and saturated), i < n.
 absl::Status LaunchConvert(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t n, Stream stream);
 
-// dst[i] = low + (high - low) * uniform(seed, i): Philox, so the same seed gives the same tensor.
+// dst[i] = low + (high - low) * uniform(seed, i): Philox, so the same seed gives the same tensor
+// (floating dtypes and f8e4m3).
 absl::Status LaunchFillUniform(DType dtype, void* dst, int64_t n, uint64_t seed, float low, float high,
                                Stream stream);
 

@@ -50,6 +50,17 @@ struct Plan {
 };
 
 constexpr int kMaxCandidates = 8;
+constexpr int kFp8Tag = 1000;  // PlanKey's dtype slot for FP8 plans: kFp8Tag + scale modes
+
+cublasLtMatmulMatrixScale_t CublasScaleMode(Fp8ScaleMode m) {
+  switch (m) {
+    case Fp8ScaleMode::kScalar: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    case Fp8ScaleMode::kOuterVector: return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    case Fp8ScaleMode::kBlock128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    case Fp8ScaleMode::kVector128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  }
+  return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
 
 using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, int, bool, uint32_t, uint32_t, uint32_t, uint32_t>;
 
@@ -78,14 +89,22 @@ struct CublasLtGemm::Impl {
     return absl::OkStatus();
   }
 
+  // FP8 plans: the scale modes are part of the key (as x_mode * 8 + w_mode, in the dtype slot's
+  // place beside kFp8Tag).
   absl::StatusOr<Plan*> GetPlan(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias,
-                                void* out, int64_t m, int64_t n, int64_t k) {
-    const PlanKey key{m, n, k, static_cast<int>(dtype), static_cast<int>(out_dtype), bias != nullptr,
-                      AlignmentOf(w), AlignmentOf(x), AlignmentOf(out), bias ? AlignmentOf(bias) : 256u};
+                                void* out, int64_t m, int64_t n, int64_t k, int fp8_modes = -1) {
+    const PlanKey key{m, n, k, fp8_modes >= 0 ? kFp8Tag + fp8_modes : static_cast<int>(dtype),
+                      static_cast<int>(out_dtype), bias != nullptr, AlignmentOf(w), AlignmentOf(x), AlignmentOf(out),
+                      bias ? AlignmentOf(bias) : 256u};
     auto it = plans.find(key);
     if (it != plans.end()) return it->second.get();
-    ASSIGN_OR_RETURN(cudaDataType_t in_t, CudaType(dtype));
+    const bool fp8 = fp8_modes >= 0;
+    cudaDataType_t in_t = CUDA_R_8F_E4M3;
+    if (!fp8) {
+      ASSIGN_OR_RETURN(in_t, CudaType(dtype));
+    }
     ASSIGN_OR_RETURN(cudaDataType_t out_t, CudaType(out_dtype));
+    const cudaDataType_t bias_t = fp8 ? out_t : in_t;  // FP8: the bias is in the output's type
     auto plan = std::make_unique<Plan>();
     // Row-major out[M,N] = x[M,K] W[N,K]^T is column-major outᵀ[N,M] = W(as K×N)ᵀ · xᵀ(as K×M).
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -99,10 +118,25 @@ struct CublasLtGemm::Impl {
       CUBLAS_RETURN_IF_ERROR(
           cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
       CUBLAS_RETURN_IF_ERROR(
-          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &in_t, sizeof(in_t)));
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof(bias_t)));
       CUBLAS_RETURN_IF_ERROR(
           cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
       plan->has_bias = true;
+    }
+    if (fp8) {
+      // A is the weight, B the activations (see the layouts below): the modes go with them.
+      const cublasLtMatmulMatrixScale_t a_mode = CublasScaleMode(static_cast<Fp8ScaleMode>(fp8_modes % 8));
+      const cublasLtMatmulMatrixScale_t b_mode = CublasScaleMode(static_cast<Fp8ScaleMode>(fp8_modes / 8));
+      CUBLAS_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
+      CUBLAS_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
+      // Placeholders for the heuristic; Matmul sets each call's pointers.
+      const void* none = w;
+      CUBLAS_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &none, sizeof(none)));
+      CUBLAS_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &none, sizeof(none)));
     }
     CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, in_t, k, n, k));
     CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->b, in_t, k, m, k));
@@ -131,8 +165,9 @@ struct CublasLtGemm::Impl {
                                                           kMaxCandidates, results, &found));
     if (found == 0)
       return absl::UnimplementedError(absl::StrCat("Linear: cuBLASLt has no algorithm for m ", m, " n ", n, " k ", k,
-                                                   " ", std::string(DTypeName(dtype)), " -> ",
-                                                   std::string(DTypeName(out_dtype)), bias ? " with bias" : ""));
+                                                   " ", fp8 ? std::string("float8_e4m3fn") : std::string(DTypeName(dtype)),
+                                                   " -> ", std::string(DTypeName(out_dtype)), bias ? " with bias" : "",
+                                                   fp8 ? absl::StrCat(" (FP8 scale modes ", fp8_modes, ")") : ""));
     plan->algo = results[0].algo;
     for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
     Plan* raw = plan.get();
@@ -153,6 +188,21 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(void* workspa
 }
 
 size_t CublasLtGemm::cached_plans() const { return impl_->plans.size(); }
+
+absl::Status CublasLtGemm::RunFp8(const Fp8GemmArgs& a, Stream stream) {
+  if (a.m == 0) return absl::OkStatus();
+  if (a.m < 0 || a.n <= 0 || a.k <= 0 || a.k % 16 != 0 || !a.x_scale || !a.w_scale ||
+      (a.out_dtype != DType::kBF16 && a.out_dtype != DType::kF16))
+    return absl::UnimplementedError(absl::StrCat("Linear: no FP8 GEMM for m ", a.m, " n ", a.n, " k ", a.k, " -> ",
+                                                 std::string(DTypeName(a.out_dtype))));
+  const int modes = static_cast<int>(a.x_mode) * 8 + static_cast<int>(a.w_mode);
+  ASSIGN_OR_RETURN(Plan* plan, impl_->GetPlan(DType::kU8, a.out_dtype, a.x, a.w, a.bias, a.out, a.m, a.n, a.k, modes));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.w_scale,
+                                                        sizeof(a.w_scale)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a.x_scale,
+                                                        sizeof(a.x_scale)));
+  return impl_->Matmul(*plan, plan->algo, a.x, a.w, a.bias, a.out, stream);
+}
 
 absl::Status CublasLtGemm::Run(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias,
                                void* out, int64_t m, int64_t n, int64_t k, Stream stream) {

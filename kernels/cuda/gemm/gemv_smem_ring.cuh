@@ -156,14 +156,15 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
 
 // Picks the ring for an N x K weight of `elem_bytes` elements and M (template) rows within
 // `ring_bytes` of stages per block (fewer where x, staged whole in shared memory, leaves less).
-// False if the shape does not fit the form (K not whole vectors, no unit size that gives two
-// stages a warp, or x too large).
+// x's elements have `x_elem_bytes` (0: the weights'; FP8 weights take 16-bit x). False if the
+// shape does not fit the form (K not whole vectors, no unit size that gives two stages a warp,
+// or x too large).
 inline bool PlanGemvRing(int64_t n, int64_t k, int elem_bytes, int m_template, int num_sms, size_t ring_bytes,
-                         GemvRingPlan* plan) {
+                         GemvRingPlan* plan, int x_elem_bytes = 0) {
   const int vec = 16 / elem_bytes;
   if (k % vec != 0 || n <= 0 || k <= 0) return false;
   const int64_t kvecs = k / vec;
-  const int64_t x_bytes = int64_t{m_template} * k * elem_bytes;
+  const int64_t x_bytes = int64_t{m_template} * k * (x_elem_bytes > 0 ? x_elem_bytes : elem_bytes);
   if (x_bytes > kRingMaxSmemBytes / 2) return false;
   GemvRingPlan p;
   p.rows_per_block = static_cast<int>((n + num_sms - 1) / num_sms);

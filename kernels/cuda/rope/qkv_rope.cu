@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/common/fp8.cuh"
 
 namespace llm::cuda {
 namespace {
@@ -27,7 +28,7 @@ __device__ __forceinline__ void TokenCosSin(const QkvRopeParams& p, int64_t t, i
 // grid: (tokens, ceil((H + 2 KVH) / kWarps)); warp w of block (t, g) handles head g * kWarps + w
 // of token t: q heads, then k heads, then v heads. Shared memory: cos/sin [rotary_dim/2] and
 // one head buffer per warp [head_dim] floats (the rotation pairs elements of different lanes).
-template <typename T>
+template <typename T, bool kFp8>
 __global__ void __launch_bounds__(kWarps * 32) QkvRopeKernel(QkvRopeParams p) {
   AllowDependentLaunch();
   GridDependencyWait();
@@ -49,17 +50,24 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeKernel(QkvRopeParams p) {
   if (!is_q && slot < 0) return;  // K/V of a token whose write is skipped
   const T* src = static_cast<const T*>(p.qkv) + t * static_cast<int64_t>(heads + 2 * kv_heads) * d +
                  static_cast<int64_t>(hh) * d;
-  T* dst;
+  int64_t at;  // element offset of the destination row
+  void* base;
   if (is_q) {
-    dst = static_cast<T*>(p.q_out) + (t * heads + hh) * d;
+    base = p.q_out;
+    at = (t * heads + hh) * d;
   } else {
     const int64_t block = slot / p.block_size, offset = slot % p.block_size;
     const int h = is_k ? hh - heads : hh - heads - kv_heads;
-    T* cache = static_cast<T*>(is_k ? p.k_cache : p.v_cache);
-    dst = cache + ((block * kv_heads + h) * p.block_size + offset) * d;
+    base = is_k ? p.k_cache : p.v_cache;
+    at = ((block * kv_heads + h) * p.block_size + offset) * d;
   }
-  if (!is_q && !is_k) {  // V: plain copy
-    for (int i = lane; i < d; i += 32) dst[i] = src[i];
+  const float cache_scale = is_k ? p.k_scale : p.v_scale;
+  auto put = [&](int i, float v) {
+    if (kFp8 && !is_q) static_cast<uint8_t*>(base)[at + i] = FloatToFp8(v / cache_scale);
+    else static_cast<T*>(base)[at + i] = FromFloat<T>(v);
+  };
+  if (!is_q && !is_k) {  // V: a copy (exact in the 16-bit cache)
+    for (int i = lane; i < d; i += 32) put(i, ToFloat(src[i]));
     return;
   }
   const T* norm_w = static_cast<const T*>(is_q ? p.q_norm : p.k_norm);
@@ -85,7 +93,7 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeKernel(QkvRopeParams p) {
     } else {
       o = buf[i];
     }
-    dst[i] = FromFloat<T>(o);
+    put(i, o);
   }
 }
 
@@ -96,10 +104,11 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeKernel(QkvRopeParams p) {
 // consecutive elements (one 4- or 8-byte access), and element i's rotation partner i +- half sits
 // in lane ^ 16 at the same place (a shuffle instead of a round trip through shared memory). The
 // arithmetic is the general kernel's, in the same order.
-template <typename T, int E>
+template <typename T, int E, bool kFp8>
 __global__ void __launch_bounds__(kWarps * 32) QkvRopeFullKernel(QkvRopeParams p) {
   static_assert(E == 2 || E == 4, "head_dim 64 or 128");
   using Chunk = std::conditional_t<E == 4, uint2, uint32_t>;
+  using Fp8Chunk = std::conditional_t<E == 4, uint32_t, uint16_t>;  // E E4M3 bytes
   constexpr int kD = 32 * E, kHalf = kD / 2;
   AllowDependentLaunch();
   GridDependencyWait();
@@ -114,17 +123,35 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeFullKernel(QkvRopeParams p
     const bool is_q = hh < heads, is_k = !is_q && hh < heads + kv_heads;
     if (!is_q && slot < 0) continue;  // K/V of a token whose write is skipped
     const T* src = static_cast<const T*>(p.qkv) + (t * (heads + 2 * kv_heads) + hh) * kD + lane * E;
-    T* dst;
+    int64_t at;  // element offset of this lane's E destination elements
+    void* base;
     if (is_q) {
-      dst = static_cast<T*>(p.q_out) + (t * heads + hh) * kD + lane * E;
+      base = p.q_out;
+      at = (t * heads + hh) * kD + lane * E;
     } else {
       const int h = is_k ? hh - heads : hh - heads - kv_heads;
-      T* cache = static_cast<T*>(is_k ? p.k_cache : p.v_cache);
-      dst = cache + ((page * kv_heads + h) * p.block_size + offset) * kD + lane * E;
+      base = is_k ? p.k_cache : p.v_cache;
+      at = ((page * kv_heads + h) * p.block_size + offset) * kD + lane * E;
     }
+    // The cache's E values: E4M3 bytes of value / scale, or the 16-bit values themselves.
+    auto put_fp8 = [&](const float* v, float scale) {
+      Fp8Chunk c;
+      uint8_t* b = reinterpret_cast<uint8_t*>(&c);
+#pragma unroll
+      for (int e = 0; e < E; ++e) b[e] = FloatToFp8(v[e] / scale);
+      *reinterpret_cast<Fp8Chunk*>(static_cast<uint8_t*>(base) + at) = c;
+    };
     const Chunk in = *reinterpret_cast<const Chunk*>(src);
-    if (!is_q && !is_k) {  // V: plain copy
-      *reinterpret_cast<Chunk*>(dst) = in;
+    if (!is_q && !is_k) {  // V: a copy (exact in the 16-bit cache)
+      if constexpr (kFp8) {
+        const T* ve = reinterpret_cast<const T*>(&in);
+        float v[E];
+#pragma unroll
+        for (int e = 0; e < E; ++e) v[e] = ToFloat(ve[e]);
+        put_fp8(v, p.v_scale);
+      } else {
+        *reinterpret_cast<Chunk*>(static_cast<T*>(base) + at) = in;
+      }
       continue;
     }
     const T* xe = reinterpret_cast<const T*>(&in);
@@ -141,17 +168,23 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeFullKernel(QkvRopeParams p
 #pragma unroll
       for (int e = 0; e < E; ++e) x[e] = ToFloat(norm_w[lane * E + e]) * (x[e] * inv);
     }
-    Chunk out;
-    T* oe = reinterpret_cast<T*>(&out);
+    float rotated[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       const float partner = __shfl_xor_sync(0xffffffffu, x[e], 16);
       const int i = lane * E + e;
-      const float o = lane < 16 ? x[e] * cos_s[i] - partner * sin_s[i]
-                                : x[e] * cos_s[i - kHalf] + partner * sin_s[i - kHalf];
-      oe[e] = FromFloat<T>(o);
+      rotated[e] = lane < 16 ? x[e] * cos_s[i] - partner * sin_s[i]
+                             : x[e] * cos_s[i - kHalf] + partner * sin_s[i - kHalf];
     }
-    *reinterpret_cast<Chunk*>(dst) = out;
+    if (kFp8 && is_k) {
+      put_fp8(rotated, p.k_scale);
+      continue;
+    }
+    Chunk out;
+    T* oe = reinterpret_cast<T*>(&out);
+#pragma unroll
+    for (int e = 0; e < E; ++e) oe[e] = FromFloat<T>(rotated[e]);
+    *reinterpret_cast<Chunk*>(static_cast<T*>(base) + at) = out;
   }
 }
 
@@ -165,6 +198,8 @@ absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream, b
                                                    p.rotary_dim, ")"));
   if (p.num_tokens == 0) return absl::OkStatus();
   if (p.num_tokens > 0x7fffffff) return absl::InvalidArgumentError("QkvRope: too many tokens");
+  if (p.fp8_cache && (dtype == DType::kF32 || !(p.k_scale > 0.0f) || !(p.v_scale > 0.0f)))
+    return absl::InvalidArgumentError("QkvRope: an FP8 cache needs 16-bit activations and positive scales");
   const size_t smem = (static_cast<size_t>(p.rotary_dim) + kWarps * p.head_dim) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_tokens), (p.num_heads + 2 * p.num_kv_heads + kWarps - 1) / kWarps);
   if (grid.y > 65535) return absl::InvalidArgumentError("QkvRope: too many heads");
@@ -177,12 +212,18 @@ absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream, b
       CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, full_grid, dim3(kWarps * 32), 0, stream, pdl, p));
       return absl::OkStatus();
     };
-    if (dtype == DType::kBF16)
-      return p.head_dim == 128 ? launch(QkvRopeFullKernel<__nv_bfloat16, 4>) : launch(QkvRopeFullKernel<__nv_bfloat16, 2>);
-    return p.head_dim == 128 ? launch(QkvRopeFullKernel<__half, 4>) : launch(QkvRopeFullKernel<__half, 2>);
+    auto typed = [&](auto tag) -> absl::Status {
+      using T = decltype(tag);
+      if (p.fp8_cache)
+        return p.head_dim == 128 ? launch(QkvRopeFullKernel<T, 4, true>) : launch(QkvRopeFullKernel<T, 2, true>);
+      return p.head_dim == 128 ? launch(QkvRopeFullKernel<T, 4, false>) : launch(QkvRopeFullKernel<T, 2, false>);
+    };
+    if (dtype == DType::kBF16) return typed(__nv_bfloat16{});
+    return typed(__half{});
   }
   return LLM_DISPATCH_FLOAT(dtype, "QkvRope", [&] {
-    CUDA_RETURN_IF_ERROR(LaunchKernel(QkvRopeKernel<scalar_t>, grid, dim3(kWarps * 32), smem, stream, pdl, p));
+    auto kernel = p.fp8_cache ? QkvRopeKernel<scalar_t, true> : QkvRopeKernel<scalar_t, false>;
+    CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, grid, dim3(kWarps * 32), smem, stream, pdl, p));
     return absl::OkStatus();
   });
 }

@@ -24,6 +24,11 @@ struct QkvRopeParams {
   int64_t block_size = 0;
   float norm_eps = 1e-6f;
   float attention_scaling = 1.0f;
+  // FP8 E4M3 caches (16-bit qkv only): K and V are stored as e4m3(value / scale), the float value
+  // after the norm and RoPE, rounded to nearest even and saturated (as the CPU oracle does).
+  bool fp8_cache = false;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // Rotation is rotate_half: element i < rotary_dim/2 pairs with i + rotary_dim/2; elements at or

@@ -1,0 +1,328 @@
+#include "engine/backend/cuda/linear_kernels.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/cuda/common/candidate_timing.h"
+#include "kernels/cuda/elementwise/elementwise.h"
+#include "kernels/cuda/gemm/cublaslt_gemm.h"
+#include "kernels/cuda/gemm/gemm_fp8_dequant.h"
+#include "kernels/cuda/gemm/gemv.h"
+#include "kernels/cuda/gemm/gemv_fp8.h"
+#include "kernels/cuda/norm/rms_norm.h"
+#include "kernels/cuda/quant/fp8_quantize.h"
+
+namespace llm {
+namespace {
+
+// LLM_LOG_LINEAR_CHOICE=1: the decode linears' kernel choices and their timings, on stderr.
+bool LogLinearChoice() {
+  static const bool on = [] {
+    const char* v = std::getenv("LLM_LOG_LINEAR_CHOICE");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+
+const void* BiasOf(const LinearCall& c) { return c.w->bias.empty() ? nullptr : c.w->bias.data(); }
+
+absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaBackendOptions& o,
+                     const LinearContext& ctx) {
+  cuda::GemvOptions go;
+  go.pdl = o.programmatic_launch;
+  go.num_sms = ctx.num_sms;
+  go.warps_per_row = choice.kernel == LinearKernel::kGemv ? choice.warps_per_row : 0;
+  go.smem_ring = choice.kernel == LinearKernel::kGemvRing;
+  go.ring_bytes = o.gemv_ring_bytes;
+  return cuda::LaunchGemv(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), BiasOf(c), c.out.data(), c.m, c.n,
+                          c.k, go, ctx.stream);
+}
+
+absl::Status RunCublas(const LinearCall& c, const LinearContext& ctx) {
+  const void* bias = BiasOf(c);
+  if (bias && c.out.dtype() != c.act) {  // cuBLASLt's bias epilogue wants the output's type: add it after
+    RETURN_IF_ERROR(ctx.gemm->Run(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), nullptr, c.out.data(), c.m,
+                                  c.n, c.k, ctx.stream));
+    return cuda::LaunchAddBias(c.act, c.out.dtype(), c.out.data(), bias, c.m, c.n, ctx.stream);
+  }
+  return ctx.gemm->Run(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), bias, c.out.data(), c.m, c.n, c.k,
+                       ctx.stream);
+}
+
+cuda::Fp8WeightScales WeightScales(const LinearWeight& w) {
+  const ScaleGrid g = w.scale_grid();
+  return {w.scale.data_as<const float>(), g.rows_per, g.cols_per, g.cols};
+}
+
+// cuBLASLt's scale modes for an FP8 weight and the quantization of its input, nullopt where it
+// has none (per-row groups) and for weight-only checkpoints (no input quantization declared:
+// W8A16, which the dequantizing GEMM computes as declared).
+struct CublasFp8Modes {
+  cuda::Fp8ScaleMode w = cuda::Fp8ScaleMode::kScalar;
+  cuda::Fp8ScaleMode x = cuda::Fp8ScaleMode::kScalar;
+  cuda::Fp8ActivationScaling quantize = cuda::Fp8ActivationScaling::kPerToken;
+};
+std::optional<CublasFp8Modes> CublasModesFor(const LinearWeight& w, int64_t k) {
+  CublasFp8Modes m;
+  switch (w.format.granularity) {
+    case ScaleGranularity::kTensor: m.w = cuda::Fp8ScaleMode::kScalar; break;
+    case ScaleGranularity::kChannel: m.w = cuda::Fp8ScaleMode::kOuterVector; break;
+    case ScaleGranularity::kBlock:
+      if (w.format.block_rows != 128 || w.format.block_cols != 128) return std::nullopt;
+      m.w = cuda::Fp8ScaleMode::kBlock128;
+      break;
+    default: return std::nullopt;
+  }
+  switch (w.input_quant) {
+    case ActivationQuant::kStaticPerTensor:
+      m.x = cuda::Fp8ScaleMode::kScalar;
+      m.quantize = cuda::Fp8ActivationScaling::kStatic;
+      break;
+    case ActivationQuant::kDynamicPerGroup:
+      if (w.input_group != 128 || k % 128 != 0) return std::nullopt;
+      m.x = cuda::Fp8ScaleMode::kVector128;
+      m.quantize = cuda::Fp8ActivationScaling::kPerGroup;
+      break;
+    case ActivationQuant::kDynamicPerToken:
+      m.x = cuda::Fp8ScaleMode::kOuterVector;
+      m.quantize = cuda::Fp8ActivationScaling::kPerToken;
+      break;
+    case ActivationQuant::kNone:
+      return std::nullopt;
+  }
+  return m;
+}
+
+absl::Status RunFp8Gemv(const LinearCall& c, LinearKernelChoice choice, const CudaBackendOptions& o,
+                        const LinearContext& ctx) {
+  cuda::GemvOptions go;
+  go.pdl = o.programmatic_launch;
+  go.num_sms = ctx.num_sms;
+  go.warps_per_row = choice.kernel == LinearKernel::kFp8Gemv ? choice.warps_per_row : 0;
+  go.smem_ring = choice.kernel == LinearKernel::kFp8GemvRing;
+  go.ring_bytes = o.gemv_ring_bytes;
+  return cuda::LaunchGemvFp8(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), WeightScales(*c.w), BiasOf(c),
+                             c.out.data(), c.m, c.n, c.k, go, ctx.stream);
+}
+
+absl::Status RunFp8Dequant(const LinearCall& c, const LinearContext& ctx) {
+  return cuda::LaunchGemmFp8Dequant(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), WeightScales(*c.w),
+                                    BiasOf(c), c.out.data(), c.m, c.n, c.k, ctx.stream);
+}
+
+}  // namespace
+
+std::string_view LinearKernelChoice::Name() const {
+  switch (kernel) {
+    case LinearKernel::kCublasLt: return "cublasLt";
+    case LinearKernel::kGemv: return "gemv";
+    case LinearKernel::kGemvRing: return "gemv ring";
+    case LinearKernel::kFp8Gemv: return "fp8 gemv";
+    case LinearKernel::kFp8GemvRing: return "fp8 gemv ring";
+    case LinearKernel::kFp8CublasLt: return "fp8 cublasLt";
+    case LinearKernel::kFp8Dequant: return "fp8 dequant gemm";
+  }
+  return "unknown";
+}
+
+// FP8 weights: the GEMV forms up to gemv_max_rows (forced forms and the ring rule as for 16-bit
+// weights; not timed yet), then cuBLASLt's FP8 GEMM where it takes the scales, else the
+// dequantizing GEMM.
+LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearContext& ctx) const {
+  const CudaBackendOptions& o = options_;
+  if (c.m <= o.gemv_max_rows && c.m <= cuda::kGemvMaxRows && cuda::GemvFp8Supported(c.act, c.k, WeightScales(*c.w))) {
+    const int wpr = o.gemv_warps_per_row;
+    if (!o.autotune_linear && wpr != 0)
+      return wpr > 0 ? LinearKernelChoice{LinearKernel::kFp8Gemv, wpr} : LinearKernelChoice{LinearKernel::kFp8GemvRing, 0};
+    if (o.gemv_smem_ring && c.m <= o.gemv_ring_max_rows &&
+        cuda::GemvFp8RingFits(c.act, c.m, c.n, c.k, o.gemv_ring_bytes, ctx.num_sms))
+      return {LinearKernel::kFp8GemvRing, 0};
+    return {LinearKernel::kFp8Gemv, 0};
+  }
+  const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
+  if (modes && c.out.dtype() == c.act && ctx.fp8_workspace != nullptr &&
+      !fp8_cublas_refused_.count({c.n, c.k, c.out.dtype() == DType::kF32, static_cast<int>(c.w->format.granularity)}))
+    return {LinearKernel::kFp8CublasLt, 0};
+  return {LinearKernel::kFp8Dequant, 0};
+}
+
+// Quantizes x a chunk of rows at a time into the FP8 workspace (E4M3 rows, then their scales),
+// each chunk followed by its GEMM. If cuBLASLt has no algorithm for the combination, the shape
+// is remembered and this call (and later ones) take the dequantizing GEMM.
+absl::Status LinearKernels::RunFp8Cublas(const LinearCall& c, const LinearContext& ctx) {
+  const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
+  if (!modes) return RunFp8Dequant(c, ctx);
+  const int64_t groups = (c.k + 127) / 128;
+  const int64_t scale_bytes = modes->quantize == cuda::Fp8ActivationScaling::kPerGroup ? 4 * groups
+                              : modes->quantize == cuda::Fp8ActivationScaling::kPerToken ? 4
+                                                                                          : 0;
+  const int64_t reserve = 1024;  // alignment of the scales after the rows
+  const int64_t rows = std::min<int64_t>(
+      c.m, (static_cast<int64_t>(ctx.fp8_workspace_bytes) - reserve) / (c.k + scale_bytes) / 16 * 16);
+  if (rows < 1) return RunFp8Dequant(c, ctx);
+  char* q = static_cast<char*>(ctx.fp8_workspace);
+  float* scales = reinterpret_cast<float*>(q + (rows * c.k + 255) / 256 * 256);
+  const float* static_scale =
+      modes->quantize == cuda::Fp8ActivationScaling::kStatic ? c.w->input_scale.data_as<const float>() : nullptr;
+  const size_t in_bytes = DTypeSize(c.act), out_bytes = DTypeSize(c.out.dtype());
+  for (int64_t r0 = 0; r0 < c.m; r0 += rows) {
+    const int64_t mc = std::min(rows, c.m - r0);
+    RETURN_IF_ERROR(cuda::LaunchQuantizeFp8(c.act, static_cast<const char*>(c.x.data()) + r0 * c.k * in_bytes, q,
+                                            scales, mc, c.k, modes->quantize, static_scale, ctx.stream,
+                                            options_.programmatic_launch));
+    cuda::Fp8GemmArgs a;
+    a.x = q;
+    a.w = c.w->weight.data();
+    a.x_scale = static_scale ? static_scale : scales;
+    a.w_scale = c.w->scale.data_as<const float>();
+    a.x_mode = modes->x;
+    a.w_mode = modes->w;
+    a.bias = BiasOf(c);
+    a.out = static_cast<char*>(c.out.data()) + r0 * c.n * out_bytes;
+    a.out_dtype = c.out.dtype();
+    a.m = mc;
+    a.n = c.n;
+    a.k = c.k;
+    const absl::Status st = ctx.gemm->RunFp8(a, ctx.stream);
+    if (absl::IsUnimplemented(st) && r0 == 0) {
+      fp8_cublas_refused_.insert(
+          {c.n, c.k, c.out.dtype() == DType::kF32, static_cast<int>(c.w->format.granularity)});
+      if (LogLinearChoice())
+        std::fprintf(stderr, "FP8 linear %lld x %lld: %s; the dequantizing GEMM takes it\n",
+                     static_cast<long long>(c.n), static_cast<long long>(c.k), std::string(st.message()).c_str());
+      return RunFp8Dequant(c, ctx);
+    }
+    RETURN_IF_ERROR(st);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, const LinearContext& ctx) {
+  if (c.w->format.element == DType::kF8E4M3) return ChooseFp8(c, ctx);
+  const CudaBackendOptions& o = options_;
+  LinearKernelChoice choice{LinearKernel::kCublasLt, 0};
+  if (c.m <= o.gemv_max_rows && c.m <= cuda::kGemvMaxRows) {
+    const int wpr = o.gemv_warps_per_row;
+    if (!o.autotune_linear && wpr != 0) {  // a form forced (tests, benchmarks)
+      choice = wpr > 0 ? LinearKernelChoice{LinearKernel::kGemv, wpr} : LinearKernelChoice{LinearKernel::kGemvRing, 0};
+    } else if (o.gemv_smem_ring && c.m <= o.gemv_ring_max_rows &&
+               cuda::GemvRingFits(c.act, c.m, c.n, c.k, o.gemv_ring_bytes, ctx.num_sms)) {
+      // Not timed: an isolated timing cannot see what makes the ring form win in a step, its
+      // weights streaming during the kernels before it (see CudaBackendOptions::gemv_smem_ring).
+      choice = {LinearKernel::kGemvRing, 0};
+    } else if (!o.autotune_linear) {
+      choice = {LinearKernel::kGemv, 0};
+    } else {
+      const ShapeKey key{c.m, c.n, c.k, c.out.dtype(), BiasOf(c) != nullptr};
+      auto it = timed_.find(key);
+      if (it != timed_.end()) {
+        choice = it->second;
+      } else if (ctx.capturing || ctx.timing) {
+        // Not timed yet, and nothing can be timed while capturing a graph (the eager run before
+        // every capture normally decided already): the GEMV's own choice.
+        choice = {LinearKernel::kGemv, 0};
+      } else {
+        ASSIGN_OR_RETURN(choice, TimeGemvAgainstCublas(c, ctx));
+        timed_.emplace(key, choice);
+      }
+    }
+  }
+  if (choice.kernel == LinearKernel::kCublasLt && ctx.tuning_pass && c.m <= o.tune_cublas_max_rows &&
+      !ctx.capturing && !ctx.timing &&
+      cublas_tuned_.insert(ShapeKey{c.m, c.n, c.k, c.out.dtype(), BiasOf(c) != nullptr}).second) {
+    RETURN_IF_ERROR(TuneCublas(c, ctx));
+  }
+  return choice;
+}
+
+absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) {
+  switch (choice.kernel) {
+    case LinearKernel::kCublasLt: return RunCublas(c, ctx);
+    case LinearKernel::kGemv:
+    case LinearKernel::kGemvRing: return RunGemv(c, choice, options_, ctx);
+    case LinearKernel::kFp8Gemv:
+    case LinearKernel::kFp8GemvRing: return RunFp8Gemv(c, choice, options_, ctx);
+    case LinearKernel::kFp8CublasLt: return RunFp8Cublas(c, ctx);
+    case LinearKernel::kFp8Dequant: return RunFp8Dequant(c, ctx);
+  }
+  return absl::InternalError("Linear: unknown kernel");
+}
+
+absl::Status LinearKernels::TuneCublas(const LinearCall& c, const LinearContext& ctx) {
+  cuda::L2Flush flush(ctx.stream, ctx.l2_bytes);
+  if (!flush.ok()) return absl::OkStatus();  // no room beside the arena: keep the heuristic's pick
+  // The same form as RunCublas: the bias goes into cuBLASLt only in the output's type.
+  const void* bias = BiasOf(c) && c.out.dtype() == c.act ? BiasOf(c) : nullptr;
+  ASSIGN_OR_RETURN(const std::vector<float> us,
+                   ctx.gemm->Tune(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), bias, c.out.data(), c.m, c.n,
+                                  c.k, ctx.stream, 8, [&] { return flush.Flush(); }));
+  if (LogLinearChoice()) {
+    std::string line = absl::StrCat("cuBLASLt ", c.n, " x ", c.k, ", ", c.m, " rows, heuristic picks (us):");
+    for (float t : us) absl::StrAppend(&line, " ", std::isinf(t) ? std::string("-") : absl::StrFormat("%.1f", t));
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  return absl::OkStatus();
+}
+
+// Times the candidates on the call's own operands: the GEMV with 1, 2, 4 and 8 warps per output
+// row (which balances the SMs best depends on N, K and the GPU: on an H100 the 8B gate/up
+// projection takes 84 us with one warp a row and 80 with two) and cuBLASLt. A few warm-up runs,
+// then the median of interleaved timed runs, each after writing a buffer larger than L2 so that
+// the weights come from DRAM as they do in a real step, where every layer has its own. Each timed
+// run is an RMSNorm over x (into scratch) followed by the candidate, as in a decode step where a
+// linear follows a small kernel: the GEMV, launched with PDL, streams its first weights during its
+// predecessor's tail, and an isolated timing would not see that. Synchronizes the stream: first
+// call of a shape only.
+absl::StatusOr<LinearKernelChoice> LinearKernels::TimeGemvAgainstCublas(const LinearCall& c,
+                                                                        const LinearContext& ctx) {
+  cuda::L2Flush flush(ctx.stream, ctx.l2_bytes, c.x.bytes());  // scratch: the norm's output
+  if (!flush.ok()) return LinearKernelChoice{LinearKernel::kGemv, 0};  // no room beside the arena: the GEMV's own rule
+  constexpr int kWarpsPerRow[] = {1, 2, 4, 8};
+  constexpr int kCandidates = 5;  // the four GEMV forms, then cuBLASLt
+  cuda::CandidateTiming timing;
+  timing.warmup = 3;  // module load, cuBLASLt heuristics
+  timing.timed = 10;
+  ASSIGN_OR_RETURN(const std::vector<float> us,
+                   cuda::TimeCandidates(ctx.stream, kCandidates, timing, [&] { return flush.Flush(); },
+                                        [&](int cand) -> absl::Status {
+                                          // x's first row stands in for the norm weight: only
+                                          // the timing matters.
+                                          RETURN_IF_ERROR(cuda::LaunchRmsNorm(
+                                              c.act, c.x.data(), nullptr, nullptr, c.x.data(), flush.scratch(), c.m,
+                                              c.k, 1e-5f, ctx.stream, options_.programmatic_launch));
+                                          if (cand == 4) return RunCublas(c, ctx);
+                                          return RunGemv(c, {LinearKernel::kGemv, kWarpsPerRow[cand]}, options_, ctx);
+                                        }));
+  // A challenger must win clearly: on a near tie the choice would flip between processes and
+  // ranks from timing noise, and bf16 outputs (rounded differently by each kernel) with it. The
+  // GEMV's own rule is the incumbent among its forms; cuBLASLt must then lose clearly to it.
+  constexpr float kMargin = 0.97f;
+  const int auto_wpr = cuda::GemvAutoWarpsPerRow(c.act, c.n, c.k, ctx.num_sms);
+  int best = 0;
+  while (kWarpsPerRow[best] != auto_wpr) ++best;
+  for (int cand = 0; cand < 4; ++cand)
+    if (us[cand] < kMargin * us[best]) best = cand;
+  const LinearKernelChoice choice = us[best] < kMargin * us[4] ? LinearKernelChoice{LinearKernel::kGemv, kWarpsPerRow[best]}
+                                                               : LinearKernelChoice{LinearKernel::kCublasLt, 0};
+  // One line per timed shape on stderr, for comparing processes or ranks whose speed differs (a
+  // near tie can fall either way).
+  if (LogLinearChoice()) {
+    std::fprintf(stderr,
+                 "linear %lld x %lld, %lld rows: GEMV 1/2/4/8 warps a row %.1f/%.1f/%.1f/%.1f us, cuBLASLt %.1f us "
+                 "(with a norm before each) -> %s\n",
+                 static_cast<long long>(c.n), static_cast<long long>(c.k), static_cast<long long>(c.m), us[0], us[1],
+                 us[2], us[3], us[4],
+                 choice.kernel == LinearKernel::kGemv ? absl::StrCat("GEMV, ", choice.warps_per_row, " warps a row").c_str()
+                                                      : "cuBLASLt");
+  }
+  return choice;
+}
+
+}  // namespace llm

@@ -1,0 +1,96 @@
+// The CUDA backend's linear-kernel room: which kernel runs y = x · Wᵀ (+ b) for a given
+// (activation dtype, weight storage format, shape), and running it. CudaBackend::Linear checks
+// the tensors and hands the call here; the policy (a forced form, the ring GEMV for 1-2 rows, a
+// per-shape timing of the GEMV forms against cuBLASLt, cuBLASLt's own tuning pass) lives here
+// alone, so that further weight formats add their kernels beside these without touching the
+// backend. CUDA headers stay out of this header.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
+
+namespace llm {
+
+namespace cuda {
+class CublasLtGemm;
+}  // namespace cuda
+
+enum class LinearKernel : uint8_t {
+  // 16/32-bit weights.
+  kCublasLt,  // cuBLASLt GEMM on 16/32-bit operands
+  kGemv,      // the register GEMV, LinearKernelChoice::warps_per_row warps per output row
+  kGemvRing,  // the GEMV's shared-memory ring form (gemv_smem_ring.cuh)
+  // FP8 E4M3 weights (gemv_fp8.h, cublaslt_gemm.h, gemm_fp8_dequant.h).
+  kFp8Gemv,      // register GEMV dequantizing in registers, 16-bit x (W8A16)
+  kFp8GemvRing,  // its shared-memory ring form
+  kFp8CublasLt,  // x quantized to FP8 as the weight declares (fp8_quantize.h), then cuBLASLt's FP8 GEMM (W8A8)
+  kFp8Dequant,   // tensor-core GEMM on weights widened in shared memory, 16-bit x (W8A16): what cuBLASLt refuses
+};
+
+struct LinearKernelChoice {
+  LinearKernel kernel = LinearKernel::kCublasLt;
+  int warps_per_row = 0;  // kGemv: 1, 2, 4 or 8; 0: the GEMV's own rule (GemvAutoWarpsPerRow)
+  // "cublasLt", "gemv", "gemv ring" (op timing labels).
+  std::string_view Name() const;
+  bool operator==(const LinearKernelChoice&) const = default;
+};
+
+// One Linear call, checked by the backend: x [m, k] in `act`, out [m, n] in `act` or f32.
+struct LinearCall {
+  Tensor x;
+  const LinearWeight* w = nullptr;
+  Tensor out;
+  int64_t m = 0, n = 0, k = 0;
+  DType act = DType::kBF16;
+};
+
+// What the room needs from the backend at each call.
+struct LinearContext {
+  CUstream_st* stream = nullptr;
+  int num_sms = 0;
+  int l2_bytes = 0;
+  cuda::CublasLtGemm* gemm = nullptr;
+  // kFp8CublasLt's quantized activations and their scales, a chunk of rows at a time.
+  void* fp8_workspace = nullptr;
+  size_t fp8_workspace_bytes = 0;
+  bool capturing = false;    // a graph capture is open: nothing may be timed
+  bool timing = false;       // per-op timing is on: nothing may be timed either
+  bool tuning_pass = false;  // Backend::SetTuningPass
+};
+
+class LinearKernels {
+ public:
+  // `options` is the backend's own (tests and benchmarks change it between calls).
+  explicit LinearKernels(const CudaBackendOptions& options) : options_(options) {}
+
+  // The kernel for `call`. On the first eager call of a shape that the options let it time, times
+  // the candidates on the call's operands and keeps the fastest for the process (it synchronizes
+  // the stream); in a tuning pass, cuBLASLt shapes time cuBLASLt's algorithms the same way.
+  absl::StatusOr<LinearKernelChoice> Choose(const LinearCall& call, const LinearContext& ctx);
+  absl::Status Run(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx);
+
+ private:
+  using ShapeKey = std::tuple<int64_t, int64_t, int64_t, DType, bool>;  // m, n, k, output dtype, bias
+  // The GEMV forms (1, 2, 4 and 8 warps a row) against cuBLASLt, each after an RMSNorm as in a step.
+  absl::StatusOr<LinearKernelChoice> TimeGemvAgainstCublas(const LinearCall& call, const LinearContext& ctx);
+  absl::Status TuneCublas(const LinearCall& call, const LinearContext& ctx);
+  LinearKernelChoice ChooseFp8(const LinearCall& call, const LinearContext& ctx) const;
+  absl::Status RunFp8Cublas(const LinearCall& call, const LinearContext& ctx);
+
+  const CudaBackendOptions& options_;
+  std::map<ShapeKey, LinearKernelChoice> timed_;  // autotune_linear's winners
+  std::set<ShapeKey> cublas_tuned_;               // tune_cublas_max_rows
+  // FP8 shapes (and scale modes) for which cuBLASLt has no algorithm: they take kFp8Dequant.
+  std::set<std::tuple<int64_t, int64_t, int64_t, int>> fp8_cublas_refused_;
+};
+
+}  // namespace llm

@@ -1,0 +1,336 @@
+#include "kernels/cuda/gemm/gemv_fp8.h"
+
+#include <algorithm>
+
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/common/dynamic_smem.h"
+#include "kernels/cuda/common/fp8.cuh"
+#include "kernels/cuda/gemm/gemv_smem_ring.cuh"
+
+namespace llm::cuda {
+namespace {
+
+constexpr int kWarps = 8;        // warps per block (register form)
+constexpr int kUnroll = 4;       // 16-byte weight loads in flight per lane (x2 with the prefetch)
+constexpr int kWVec = 16;        // E4M3 elements per 16-byte weight vector
+constexpr int kScaleGroup = 128;  // columns per grouped scale
+constexpr int kVecsPerGroup = kScaleGroup / kWVec;
+static_assert(kScaleGroup % kWVec == 0, "a weight vector never straddles two scales");
+
+// The scale arguments as the kernels read them: `grouped` scales change every 128 columns
+// (blocks, groups); otherwise one scale a row (tensor, channel), applied to the row's sum.
+struct ScaleArgs {
+  const float* scale;
+  int rows_per;
+  int cols;
+};
+
+__device__ __forceinline__ uint4 LoadU4Streaming(const void* p) {
+  uint4 u;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+               : "l"(p));
+  return u;
+}
+
+// 16 weights times the same 16 columns of x (two 16-byte vectors of T).
+template <typename T>
+__device__ __forceinline__ float Dot16(const float (&wf)[16], const T* x) {
+  const Vec16<T> a = LoadVec(x), b = LoadVec(x + 8);
+  float s = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) s += wf[e] * ToFloat(a.v[e]);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) s += wf[8 + e] * ToFloat(b.v[e]);
+  return s;
+}
+
+// Register form: as GemvKernel (gemv.cu): a block = kWarps / wpr output rows, the wpr warps of a
+// row each stream a contiguous slice of its 16-byte vectors (lanes strided by 16 bytes), the next
+// loads issued before the current ones are consumed, the first ones before the dependency wait.
+template <typename T, typename TOut, int M, bool kGrouped>
+__global__ void __launch_bounds__(kWarps * 32)
+    GemvFp8Kernel(const T* __restrict__ x, const uint8_t* __restrict__ w, ScaleArgs sc, const T* __restrict__ bias,
+                  TOut* __restrict__ out, int m_rows, int n, int k, int wpr) {
+  constexpr int kStep = 32 * kUnroll;
+  __shared__ float partial[kWarps][M];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int rows_per_block = kWarps / wpr;
+  const int row = blockIdx.x * rows_per_block + warp / wpr, part = warp % wpr;
+  const bool active = row < n;
+  const int kv = k / kWVec;
+  const int len = (kv + wpr - 1) / wpr;
+  const int begin = min(kv, part * len), end = min(kv, begin + len);
+  const uint8_t* wr = w + static_cast<int64_t>(active ? row : 0) * k;
+  const float* row_scales = sc.scale + static_cast<int64_t>(active ? row / sc.rows_per : 0) * sc.cols;
+
+  uint4 cur[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int idx = begin + lane + u * 32;
+    if (active && idx < end) cur[u] = LoadU4Streaming(wr + idx * kWVec);
+  }
+  GridDependencyWait();
+
+  float acc[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  for (int base = begin; base < end; base += kStep) {
+    uint4 nxt[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int idx = base + kStep + lane + u * 32;
+      if (active && idx < end) nxt[u] = LoadU4Streaming(wr + idx * kWVec);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int idx = base + lane + u * 32;
+      if (idx < end) {
+        float wf[16];
+        Fp8x16ToFloat(cur[u], wf);
+        const float s = kGrouped ? __ldg(row_scales + idx / kVecsPerGroup) : 1.0f;
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+          if (m < m_rows) acc[m] += s * Dot16(wf, x + static_cast<int64_t>(m) * k + idx * kWVec);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) cur[u] = nxt[u];
+  }
+  AllowDependentLaunch();  // only now (see GemvKernel)
+  const float row_scale = kGrouped || !active ? 1.0f : __ldg(row_scales);
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]) * row_scale;
+  if (wpr == 1) {
+    if (!active || lane != 0) return;
+    const float b = bias ? ToFloat(bias[row]) : 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      if (m < m_rows) out[static_cast<int64_t>(m) * n + row] = FromFloat<TOut>(acc[m] + b);
+    return;
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) partial[warp][m] = acc[m];
+  }
+  __syncthreads();
+  const int i = threadIdx.x;
+  if (i < rows_per_block * M) {
+    const int r = i / M, m = i % M;
+    const int out_row = blockIdx.x * rows_per_block + r;
+    if (m < m_rows && out_row < n) {
+      float s = 0.0f;
+      for (int q = 0; q < wpr; ++q) s += partial[r * wpr + q][m];
+      if (bias) s += ToFloat(bias[out_row]);
+      out[static_cast<int64_t>(m) * n + out_row] = FromFloat<TOut>(s);
+    }
+  }
+}
+
+// Ring form: GemvRingKernel (gemv_smem_ring.cuh) with E4M3 units: each warp's lane 0 bulk-copies
+// the warp's (row, K segment) units of weight bytes into its ring of stages, x is staged whole in
+// shared memory, and every lane dequantizes 16 weights at a time from the stage. A unit's
+// segment starts at a multiple of chunk_vecs vectors, so vector v of it is column
+// segment * chunk_elems + 16 v, and its scale group follows.
+template <typename T, typename TOut, int M, bool kGrouped>
+__global__ void __launch_bounds__(kRingWarps * 32, 2)
+    GemvFp8RingKernel(const T* __restrict__ x, const uint8_t* __restrict__ w, ScaleArgs sc,
+                      const T* __restrict__ bias, TOut* __restrict__ out, int m_rows, int n, int k,
+                      GemvRingPlan plan) {
+  constexpr int kXVec = Vec16<T>::kVec;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int stages = plan.stages, split = plan.split;
+  const int chunk_elems = plan.chunk_vecs * kWVec;
+  const uint32_t chunk_bytes = static_cast<uint32_t>(chunk_elems);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem) + warp * stages;
+  float* partial = reinterpret_cast<float*>(smem + plan.partial_offset);
+  T* xs = reinterpret_cast<T*>(smem + plan.x_offset);
+  unsigned char* ring = smem + plan.ring_offset + static_cast<size_t>(warp) * stages * chunk_bytes;
+
+  const int row0 = blockIdx.x * plan.rows_per_block;
+  const int rows = min(plan.rows_per_block, n - row0);
+  const int units = rows * split;
+  const int my_units = units > warp ? (units - warp + kRingWarps - 1) / kRingWarps : 0;
+  const uint8_t* w_block = w + static_cast<int64_t>(row0) * k;
+  auto unit_of = [&](int j) { return warp + j * kRingWarps; };
+
+  uint64_t policy = 0;
+  if (lane == 0) {
+    for (int s = 0; s < stages; ++s) MbarrierInit(&bars[s], 1);
+    FenceMbarrierInit();
+    policy = L2EvictFirstPolicy();
+    for (int j = 0; j < min(stages, my_units); ++j)
+      BulkLoadToShared(ring + j * chunk_bytes, w_block + static_cast<int64_t>(unit_of(j)) * chunk_elems, chunk_bytes,
+                       &bars[j], policy);
+    if (my_units <= stages) AllowDependentLaunch();
+  }
+  GridDependencyWait();  // x is the predecessor's output
+  {
+    const int x_vecs = m_rows * (k / kXVec);
+    constexpr int kBatch = 4;
+    for (int base = threadIdx.x; base < x_vecs; base += kBatch * blockDim.x) {
+      Vec16<T> v[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = base + b * blockDim.x;
+        if (i < x_vecs) v[b] = LoadVec(x + static_cast<int64_t>(i) * kXVec);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = base + b * blockDim.x;
+        if (i < x_vecs) StoreVec(xs + i * kXVec, v[b]);
+      }
+    }
+  }
+  __syncthreads();
+
+  for (int j = 0; j < my_units; ++j) {
+    const int s = j % stages;
+    MbarrierWait(&bars[s], (j / stages) & 1);
+    const int unit = unit_of(j);
+    const int row = row0 + unit / split, seg = unit % split;
+    const uint8_t* wv = ring + s * chunk_bytes;
+    const T* xk = xs + seg * chunk_elems;
+    const float* row_scales = sc.scale + static_cast<int64_t>(row / sc.rows_per) * sc.cols;
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+#pragma unroll 2
+    for (int v = lane; v < plan.chunk_vecs; v += 32) {
+      float wf[16];
+      Fp8x16ToFloat(*reinterpret_cast<const uint4*>(wv + v * kWVec), wf);
+      const float scale = kGrouped ? row_scales[(seg * chunk_elems + v * kWVec) / kScaleGroup] : 1.0f;
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+        if (m < m_rows) acc[m] += scale * Dot16(wf, xk + m * k + v * kWVec);
+    }
+    __syncwarp();
+    if (lane == 0 && j + stages < my_units) {
+      FenceProxyAsyncShared();
+      BulkLoadToShared(ring + s * chunk_bytes, w_block + static_cast<int64_t>(unit_of(j + stages)) * chunk_elems,
+                       chunk_bytes, &bars[s], policy);
+      if (j + stages == my_units - 1) AllowDependentLaunch();
+    }
+    const float row_scale = kGrouped ? 1.0f : row_scales[0];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]) * row_scale;
+    if (lane == 0) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) partial[unit * M + m] = acc[m];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows * M; i += blockDim.x) {
+    const int r = i / M, m = i % M;
+    if (m >= m_rows) continue;
+    float sum = 0.0f;
+    for (int q = 0; q < split; ++q) sum += partial[(r * split + q) * M + m];
+    if (bias) sum += ToFloat(bias[row0 + r]);
+    out[static_cast<int64_t>(m) * n + row0 + r] = FromFloat<TOut>(sum);
+  }
+}
+
+int RingRowsTemplate(int64_t m) { return m == 1 ? 1 : m == 2 ? 2 : m <= 4 ? 4 : 8; }
+
+int AutoWarpsPerRow(int64_t n, int64_t k, int num_sms) {
+  int wpr = 1;
+  while (wpr < kWarps && n * wpr / kWarps < 12 * int64_t{num_sms} && k / kWVec / (2 * wpr) >= 64) wpr *= 2;
+  return wpr;
+}
+
+template <typename T, typename TOut, int M, bool kGrouped>
+cudaError_t LaunchRing(const T* x, const uint8_t* w, ScaleArgs sc, const T* bias, TOut* out, int m, int n, int k,
+                       const GemvRingPlan& plan, bool pdl, cudaStream_t stream) {
+  auto kernel = GemvFp8RingKernel<T, TOut, M, kGrouped>;
+  const cudaError_t err = AllowDynamicSmem(kernel, plan.smem_bytes);
+  if (err != cudaSuccess) return err;
+  return LaunchKernel(kernel, dim3(plan.blocks), dim3(kRingWarps * 32), plan.smem_bytes, stream, pdl, x, w, sc, bias,
+                      out, m, n, k, plan);
+}
+
+template <typename T, typename TOut, int M, bool kGrouped>
+cudaError_t LaunchRegister(const T* x, const uint8_t* w, ScaleArgs sc, const T* bias, TOut* out, int m, int n, int k,
+                           int wpr, bool pdl, cudaStream_t stream) {
+  const dim3 grid((n + kWarps / wpr - 1) / (kWarps / wpr));
+  return LaunchKernel(GemvFp8Kernel<T, TOut, M, kGrouped>, grid, dim3(kWarps * 32), 0, stream, pdl, x, w, sc, bias,
+                      out, m, n, k, wpr);
+}
+
+// The kernel instantiation for m rows (1, 2, 4 or 8 rows of x per template).
+template <typename T, typename TOut, bool kGrouped>
+absl::Status LaunchRows(const void* xv, const void* wv, ScaleArgs sc, const void* bv, void* ov, int m, int n, int k,
+                        const GemvOptions& o, Stream stream) {
+  const T* x = static_cast<const T*>(xv);
+  const uint8_t* w = static_cast<const uint8_t*>(wv);
+  const T* bias = static_cast<const T*>(bv);
+  TOut* out = static_cast<TOut*>(ov);
+  const int mt = RingRowsTemplate(m);
+  cudaError_t err;
+  GemvRingPlan plan;
+  if (o.smem_ring && PlanGemvRing(n, k, 1, mt, o.num_sms, o.ring_bytes, &plan, sizeof(T))) {
+    err = mt == 1   ? LaunchRing<T, TOut, 1, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o.pdl, stream)
+          : mt == 2 ? LaunchRing<T, TOut, 2, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o.pdl, stream)
+          : mt == 4 ? LaunchRing<T, TOut, 4, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o.pdl, stream)
+                    : LaunchRing<T, TOut, 8, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o.pdl, stream);
+    CUDA_RETURN_IF_ERROR(err);
+    return absl::OkStatus();
+  }
+  const int wpr = o.warps_per_row > 0 ? o.warps_per_row : AutoWarpsPerRow(n, k, o.num_sms);
+  if (wpr != 1 && wpr != 2 && wpr != 4 && wpr != 8) return absl::InvalidArgumentError("GemvFp8: warps_per_row");
+  err = mt == 1   ? LaunchRegister<T, TOut, 1, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, o.pdl, stream)
+        : mt == 2 ? LaunchRegister<T, TOut, 2, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, o.pdl, stream)
+        : mt == 4 ? LaunchRegister<T, TOut, 4, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, o.pdl, stream)
+                  : LaunchRegister<T, TOut, 8, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, o.pdl, stream);
+  CUDA_RETURN_IF_ERROR(err);
+  return absl::OkStatus();
+}
+
+template <typename T, typename TOut>
+absl::Status LaunchTyped(const void* x, const void* w, const Fp8WeightScales& s, const void* bias, void* out, int m,
+                         int n, int k, const GemvOptions& o, Stream stream) {
+  const bool grouped = s.cols_per < k;
+  const ScaleArgs sc{s.scale, static_cast<int>(std::min<int64_t>(s.rows_per, 0x7fffffff)), static_cast<int>(s.cols)};
+  if (grouped) return LaunchRows<T, TOut, true>(x, w, sc, bias, out, m, n, k, o, stream);
+  return LaunchRows<T, TOut, false>(x, w, sc, bias, out, m, n, k, o, stream);
+}
+
+}  // namespace
+
+bool GemvFp8Supported(DType dtype, int64_t k, const Fp8WeightScales& s) {
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && k > 0 && k % kWVec == 0 && s.scale != nullptr &&
+         s.rows_per >= 1 && (s.cols_per == kScaleGroup || s.cols_per >= k) && s.cols >= 1;
+}
+
+bool GemvFp8RingFits(DType dtype, int64_t m, int64_t n, int64_t k, size_t ring_bytes, int num_sms) {
+  GemvRingPlan plan;
+  return m >= 1 && m <= kGemvMaxRows && n <= 0x7fffffff && k <= 0x7fffffff &&
+         PlanGemvRing(n, k, 1, RingRowsTemplate(m), num_sms, ring_bytes, &plan, static_cast<int>(DTypeSize(dtype)));
+}
+
+absl::Status LaunchGemvFp8(DType dtype, DType out_dtype, const void* x, const void* w, const Fp8WeightScales& scales,
+                           const void* bias, void* out, int64_t m, int64_t n, int64_t k, const GemvOptions& options,
+                           Stream stream) {
+  if (m < 0 || m > kGemvMaxRows || n <= 0 || n > 0x7fffffff || k > 0x7fffffff || !GemvFp8Supported(dtype, k, scales))
+    return absl::InvalidArgumentError(absl::StrCat("GemvFp8: unsupported shape m ", m, " n ", n, " k ", k,
+                                                   " or scales (", scales.rows_per, " rows x ", scales.cols_per,
+                                                   " columns a scale)"));
+  if (!Aligned16(x) || !Aligned16(w))
+    return absl::InvalidArgumentError("GemvFp8: x and w must be 16-byte aligned");
+  if (m == 0) return absl::OkStatus();
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+  if (dtype == DType::kBF16) {
+    if (out_dtype == DType::kBF16)
+      return LaunchTyped<__nv_bfloat16, __nv_bfloat16>(x, w, scales, bias, out, mi, ni, ki, options, stream);
+    if (out_dtype == DType::kF32)
+      return LaunchTyped<__nv_bfloat16, float>(x, w, scales, bias, out, mi, ni, ki, options, stream);
+  } else {
+    if (out_dtype == DType::kF16)
+      return LaunchTyped<__half, __half>(x, w, scales, bias, out, mi, ni, ki, options, stream);
+    if (out_dtype == DType::kF32) return LaunchTyped<__half, float>(x, w, scales, bias, out, mi, ni, ki, options, stream);
+  }
+  return absl::InvalidArgumentError("GemvFp8: output dtype must be the input dtype or float32");
+}
+
+}  // namespace llm::cuda

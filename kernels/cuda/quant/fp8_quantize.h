@@ -1,0 +1,26 @@
+// Activation quantization for the FP8 GEMMs: q = e4m3(x / s), one scale s per row (per token),
+// per row and 128-column group, or a static one, with Fp8ScaleForAmax (kernels/core/fp8_scale.h)
+// for the dynamic ones, exactly as the CPU oracle's emulation (cpu::FakeQuantizeFp8) computes them.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/core/dtype.h"
+#include "kernels/cuda/common/stream.h"
+
+namespace llm::cuda {
+
+enum class Fp8ActivationScaling {
+  kPerToken,    // scales [m]
+  kPerGroup,    // scales [ceil(k / 128), m]: group-major, so that a group's scales of consecutive
+                // rows are contiguous (cuBLASLt's VEC128_32F B-operand scales)
+  kStatic,      // scales unused: *static_scale (device) for every element
+};
+
+// x [m, k] of `dtype` (bf16/fp16/f32), q [m, k] E4M3. k % 16 == 0 and 16-byte aligned x / q.
+absl::Status LaunchQuantizeFp8(DType dtype, const void* x, void* q, float* scales, int64_t m, int64_t k,
+                               Fp8ActivationScaling scaling, const float* static_scale, Stream stream,
+                               bool pdl = false);
+
+}  // namespace llm::cuda

@@ -1,0 +1,475 @@
+// The FP8 paths of the CUDA backend against the CPU oracle's emulation of the same arithmetic:
+//  - Linear with E4M3 weights at every scale granularity (tensor, channel, 128 x 128 blocks, row
+//    groups of 128), every input quantization, many shapes, each kernel form (GEMV registers and
+//    ring, cuBLASLt W8A8 in one or several row chunks, the dequantizing GEMM), eagerly and
+//    replayed from a CUDA graph. The GEMV and dequantizing GEMM keep x in 16 bits (W8A16): they
+//    are held to the CPU on the dequantized weights; the cuBLASLt path quantizes x as the weight
+//    declares (W8A8): it is held to the CPU backend's emulation of that (emulate_fp8_activations).
+//    Which kernel ran is read from the op timing's label.
+//  - The FP8 KV cache: QkvRope's writes (V bytes exactly the CPU's, K within one E4M3 step) and
+//    paged attention over an E4M3 cache in the decode, prefill and SIMT kernels, split or not.
+//  - The FP8 fixtures teacher-forced on the GPU (bf16), with and without an FP8 KV cache, held to
+//    the CPU emulation of a bf16 W8A8 engine, and FP8 dummy weights drawn on the GPU against the
+//    host's draw.
+// Without a GPU the binary exits 77 (skipped).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "engine/kv_cache/kv_block_pool.h"
+#include "engine/model/dummy_weights.h"
+#include "engine/runtime/model_runner.h"
+#include "kernels/core/fp8_scale.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/runtime/fixture_reference.h"
+#include "tests/runtime/rounding_backend.h"
+
+namespace llm {
+namespace {
+
+using testing::Download;
+using testing::MakeTensor;
+using testing::OwnedTensor;
+using testing::Poison;
+using testing::RandomVec;
+using testing::RelErr;
+using testing::RoundTo;
+using testing::Tolerance;
+using testing::Upload;
+using testing::UploadI32;
+
+// E4M3 weights of `format` quantized from float values: each scale is its cell's amax / 448.
+struct Fp8Weight {
+  StorageFormat format;
+  std::vector<uint8_t> bytes;
+  std::vector<float> scales;
+  ScaleGrid grid;
+};
+
+Fp8Weight Quantize(const std::vector<float>& w, int64_t n, int64_t k, StorageFormat format) {
+  Fp8Weight q;
+  q.format = format;
+  q.grid = ScaleGridFor(format, n, k);
+  std::vector<float> amax(q.grid.numel(), 0.0f);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) amax[q.grid.Index(r, c)] = std::max(amax[q.grid.Index(r, c)], std::abs(w[r * k + c]));
+  for (float a : amax) q.scales.push_back(Fp8ScaleForAmax(a));
+  q.bytes.resize(w.size());
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) q.bytes[r * k + c] = FloatToFp8E4M3(w[r * k + c] / q.scales[q.grid.Index(r, c)]);
+  return q;
+}
+
+// The weight's tensors on one backend (the bias in `act`).
+struct DeviceLinear {
+  OwnedTensor weight, scale, bias, input_scale;
+  LinearWeight lw;
+};
+
+DeviceLinear Place(Backend& b, DType act, const Fp8Weight& q, int64_t n, int64_t k, const std::vector<float>& bias,
+                   ActivationQuant input_quant, float input_scale) {
+  DeviceLinear d;
+  d.weight = MakeTensor(b, DType::kF8E4M3, {n, k});
+  EXPECT_TRUE(b.CopyToDevice(d.weight.t, q.bytes.data()).ok());
+  d.scale = Upload(b, DType::kF32, {q.grid.rows, q.grid.cols}, q.scales);
+  d.lw.weight = d.weight.t;
+  d.lw.format = q.format;
+  d.lw.scale = d.scale.t;
+  if (!bias.empty()) {
+    d.bias = Upload(b, act, {n}, bias);
+    d.lw.bias = d.bias.t;
+  }
+  d.lw.input_quant = input_quant;
+  d.lw.input_group = input_quant == ActivationQuant::kDynamicPerGroup ? 128 : 0;
+  if (input_quant == ActivationQuant::kStaticPerTensor) {
+    d.input_scale = Upload(b, DType::kF32, {1}, {input_scale});
+    d.lw.input_scale = d.input_scale.t;
+  }
+  EXPECT_TRUE(b.Synchronize().ok());
+  return d;
+}
+
+class CudaFp8Test : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    dtype_ = GetParam();
+    gpu_ = testing::MakeCuda(dtype_);
+    ASSERT_NE(gpu_, nullptr);
+    rng_.seed(4321 + static_cast<int>(dtype_));
+    CpuBackendOptions emulate;
+    emulate.num_threads = 0;
+    emulate.emulate_fp8_activations = true;
+    cpu_w8a8_ = std::make_unique<CpuBackend>(emulate);
+  }
+  std::vector<float> Rand(size_t n, float lo = -1.0f, float hi = 1.0f) {
+    std::vector<float> v = RandomVec(rng_, n, lo, hi);
+    RoundTo(dtype_, v);
+    return v;
+  }
+
+  // Runs an FP8 Linear on the GPU (kernel label from the op timing) and on the CPU, W8A16 and
+  // emulated W8A8; checks the GPU against the reference of the arithmetic its kernel does.
+  void CheckLinear(const std::string& what, int64_t m, int64_t n, int64_t k, StorageFormat format,
+                   ActivationQuant input_quant, bool with_bias, CudaBackend& gpu) {
+    const std::vector<float> w = RandomVec(rng_, n * k, -0.5f, 0.5f);
+    const Fp8Weight q = Quantize(w, n, k, format);
+    const std::vector<float> x = Rand(m * k, -2.0f, 2.0f);
+    const std::vector<float> bias = with_bias ? Rand(n) : std::vector<float>{};
+    const float input_scale = 2.5f / 448.0f;  // |x| < 2 fits
+    DeviceLinear g = Place(gpu, dtype_, q, n, k, bias, input_quant, input_scale);
+    DeviceLinear h = Place(cpu_, DType::kF32, q, n, k, bias, input_quant, input_scale);
+    OwnedTensor gx = Upload(gpu, dtype_, {m, k}, x), hx = Upload(cpu_, DType::kF32, {m, k}, x);
+    OwnedTensor gout = MakeTensor(gpu, dtype_, {m, n});
+    Poison(gpu, gout.t);
+    OwnedTensor want16 = MakeTensor(cpu_, DType::kF32, {m, n}), want8 = MakeTensor(cpu_, DType::kF32, {m, n});
+    ASSERT_TRUE(cpu_.Linear(hx.t, h.lw, want16.t).ok());
+    ASSERT_TRUE(cpu_w8a8_->Linear(hx.t, h.lw, want8.t).ok());
+    gpu.StartOpTiming();
+    const absl::Status st = gpu.Linear(gx.t, g.lw, gout.t);
+    ASSERT_TRUE(st.ok()) << st << " " << what;
+    auto ops = gpu.CollectOpTimings();
+    ASSERT_TRUE(ops.ok() && !ops->empty());
+    const std::string kernel = ops->back().op;
+    ASSERT_NE(kernel.find("fp8"), std::string::npos) << kernel;
+    const bool w8a8 = kernel.find("cublasLt") != std::string::npos;
+    const std::vector<float> got = Download(gpu, gout.t);
+    const std::vector<float> want = Download(cpu_, (w8a8 ? want8 : want16).t);
+    const double err = RelErr(got, want);
+    EXPECT_LE(err, Tolerance(dtype_)) << what << " via " << kernel;
+    // The two references differ by the activation rounding (a few percent): the GPU must be on
+    // the side of its own arithmetic, not merely near both.
+    const double other = RelErr(got, Download(cpu_, (w8a8 ? want16 : want8).t));
+    if (input_quant != ActivationQuant::kNone) {
+      EXPECT_GT(other, err) << what << " via " << kernel;
+    }
+    ++kernels_seen_[kernel.substr(kernel.find(' ', kernel.find(' ') + 1) + 1)];
+  }
+
+  DType dtype_;
+  std::unique_ptr<CudaBackend> gpu_;
+  CpuBackend cpu_{0};
+  std::unique_ptr<CpuBackend> cpu_w8a8_;
+  std::mt19937 rng_;
+  std::map<std::string, int> kernels_seen_;
+};
+
+std::vector<StorageFormat> Formats() {
+  return {StorageFormat::Fp8(ScaleGranularity::kTensor), StorageFormat::Fp8(ScaleGranularity::kChannel),
+          StorageFormat::Fp8(ScaleGranularity::kBlock, 128, 128), StorageFormat::Fp8(ScaleGranularity::kGroup, 0, 128)};
+}
+
+TEST_P(CudaFp8Test, LinearEveryFormatShapeAndKernel) {
+  struct Shape3 {
+    int64_t m, n, k;
+  };
+  const Shape3 shapes[] = {{1, 256, 256},   {2, 384, 512},   {3, 200, 384},  {4, 1024, 4096}, {5, 130, 256},
+                           {8, 512, 1024},  {16, 320, 128},  {64, 192, 448}, {300, 448, 192}, {1, 6144, 4096},
+                           {2, 4096, 14336}, {128, 1024, 4096}};
+  const ActivationQuant quants[] = {ActivationQuant::kNone, ActivationQuant::kDynamicPerToken,
+                                    ActivationQuant::kStaticPerTensor, ActivationQuant::kDynamicPerGroup};
+  for (const Shape3& s : shapes) {
+    for (const StorageFormat& f : Formats()) {
+      for (ActivationQuant a : quants) {
+        if (a == ActivationQuant::kDynamicPerGroup && s.k % 128 != 0) continue;
+        for (int variant = 0; variant < 4; ++variant) {
+          // 0: defaults; 1: no GEMV (the GEMM paths at every row count); 2: the register GEMV,
+          // 2 warps a row; 3: the ring GEMV forced.
+          CudaBackendOptions& o = gpu_->mutable_options();
+          o.gemv_max_rows = variant == 1 ? 0 : 4;
+          o.autotune_linear = variant < 2;
+          o.gemv_warps_per_row = variant == 2 ? 2 : variant == 3 ? CudaBackendOptions::kGemvRingForm : 0;
+          const std::string what = absl::StrCat(s.m, "x", s.n, "x", s.k, " ", f.ToString(), " inputs ",
+                                                std::string(ActivationQuantName(a)), " variant ", variant);
+          CheckLinear(what, s.m, s.n, s.k, f, a, (s.n + variant) % 3 == 0, *gpu_);
+        }
+      }
+    }
+  }
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
+  for (const auto& [kernel, count] : kernels_seen_) std::printf("[fp8 linear] %-24s %d calls\n", kernel.c_str(), count);
+  for (const char* k : {"fp8 gemv", "fp8 gemv ring", "fp8 cublasLt", "fp8 dequant gemm"})
+    EXPECT_GT(kernels_seen_[k], 0) << k << " never ran";
+}
+
+// The cuBLASLt path quantizes x in chunks of rows when the FP8 workspace holds fewer than M.
+TEST_P(CudaFp8Test, LinearInRowChunks) {
+  CudaBackendOptions o;
+  o.fp8_workspace_bytes = 64 << 10;  // 40 rows of 1536 columns a chunk
+  auto small = testing::MakeCuda(dtype_, o);
+  ASSERT_NE(small, nullptr);
+  small->mutable_options().gemv_max_rows = 0;
+  for (const StorageFormat& f : Formats())
+    for (ActivationQuant a : {ActivationQuant::kDynamicPerToken, ActivationQuant::kDynamicPerGroup,
+                              ActivationQuant::kStaticPerTensor})
+      CheckLinear("chunked " + f.ToString(), 333, 256, 1536, f, a, true, *small);
+}
+
+// Captured in a graph and replayed after new inputs are written: the same outputs as eager runs.
+TEST_P(CudaFp8Test, LinearReplayedFromAGraph) {
+  for (int64_t m : {1, 2, 4, 32}) {
+    for (const StorageFormat& f : Formats()) {
+      const int64_t n = 512, k = 1024;
+      const Fp8Weight q = Quantize(RandomVec(rng_, n * k, -0.5f, 0.5f), n, k, f);
+      DeviceLinear g = Place(*gpu_, dtype_, q, n, k, Rand(n), ActivationQuant::kDynamicPerToken, 0);
+      OwnedTensor gx = Upload(*gpu_, dtype_, {m, k}, Rand(m * k)), out = MakeTensor(*gpu_, dtype_, {m, n}),
+                  eager = MakeTensor(*gpu_, dtype_, {m, n});
+      ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, out.t).ok());  // first call: plans, heuristics
+      ASSERT_TRUE(gpu_->BeginCapture().ok());
+      ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, out.t).ok());
+      auto graph = gpu_->EndCapture();
+      ASSERT_TRUE(graph.ok()) << graph.status();
+      for (int round = 0; round < 3; ++round) {
+        const std::vector<float> x = Rand(m * k);
+        ASSERT_TRUE(gpu_->UploadConverted(x.data(), DType::kF32, gx.t).ok());
+        Poison(*gpu_, out.t);
+        ASSERT_TRUE((*graph)->Replay().ok());
+        ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, eager.t).ok());
+        EXPECT_EQ(Download(*gpu_, out.t), Download(*gpu_, eager.t)) << m << " rows, " << f.ToString();
+      }
+    }
+  }
+}
+
+// --- FP8 KV cache ---
+
+TEST_P(CudaFp8Test, QkvRopeWritesTheCpusE4M3) {
+  for (int head_dim : {64, 128, 80}) {
+    const int t = 37, heads = 8, kv_heads = 2;
+    const int64_t blocks = 8, block_size = 16, qkv_w = int64_t{heads + 2 * kv_heads} * head_dim;
+    const std::vector<float> qkv = Rand(t * qkv_w, -3, 3);
+    std::vector<float> inv(head_dim / 2);
+    for (int i = 0; i < head_dim / 2; ++i) inv[i] = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * i / head_dim));
+    std::vector<int32_t> pos(t), slots(t);
+    for (int i = 0; i < t; ++i) {
+      pos[i] = static_cast<int32_t>(rng_() % 3000);
+      slots[i] = i % 5 == 4 ? -1 : (i * 37) % (blocks * block_size);
+    }
+    const Shape cache_shape{blocks, kv_heads, block_size, head_dim};
+    auto run = [&](Backend& b, DType act, OwnedTensor& k, OwnedTensor& v, Tensor q_out) {
+      OwnedTensor tq = Upload(b, act, {t, qkv_w}, qkv), tinv = Upload(b, DType::kF32, {head_dim / 2}, inv);
+      OwnedTensor tp = UploadI32(b, pos), ts = UploadI32(b, slots);
+      QkvRopeArgs a;
+      a.qkv = tq.t;
+      a.num_heads = heads;
+      a.num_kv_heads = kv_heads;
+      a.head_dim = head_dim;
+      a.rope.inv_freq = tinv.t;
+      a.rope.rotary_dim = head_dim;
+      a.positions = tp.t;
+      a.slot_mapping = ts.t;
+      a.cache = {k.t, v.t, 0.02f, 0.011f};
+      a.q_out = q_out;
+      ASSERT_TRUE(b.QkvRope(a).ok());
+      ASSERT_TRUE(b.Synchronize().ok());
+    };
+    std::vector<uint8_t> zeros(cache_shape.numel(), 0);
+    OwnedTensor gk = MakeTensor(*gpu_, DType::kF8E4M3, cache_shape), gv = MakeTensor(*gpu_, DType::kF8E4M3, cache_shape);
+    OwnedTensor hk = MakeTensor(cpu_, DType::kF8E4M3, cache_shape), hv = MakeTensor(cpu_, DType::kF8E4M3, cache_shape);
+    for (OwnedTensor* c : {&gk, &gv}) ASSERT_TRUE(gpu_->CopyToDevice(c->t, zeros.data()).ok());
+    for (OwnedTensor* c : {&hk, &hv}) ASSERT_TRUE(cpu_.CopyToDevice(c->t, zeros.data()).ok());
+    OwnedTensor gq = MakeTensor(*gpu_, dtype_, {t, heads * head_dim}), hq = MakeTensor(cpu_, DType::kF32, {t, heads * head_dim});
+    run(*gpu_, dtype_, gk, gv, gq.t);
+    run(cpu_, DType::kF32, hk, hv, hq.t);
+    std::vector<uint8_t> gkb(cache_shape.numel()), gvb(cache_shape.numel());
+    ASSERT_TRUE(gpu_->CopyToHost(gkb.data(), gk.t).ok());
+    ASSERT_TRUE(gpu_->CopyToHost(gvb.data(), gv.t).ok());
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+    const uint8_t* hkb = hk.t.data_as<uint8_t>();
+    const uint8_t* hvb = hv.t.data_as<uint8_t>();
+    EXPECT_EQ(0, std::memcmp(gvb.data(), hvb, gvb.size())) << "V bytes, head_dim " << head_dim;
+    // K went through sincos and the rotation on both sides: an element may round to the
+    // neighbouring E4M3 value, never further.
+    int neighbours = 0;
+    for (size_t i = 0; i < gkb.size(); ++i) {
+      if (gkb[i] == hkb[i]) continue;
+      ++neighbours;
+      EXPECT_LE(std::abs(int(gkb[i] & 0x7f) - int(hkb[i] & 0x7f)), 1) << i;
+      EXPECT_EQ(gkb[i] & 0x80, hkb[i] & 0x80) << i;
+    }
+    EXPECT_LT(neighbours, static_cast<int>(gkb.size() / 100)) << "head_dim " << head_dim;
+    EXPECT_LE(RelErr(Download(*gpu_, gq.t), Download(cpu_, hq.t)), Tolerance(dtype_));
+  }
+}
+
+TEST_P(CudaFp8Test, AttentionReadsAnE4M3Cache) {
+  struct Case {
+    std::string name;
+    std::vector<std::pair<int, int>> seqs;  // (query_len, context_len)
+    int heads, kv_heads, head_dim;
+  };
+  const Case cases[] = {
+      {"decode", {{1, 1}, {1, 17}, {1, 300}, {1, 1000}}, 8, 2, 128},
+      {"decode_llama", {{1, 1024}, {1, 999}, {1, 64}, {1, 1}, {1, 513}, {1, 2}}, 32, 8, 128},
+      {"decode_hd64", {{1, 700}, {1, 33}}, 8, 8, 64},
+      {"prefill", {{100, 100}, {3, 3}}, 32, 8, 128},
+      {"prefill_hd64", {{130, 130}}, 8, 8, 64},
+      {"chunked_prefill", {{64, 1000}, {130, 700}}, 8, 2, 128},
+      {"mixed", {{37, 37}, {1, 200}, {5, 70}}, 8, 2, 128},
+      {"long_split", {{1, 8192}, {1, 3}}, 32, 8, 128},
+      {"hd80_simt", {{1, 300}, {40, 90}}, 6, 2, 80},
+  };
+  for (const Case& c : cases) {
+    const int block_size = 16;
+    int64_t blocks = 1, width = 1;
+    for (auto [q, ctx] : c.seqs) {
+      blocks += (ctx + block_size - 1) / block_size;
+      width = std::max<int64_t>(width, (ctx + block_size - 1) / block_size);
+    }
+    std::vector<int32_t> perm(blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_);
+    std::vector<int32_t> qs{0}, ctxs, tables, positions;
+    int next = 0, max_q = 0, max_ctx = 0;
+    for (auto [q, ctx] : c.seqs) {
+      const int nb = (ctx + block_size - 1) / block_size;
+      for (int64_t b = 0; b < width; ++b) tables.push_back(b < nb ? perm[next + b] : -1);
+      next += nb;
+      for (int i = 0; i < q; ++i) positions.push_back(ctx - q + i);
+      qs.push_back(qs.back() + q);
+      ctxs.push_back(ctx);
+      max_q = std::max(max_q, q);
+      max_ctx = std::max(max_ctx, ctx);
+    }
+    const int64_t tokens = qs.back();
+    const Shape cache_shape{blocks, c.kv_heads, block_size, c.head_dim};
+    const float k_scale = 3.0f / 448.0f, v_scale = 1.5f / 448.0f;
+    std::vector<uint8_t> kb(cache_shape.numel()), vb(cache_shape.numel());
+    for (auto& b : kb) b = FloatToFp8E4M3(std::uniform_real_distribution<float>(-3, 3)(rng_) / k_scale);
+    for (auto& b : vb) b = FloatToFp8E4M3(std::uniform_real_distribution<float>(-1.5, 1.5)(rng_) / v_scale);
+    const std::vector<float> q = Rand(tokens * c.heads * c.head_dim, -2, 2);
+    auto run = [&](Backend& b, DType act, CudaBackend* poison) {
+      OwnedTensor k = MakeTensor(b, DType::kF8E4M3, cache_shape), v = MakeTensor(b, DType::kF8E4M3, cache_shape);
+      EXPECT_TRUE(b.CopyToDevice(k.t, kb.data()).ok());
+      EXPECT_TRUE(b.CopyToDevice(v.t, vb.data()).ok());
+      OwnedTensor tq = Upload(b, act, {tokens, int64_t{c.heads} * c.head_dim}, q);
+      OwnedTensor out = MakeTensor(b, act, {tokens, int64_t{c.heads} * c.head_dim});
+      if (poison) Poison(*poison, out.t);
+      OwnedTensor tqs = UploadI32(b, qs), tctx = UploadI32(b, ctxs), ttab = UploadI32(b, tables),
+                  tpos = UploadI32(b, positions);
+      StepMetadata meta;
+      meta.num_tokens = static_cast<int32_t>(tokens);
+      meta.num_seqs = static_cast<int32_t>(c.seqs.size());
+      meta.max_query_len = max_q;
+      meta.max_context_len = max_ctx;
+      meta.positions = tpos.t;
+      meta.query_start = tqs.t;
+      meta.context_lens = tctx.t;
+      meta.block_tables = ttab.t.Reshape({meta.num_seqs, width});
+      AttentionArgs a;
+      a.q = tq.t;
+      a.num_heads = c.heads;
+      a.num_kv_heads = c.kv_heads;
+      a.head_dim = c.head_dim;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      a.cache = {k.t, v.t, k_scale, v_scale};
+      a.meta = &meta;
+      a.out = out.t;
+      const absl::Status st = b.Attention(a);
+      EXPECT_TRUE(st.ok()) << st;
+      return Download(b, out.t);
+    };
+    const std::vector<float> want = run(cpu_, DType::kF32, nullptr);
+    for (int variant = 0; variant < 4; ++variant) {  // as cuda_ops_test: defaults, SIMT, SIMT split, split
+      gpu_->mutable_options().force_simt_attention = variant == 1 || variant == 2;
+      gpu_->mutable_options().attention_splits = variant >= 2 ? 7 : 0;
+      EXPECT_LE(RelErr(run(*gpu_, dtype_, gpu_.get()), want), Tolerance(dtype_)) << c.name << " variant " << variant;
+    }
+  }
+  gpu_->mutable_options().force_simt_attention = false;
+  gpu_->mutable_options().attention_splits = 0;
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, CudaFp8Test, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return testing::DTypeLabel(info.param); });
+
+// --- whole models ---
+
+// The FP8 fixtures on a bf16 GPU, teacher-forced, against the references, held to the CPU
+// emulation of a bf16 W8A8 engine (rounding_backend.h with FP8 formats and emulated activation
+// quantization) on the same fixture, with the margins cuda_model_test gives bf16 engines.
+class CudaFp8FixtureTest : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
+
+TEST_P(CudaFp8FixtureTest, TeacherForcedWithinTheEmulationsBand) {
+  const std::string name = std::get<0>(GetParam());
+  const bool fp8_kv = std::get<1>(GetParam());
+  const std::string dir = testing::ModelDir(name);
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  // The emulation's float32 cache is rounded to bf16 by the RoundingBackend (a bf16 cache), or FP8.
+  ModelRunnerOptions options = testing::ParityRunnerOptions();
+  options.kv_cache_dtype = fp8_kv ? std::optional<DType>(DType::kF8E4M3) : std::nullopt;
+  CpuBackendOptions emulate;
+  emulate.num_threads = 0;
+  emulate.emulate_fp8_activations = true;
+  const unsigned points = testing::kRoundAll & ~testing::kRoundWeights;
+  auto emulated_runner = ModelRunner::Create(
+      *config, **ckpt, std::make_unique<testing::RoundingBackend>(DType::kBF16, points, config->vocab_size, true, emulate),
+      nullptr, options);
+  ASSERT_TRUE(emulated_runner.ok()) << emulated_runner.status();
+  auto emulated = testing::TeacherForcedParity(**emulated_runner, name);
+  ASSERT_TRUE(emulated.ok()) << emulated.status();
+  CudaBackendOptions b;
+  b.dtype = DType::kBF16;
+  auto backend = CudaBackend::Create(b);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  options.kv_cache_dtype = fp8_kv ? DType::kF8E4M3 : DType::kBF16;
+  auto runner = ModelRunner::Create(*config, **ckpt, std::move(*backend), nullptr, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  EXPECT_EQ((*runner)->kv_shape().dtype, fp8_kv ? DType::kF8E4M3 : DType::kBF16);
+  auto gpu = testing::TeacherForcedParity(**runner, name);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::printf("[fp8 parity] %-20s kv %-4s emulated: top-1 %.4f max %.3g mean %.3g | GPU: top-1 %.4f max %.3g mean %.3g\n",
+              name.c_str(), fp8_kv ? "fp8" : "bf16", emulated->agreement(), emulated->max_err, emulated->mean_err(),
+              gpu->agreement(), gpu->max_err, gpu->mean_err());
+  EXPECT_LE(gpu->max_err, 1.25 * emulated->max_err);
+  EXPECT_LE(gpu->mean_err(), 1.2 * emulated->mean_err());
+  EXPECT_GE(gpu->agreement(), emulated->agreement() - 3.0 / gpu->positions);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp8Fixtures, CudaFp8FixtureTest,
+                         ::testing::Combine(::testing::ValuesIn(testing::kFp8FixtureModels), ::testing::Bool()),
+                         [](const auto& info) {
+                           std::string n = std::get<0>(info.param);
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n + (std::get<1>(info.param) ? "_fp8_kv" : "_bf16_kv");
+                         });
+
+// --quantization fp8 --dummy-weights: the GPU draws the same E4M3 bytes as the host (the same
+// Philox stream; where the GPU's fused multiply-add rounds a draw across a rounding boundary of
+// E4M3, the neighbouring value).
+TEST(CudaFp8DummyWeightsTest, GpuDrawMatchesHostDraw) {
+  auto config = LoadModelConfig(testing::ModelDir("llama-tiny"));
+  ASSERT_TRUE(config.ok());
+  LoadOptions fp8;
+  fp8.quantization = OnlineQuantization::kFp8;
+  auto gpu = testing::MakeCuda(DType::kBF16);
+  ASSERT_NE(gpu, nullptr);
+  CpuBackend cpu(0);
+  auto on_gpu = CreateDummyWeights(*config, ShardSpec{}, *gpu, 9, fp8);
+  auto on_cpu = CreateDummyWeights(*config, ShardSpec{}, cpu, 9, fp8);
+  ASSERT_TRUE(on_gpu.ok() && on_cpu.ok());
+  const LinearWeight& g = (*on_gpu)->layers[1].down;
+  const LinearWeight& h = (*on_cpu)->layers[1].down;
+  ASSERT_EQ(g.format, StorageFormat::Fp8(ScaleGranularity::kChannel));
+  std::vector<uint8_t> bytes(g.weight.numel());
+  ASSERT_TRUE(gpu->CopyToHost(bytes.data(), g.weight).ok());
+  ASSERT_TRUE(gpu->Synchronize().ok());
+  int neighbours = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const int a = bytes[i], b = h.weight.data_as<uint8_t>()[i];
+    if (a == b) continue;
+    ++neighbours;
+    EXPECT_LE(std::abs((a & 0x7f) - (b & 0x7f)), 1) << i;
+  }
+  EXPECT_LE(neighbours, static_cast<int>(bytes.size() / 1000));
+  EXPECT_EQ(Download(*gpu, g.scale), Download(cpu, h.scale));
+}
+
+}  // namespace
+}  // namespace llm

@@ -73,21 +73,4 @@ absl::StatusOr<std::unique_ptr<Engine>> BuildEngine(const EngineBuildOptions& o,
   return Engine::Create(info, eo, std::move(executor), std::move(tokenizer));
 }
 
-absl::StatusOr<BuiltEngine> BuildLocalEngine(const EngineBuildOptions& o) {
-  if (!std::filesystem::is_directory(o.model_dir))
-    return absl::NotFoundError(absl::StrCat("model folder '", o.model_dir.string(), "' does not exist"));
-  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(o.model_dir));
-  BuiltEngine built;
-  ASSIGN_OR_RETURN(built.tokenizer, LoadTokenizerIfPresent(o.model_dir));
-  ASSIGN_OR_RETURN(auto backend, BuildBackend(o));
-  ASSIGN_OR_RETURN(auto runner, BuildModelRunner(o, config, ShardSpec{}, std::move(backend), nullptr));
-  built.weight_bytes = runner->weight_bytes();
-  built.kv_cache_bytes = runner->kv_cache_bytes();
-  const auto blocks = static_cast<int32_t>(runner->kv_shape().num_blocks);
-  const ModelRunner& r = *runner;
-  ASSIGN_OR_RETURN(built.engine, BuildEngine(o, config, r, blocks, std::make_unique<LocalStepExecutor>(std::move(runner)),
-                                             built.tokenizer));
-  return built;
-}
-
 }  // namespace llm

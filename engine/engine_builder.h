@@ -1,6 +1,6 @@
-// Builds a single-process Engine from a model folder: config, checkpoint, tokenizer (when the
-// folder has one), backend, weights, KV cache and scheduler limits, in that order; the first
-// failure is returned with a message naming what failed.
+// What an engine is built from (EngineBuildOptions) and the steps that build one rank's share
+// (backend, model runner, engine); EngineGroup (engine/distributed) runs them for every layout,
+// a single process included.
 #pragma once
 
 #include <filesystem>
@@ -52,16 +52,7 @@ struct EngineBuildOptions {
   int32_t output_threads = 1;   // EngineOptions::output_threads
 };
 
-struct BuiltEngine {
-  std::unique_ptr<Engine> engine;
-  std::shared_ptr<const Tokenizer> tokenizer;  // null when the model folder has none
-  size_t weight_bytes = 0;
-  size_t kv_cache_bytes = 0;
-};
-
-absl::StatusOr<BuiltEngine> BuildLocalEngine(const EngineBuildOptions& options);
-
-// The pieces BuildLocalEngine and the multi-rank builder share.
+// The pieces an EngineGroup builds a rank from.
 absl::StatusOr<std::unique_ptr<Backend>> BuildBackend(const EngineBuildOptions& options);
 absl::StatusOr<std::unique_ptr<ModelRunner>> BuildModelRunner(const EngineBuildOptions& options,
                                                               const ModelConfig& config, const ShardSpec& shard,

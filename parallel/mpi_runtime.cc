@@ -66,18 +66,21 @@ absl::Status QueryRanks(int* world_rank, int* world_size, int* local_rank, int* 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MpiRuntime>> MpiRuntime::Create(MpiMode mode, int* argc, char*** argv) {
+  std::unique_ptr<MpiRuntime> rt(new MpiRuntime(mode));
+  if (mode == MpiMode::kSingleProcess) {
+    // Touches no MPI state: any number may exist, e.g. several single-process engines in a test.
+    rt->thread_multiple_ = true;  // nothing to serialize: no MPI calls are ever made
+    return rt;
+  }
   if (g_runtime_alive.exchange(true)) {
     return absl::FailedPreconditionError("an MpiRuntime already exists in this process");
   }
   AliveSlot slot;
-  std::unique_ptr<MpiRuntime> rt(new MpiRuntime(mode));
-  if (mode == MpiMode::kInit) {
+  {
     absl::Status s = InitMpi(argc, argv, &rt->owns_mpi_, &rt->thread_multiple_);
     if (!s.ok()) return s;
     s = QueryRanks(&rt->world_rank_, &rt->world_size_, &rt->local_rank_, &rt->local_size_);
     if (!s.ok()) return s;  // ~MpiRuntime finalizes what was initialized
-  } else {
-    rt->thread_multiple_ = true;  // nothing to serialize: no MPI calls are ever made
   }
   internal::SetPollYieldWindow(
       ChoosePollYieldWindow(rt->local_size_, std::thread::hardware_concurrency(), std::getenv("LLM_POLL_YIELD_US")));
@@ -93,6 +96,7 @@ absl::Duration ChoosePollYieldWindow(int local_size, unsigned cores, const char*
 }
 
 MpiRuntime::~MpiRuntime() {
+  if (mode_ == MpiMode::kSingleProcess) return;
   if (owns_mpi_) {
     int finalized = 0;
     MPI_Finalized(&finalized);

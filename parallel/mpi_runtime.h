@@ -36,8 +36,9 @@ absl::Duration ChoosePollYieldWindow(int local_size, unsigned cores, const char*
 
 class MpiRuntime {
  public:
-  // At most one runtime exists at a time (FailedPrecondition otherwise), and MPI cannot be
-  // initialized again once finalized (FailedPrecondition). argc/argv may be null.
+  // At most one kInit runtime exists at a time (FailedPrecondition otherwise; single-process ones
+  // touch no MPI state and may coexist), and MPI cannot be initialized again once finalized
+  // (FailedPrecondition). argc/argv may be null.
   static absl::StatusOr<std::unique_ptr<MpiRuntime>> Create(MpiMode mode, int* argc = nullptr,
                                                             char*** argv = nullptr);
   ~MpiRuntime();  // MPI_Finalize when this runtime initialized MPI

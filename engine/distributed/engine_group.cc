@@ -109,7 +109,11 @@ absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBui
   g->steps_comm_->set_timeout(absl::InfiniteDuration());
   g->results_comm_->set_timeout(absl::InfiniteDuration());
   PipelineGroup pg{t, g->steps_comm_.get(), g->results_comm_.get(), g->data_.pp()};
-  if (t.rank() == 0) {
+  if (t.world_size() == 1) {  // a group of one: no step messages to send
+    const ModelRunner& r = **runner;
+    ASSIGN_OR_RETURN(g->engine_, BuildEngine(o, *config, r, num_blocks,
+                                             std::make_unique<LocalStepExecutor>(std::move(*runner)), g->tokenizer_));
+  } else if (t.rank() == 0) {
     const ModelRunner& r = **runner;
     auto executor = std::make_unique<PipelineStepExecutor>(std::move(*runner), pg);
     g->executor_ = executor.get();
@@ -160,7 +164,7 @@ std::string FormatMemoryReport(const std::vector<ShardMemory>& report) {
 void EngineGroup::ShutdownEngine() {
   if (!engine_) return;
   engine_->Shutdown(true);
-  timeline_ = executor_->timeline();
+  if (executor_) timeline_ = executor_->timeline();
   executor_ = nullptr;
   engine_.reset();
 }

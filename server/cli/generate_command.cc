@@ -95,7 +95,7 @@ int RunGenerate(int argc, char** argv) {
     if (!ids.ok()) return Fail(ids.status(), 2);
     request.prompt_tokens = std::move(*ids);
   }
-  auto handle = EngineHandle::Create(model, &argc, &argv);
+  auto handle = Deploy(model, &argc, &argv);
   if (!handle.ok()) return Fail(handle.status(), 1);
   if ((*handle)->engine() == nullptr) {  // a worker rank of an mpirun group
     absl::Status s = (*handle)->RunWorker();

@@ -69,38 +69,9 @@ absl::StatusOr<ParallelOptions> ModelFlags::ToParallelOptions() const {
   return p;
 }
 
-absl::StatusOr<std::unique_ptr<EngineHandle>> EngineHandle::Create(const ModelFlags& flags, int* argc, char*** argv) {
-  auto h = std::make_unique<EngineHandle>();
-  if (!flags.Distributed()) {
-    ASSIGN_OR_RETURN(h->local_, BuildLocalEngine(flags.ToBuildOptions()));
-    h->engine_ = h->local_.engine.get();
-    h->tokenizer_ = h->local_.tokenizer;
-    return h;
-  }
+absl::StatusOr<std::unique_ptr<Deployment>> Deploy(const ModelFlags& flags, int* argc, char*** argv) {
   ASSIGN_OR_RETURN(ParallelOptions parallel, flags.ToParallelOptions());
-  ASSIGN_OR_RETURN(h->mpi_, MpiRuntime::Create(MpiMode::kInit, argc, argv));
-  h->rank_ = h->mpi_->world_rank();
-  if (h->mpi_->world_size() != parallel.tp * parallel.pp)
-    return absl::InvalidArgumentError(absl::StrCat("launched with ", h->mpi_->world_size(), " ranks but --tp ", parallel.tp,
-                                                   " x --pp ", parallel.pp, " needs ", parallel.tp * parallel.pp,
-                                                   " (mpirun -np ", parallel.tp * parallel.pp, ")"));
-  ASSIGN_OR_RETURN(h->group_, EngineGroup::Create(flags.ToBuildOptions(), parallel, *h->mpi_));
-  // What each rank holds (collective): operators check that every rank has ~1/(TP*PP) of it.
-  ASSIGN_OR_RETURN(std::vector<ShardMemory> memory, h->group_->MemoryReport());
-  if (h->rank_ == 0)
-    std::fprintf(stderr, "memory per rank (TP %d x PP %d):\n%s", parallel.tp, parallel.pp,
-                 FormatMemoryReport(memory).c_str());
-  h->engine_ = h->group_->engine();
-  h->tokenizer_ = h->group_->tokenizer();
-  return h;
-}
-
-EngineHandle::~EngineHandle() {
-  // Engines stop before their communicators, and communicators before MPI finalizes.
-  if (engine_) engine_->Shutdown(true);
-  group_.reset();
-  local_.engine.reset();
-  mpi_.reset();
+  return Deployment::Create(flags.ToBuildOptions(), parallel, argc, argv);
 }
 
 std::string ModelFlags::ModelDir() const {

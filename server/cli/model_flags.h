@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "engine/distributed/engine_group.h"
+#include "engine/distributed/deployment.h"
 #include "engine/engine_builder.h"
 #include "parallel/mpi_runtime.h"
 #include "server/cli/flags.h"
@@ -45,24 +45,9 @@ struct ModelFlags {
   bool Distributed() const;
 };
 
-// The engine a command talks to, whether it runs in this process alone or on world rank 0 of an
-// mpirun-launched group. On other ranks `engine` is null: the command must call RunWorker().
-class EngineHandle {
- public:
-  static absl::StatusOr<std::unique_ptr<EngineHandle>> Create(const ModelFlags& flags, int* argc, char*** argv);
-  ~EngineHandle();
-  Engine* engine() { return engine_; }
-  std::shared_ptr<const Tokenizer> tokenizer() const { return tokenizer_; }
-  int rank() const { return rank_; }
-  absl::Status RunWorker() { return group_->RunWorker(); }
-
- private:
-  std::unique_ptr<MpiRuntime> mpi_;
-  std::unique_ptr<EngineGroup> group_;
-  BuiltEngine local_;
-  Engine* engine_ = nullptr;
-  std::shared_ptr<const Tokenizer> tokenizer_;
-  int rank_ = 0;
-};
+// The engine a command talks to, in this process alone or on world rank 0 of an mpirun group
+// (engine/distributed/deployment.h). On other ranks engine() is null: the command must call
+// RunWorker().
+absl::StatusOr<std::unique_ptr<Deployment>> Deploy(const ModelFlags& flags, int* argc, char*** argv);
 
 }  // namespace llm::cli

@@ -164,7 +164,7 @@ int RunServe(int argc, char** argv) {
   if (!model.Distributed()) {
     if (absl::Status s = endpoints.Start(serve, service, state); !s.ok()) return Fail(s, 1);
   }
-  auto handle = EngineHandle::Create(model, &argc, &argv);
+  auto handle = Deploy(model, &argc, &argv);
   if (!handle.ok()) return Fail(handle.status(), 1);
   if ((*handle)->engine() == nullptr) {  // a worker rank of an mpirun group: runs steps for rank 0
     absl::Status s = (*handle)->RunWorker();

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <random>
 
-#include "engine/engine_builder.h"
+#include "engine/distributed/deployment.h"
 #include "gtest/gtest.h"
 #include "tests/engine/output_collector.h"
 #include "tests/runtime/fixture_reference.h"
@@ -42,10 +42,10 @@ GenerateRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
 }
 
 std::vector<int32_t> RunAlone(const GenerateRequest& request, const std::string& model) {
-  auto built = BuildLocalEngine(Options(model));
+  auto built = testing::DeployLocal(Options(model));
   EXPECT_TRUE(built.ok()) << built.status();
   Collector c;
-  auto id = built->engine->Submit(request, c.Callback());
+  auto id = (*built)->engine()->Submit(request, c.Callback());
   EXPECT_TRUE(id.ok()) << id.status();
   c.Wait(1);
   return c.Get(*id).tokens;
@@ -80,12 +80,12 @@ std::vector<GenerateRequest> MixedRequests(const std::string& model, int count) 
 
 void ExpectBatchedEqualsAlone(const std::string& model, int64_t kv_blocks, bool expect_preemption) {
   const auto requests = MixedRequests(model, 24);
-  auto built = BuildLocalEngine(Options(model, kv_blocks));
+  auto built = testing::DeployLocal(Options(model, kv_blocks));
   ASSERT_TRUE(built.ok()) << built.status();
   Collector c;
   std::vector<RequestId> ids;
   for (const auto& r : requests) {
-    auto id = built->engine->Submit(r, c.Callback());
+    auto id = (*built)->engine()->Submit(r, c.Callback());
     ASSERT_TRUE(id.ok()) << id.status();
     ids.push_back(*id);
   }
@@ -101,7 +101,7 @@ void ExpectBatchedEqualsAlone(const std::string& model, int64_t kv_blocks, bool 
     }
     EXPECT_EQ(result.tokens, RunAlone(requests[i], model));
   }
-  const EngineStats stats = built->engine->stats();
+  const EngineStats stats = (*built)->engine()->stats();
   if (expect_preemption) {
     EXPECT_GT(stats.scheduler.preemptions, 0u);
   }
@@ -115,9 +115,9 @@ TEST(EngineTest, ConcurrentRequestsEqualRunningAlone) { ExpectBatchedEqualsAlone
 TEST(EngineTest, PreemptionUnderSmallKvCacheLosesNothing) { ExpectBatchedEqualsAlone("llama-tiny", 16, true); }
 
 TEST(EngineTest, CancelFreesBlocksWithinAStep) {
-  auto built = BuildLocalEngine(Options("llama-tiny"));
+  auto built = testing::DeployLocal(Options("llama-tiny"));
   ASSERT_TRUE(built.ok());
-  Engine& engine = *built->engine;
+  Engine& engine = *(*built)->engine();
   std::mutex mu;
   std::condition_variable cv;
   int updates = 0;
@@ -148,12 +148,12 @@ TEST(EngineTest, CancelFreesBlocksWithinAStep) {
 }
 
 TEST(EngineTest, ExpiredDeadlineFinishesWithDeadline) {
-  auto built = BuildLocalEngine(Options("llama-tiny"));
+  auto built = testing::DeployLocal(Options("llama-tiny"));
   ASSERT_TRUE(built.ok());
   Collector c;
   GenerateRequest r = Greedy({1, 2, 3}, 200);
   r.deadline = absl::Now() - absl::Milliseconds(1);
-  auto id = built->engine->Submit(r, c.Callback());
+  auto id = (*built)->engine()->Submit(r, c.Callback());
   ASSERT_TRUE(id.ok());
   c.Wait(1);
   EXPECT_EQ(c.Get(*id).final.finish_reason, FinishReason::kDeadline);
@@ -163,26 +163,26 @@ TEST(EngineTest, QueueFullAndShutdownAreRefusedWithStatus) {
   EngineBuildOptions o = Options("llama-tiny");
   o.max_queue = 2;
   o.max_seqs = 1;
-  auto built = BuildLocalEngine(o);
+  auto built = testing::DeployLocal(o);
   ASSERT_TRUE(built.ok());
   Collector c;
   int accepted = 0, exhausted = 0;
   for (int i = 0; i < 20; ++i) {
-    auto id = built->engine->Submit(Greedy({1, 2, 3}, 100), c.Callback());
+    auto id = (*built)->engine()->Submit(Greedy({1, 2, 3}, 100), c.Callback());
     if (id.ok()) ++accepted;
     else if (id.status().code() == absl::StatusCode::kResourceExhausted) ++exhausted;
   }
   EXPECT_GT(exhausted, 0);
-  built->engine->Shutdown(/*drain=*/true);  // accepted requests all complete
+  (*built)->engine()->Shutdown(/*drain=*/true);  // accepted requests all complete
   c.Wait(accepted);
-  auto late = built->engine->Submit(Greedy({1}, 1), c.Callback());
+  auto late = (*built)->engine()->Submit(Greedy({1}, 1), c.Callback());
   EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(EngineTest, InvalidRequestsAreRejectedWithMessages) {
-  auto built = BuildLocalEngine(Options("llama-tiny"));
+  auto built = testing::DeployLocal(Options("llama-tiny"));
   ASSERT_TRUE(built.ok());
-  Engine& e = *built->engine;
+  Engine& e = *(*built)->engine();
   auto expect_invalid = [&](GenerateRequest r, const std::string& text) {
     auto s = e.Validate(r);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << text;
@@ -207,24 +207,24 @@ TEST(EngineTest, InvalidRequestsAreRejectedWithMessages) {
 }
 
 TEST(EngineTest, LogprobsAreRawDistribution) {
-  auto built = BuildLocalEngine(Options("llama-tiny"));
+  auto built = testing::DeployLocal(Options("llama-tiny"));
   ASSERT_TRUE(built.ok());
   Collector c;
   GenerateRequest r = Greedy(testing::LoadFixturePrompts("llama-tiny")[1].prompt, 1);
   r.sampling.num_top_logprobs = 5;
   std::vector<RequestOutput> outs;
   std::mutex mu;
-  auto id = built->engine->Submit(r, [&](RequestOutput o) {
+  auto id = (*built)->engine()->Submit(r, [&](RequestOutput o) {
     std::lock_guard<std::mutex> lock(mu);
     outs.push_back(o);
   });
   ASSERT_TRUE(id.ok());
-  built->engine->Shutdown(true);
+  (*built)->engine()->Shutdown(true);
   ASSERT_FALSE(outs.empty());
   const SampleResult& lp = outs.front().logprobs.at(0);
   // Reference: log-softmax of the fixture's logits at the last prompt position.
   const auto p = testing::LoadFixturePrompts("llama-tiny")[1];
-  const int64_t vocab = built->engine->info().config.vocab_size;
+  const int64_t vocab = (*built)->engine()->info().config.vocab_size;
   const float* row = &p.prefill_logits[(p.prompt.size() - 1) * vocab];
   double mx = *std::max_element(row, row + vocab), z = 0;
   for (int64_t i = 0; i < vocab; ++i) z += std::exp(row[i] - mx);

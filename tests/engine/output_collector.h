@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/distributed/deployment.h"
 #include "engine/request.h"
 #include "gtest/gtest.h"
 
@@ -58,5 +59,10 @@ class Collector {
   std::map<RequestId, Result> results_;
   int finished_ = 0;
 };
+
+// A single-process deployment (a group of one), as `llm serve` without mpirun builds it.
+inline absl::StatusOr<std::unique_ptr<Deployment>> DeployLocal(const EngineBuildOptions& options) {
+  return Deployment::Create(options, ParallelOptions{});
+}
 
 }  // namespace llm::testing

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/engine_builder.h"
+#include "engine/distributed/deployment.h"
 #include "gtest/gtest.h"
 #include "tests/engine/output_collector.h"
 #include "tests/runtime/fixture_reference.h"
@@ -85,20 +85,20 @@ struct RunResult {
 
 RunResult RunAll(const EngineBuildOptions& options, const std::vector<GenerateRequest>& requests) {
   RunResult run;
-  auto built = BuildLocalEngine(options);
+  auto built = testing::DeployLocal(options);
   EXPECT_TRUE(built.ok()) << built.status();
   if (!built.ok()) return run;
   Collector c;
   std::vector<RequestId> ids;
   for (const auto& r : requests) {
-    auto id = built->engine->Submit(r, c.Callback());
+    auto id = (*built)->engine()->Submit(r, c.Callback());
     EXPECT_TRUE(id.ok()) << id.status();
     if (id.ok()) ids.push_back(*id);
   }
   c.Wait(static_cast<int>(ids.size()));
-  built->engine->Shutdown(true);
+  (*built)->engine()->Shutdown(true);
   for (RequestId id : ids) run.results.push_back(c.Get(id));
-  run.stats = built->engine->stats();
+  run.stats = (*built)->engine()->stats();
   return run;
 }
 
@@ -194,19 +194,19 @@ TEST(OverlapTest, StopTokenInStepNNeverEmitsStepNPlusOne) {
 // streamed text equals the final text.
 TEST(OverlapTest, StopStringsEndTheOutputWhereTheSerialEngineDoes) {
   const std::string dir = LLM_DEFAULT_MODEL_DIR;
-  auto built = BuildLocalEngine(Options(dir, false));
+  auto built = testing::DeployLocal(Options(dir, false));
   ASSERT_TRUE(built.ok()) << built.status();
-  ASSERT_NE(built->tokenizer, nullptr);
+  ASSERT_NE((*built)->tokenizer(), nullptr);
   const std::vector<std::string> prompts = {"The command", "To install the package", "Options:", "A file"};
   std::vector<GenerateRequest> plain;
   for (const std::string& p : prompts) {
-    auto ids = built->tokenizer->Encode(p, /*add_special_tokens=*/true);
+    auto ids = (*built)->tokenizer()->Encode(p, /*add_special_tokens=*/true);
     ASSERT_TRUE(ids.ok());
     GenerateRequest r = Greedy(*ids, 48);
     r.detokenize = true;
     plain.push_back(r);
   }
-  built->engine->Shutdown(true);
+  (*built)->engine()->Shutdown(true);
   const RunResult unstopped = RunAll(Options(dir, false), plain);
   std::vector<GenerateRequest> stopped;
   for (size_t i = 0; i < plain.size(); ++i) {

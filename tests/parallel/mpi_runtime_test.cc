@@ -56,8 +56,10 @@ TEST(MpiRuntimeTest, SingleProcessThenMpiSingleton) {
     EXPECT_FALSE((*rt)->uses_mpi());
     EXPECT_EQ((*rt)->world_size(), 1);
     EXPECT_EQ((*rt)->local_size(), 1);
+    // Single-process runtimes touch no MPI state: several may exist (engines side by side).
     auto second = MpiRuntime::Create(MpiMode::kSingleProcess);
-    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(second.ok()) << second.status();
+    ExpectSoloWorldWorks(**second);
     ExpectSoloWorldWorks(**rt);
     EXPECT_FALSE(MpiInitialized()) << "single-process mode must not initialize MPI";
   }

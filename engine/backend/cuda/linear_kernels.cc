@@ -148,7 +148,7 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
   }
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (modes && c.out.dtype() == c.act && ctx.fp8_workspace != nullptr &&
-      !fp8_cublas_refused_.count({c.n, c.k, c.out.dtype() == DType::kF32, static_cast<int>(c.w->format.granularity)}))
+      !fp8_cublas_refused_.count({c.m, c.n, c.k, static_cast<int>(c.w->format.granularity)}))
     return {LinearKernel::kFp8CublasLt, 0};
   return {LinearKernel::kFp8Dequant, 0};
 }
@@ -192,8 +192,7 @@ absl::Status LinearKernels::RunFp8Cublas(const LinearCall& c, const LinearContex
     a.k = c.k;
     const absl::Status st = ctx.gemm->RunFp8(a, ctx.stream);
     if (absl::IsUnimplemented(st) && r0 == 0) {
-      fp8_cublas_refused_.insert(
-          {c.n, c.k, c.out.dtype() == DType::kF32, static_cast<int>(c.w->format.granularity)});
+      fp8_cublas_refused_.insert({c.m, c.n, c.k, static_cast<int>(c.w->format.granularity)});
       if (LogLinearChoice())
         std::fprintf(stderr, "FP8 linear %lld x %lld: %s; the dequantizing GEMM takes it\n",
                      static_cast<long long>(c.n), static_cast<long long>(c.k), std::string(st.message()).c_str());

@@ -161,8 +161,14 @@ struct CublasLtGemm::Impl {
                                                                 &align_c, sizeof(align_c)));
     cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
     int found = 0;
-    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->c, plan->c, pref,
-                                                          kMaxCandidates, results, &found));
+    const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->c,
+                                                                     plan->c, pref, kMaxCandidates, results, &found);
+    // FP8 GEMMs have shape and scale-mode rules that vary between cuBLASLt versions (an H100 with
+    // cuBLASLt 13.1 refuses e.g. N = 130, or 128x128 weight blocks at M = 2 with NOT_SUPPORTED
+    // or INVALID_VALUE): such a refusal is "no algorithm", which the caller turns into its
+    // dequantizing GEMM, not an error.
+    if (fp8 && (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || heuristic == CUBLAS_STATUS_INVALID_VALUE)) found = 0;
+    else CUBLAS_RETURN_IF_ERROR(heuristic);
     if (found == 0)
       return absl::UnimplementedError(absl::StrCat("Linear: cuBLASLt has no algorithm for m ", m, " n ", n, " k ", k,
                                                    " ", fp8 ? std::string("float8_e4m3fn") : std::string(DTypeName(dtype)),

@@ -19,6 +19,27 @@ raw=$(mktemp -d)
 ../shared/device/mkbundle.sh "$raw/bundle.tgz" "$pack"/bin/* "$pack"/lib/* > /dev/null 2>&1
 mkdir "$raw/root" && tar -C "$raw/root" -xzf "$raw/bundle.tgz" 2> /dev/null
 find "$raw/root" -name 'libllm_*' -delete
+# OpenSSL 3 is on the GPU machines already (same ABI).
+find "$raw/root" \( -name 'libcrypto.so*' -o -name 'libssl.so*' \) -delete
+# STUB_ICU=1: ICU's 31 MB data library replaced by an empty one (an ICU common-data header with no
+# entries, what ICU's own stubdata holds). Only for runs that never use a tokenizer (dummy
+# weights, no tokenizer.json): the binaries need the library to load, not its data.
+if [[ ${STUB_ICU:-0} == 1 ]]; then
+  icudata=$(find "$raw/root" -name 'libicudata.so.*.*' | head -1)
+  if [[ -n $icudata ]]; then
+    version=$(basename "$icudata" | sed 's/libicudata\.so\.\([0-9]*\).*/\1/')
+    cat > "$raw/stub.c" <<STUB
+/* MappedData header (size 32, magic 0xda27), UDataInfo (20 bytes, little endian, ASCII, 2-byte
+   UChar, format "CmnD" 1.0), then a table of contents of 0 entries. */
+const unsigned char icudt${version}_dat[36] __attribute__((aligned(16))) = {
+  32, 0, 0xda, 0x27, 20, 0, 0, 0, 0, 0, 2, 0, 'C', 'm', 'n', 'D', 1, 0, 0, 0, 0, 0, 0, 0,
+  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+STUB
+    rm -f "$raw/root"/usr/lib/x86_64-linux-gnu/libicudata.so*
+    cc -shared -fPIC -Wl,-soname,libicudata.so.$version -o "$icudata" "$raw/stub.c"
+    ln -sf "$(basename "$icudata")" "$(dirname "$icudata")/libicudata.so.$version"
+  fi
+fi
 tar -C "$raw/root" -cJf .device/bundle.tgz .
 rm -rf "$raw"
 tracked=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)

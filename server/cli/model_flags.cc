@@ -14,8 +14,10 @@ void ModelFlags::Register(FlagSet& f) {
   f.String("dtype", &dtype, "auto, bf16, fp16 or fp32 (the CPU backend computes in fp32)");
   f.Int("threads", &threads, "CPU backend threads (0: all cores)");
   f.Int("max-context", &max_context, "longest prompt + output in tokens (0: the model's)");
-  f.Int("max-seqs", &max_seqs, "sequences batched per step");
-  f.Int("max-tokens-per-step", &max_tokens_per_step, "token budget per step (prefill chunk size)");
+  f.Int("max-seqs", &max_seqs,
+        "sequences batched per step (0: 512 on a GPU, fewer when the KV cache cannot give each 256 tokens; 64 on the "
+        "CPU)");
+  f.Int("max-tokens-per-step", &max_tokens_per_step, "token budget per step, the prefill chunk size (0: 2048)");
   f.Int("kv-cache-blocks", &kv_cache_blocks, "KV cache blocks (0: from --kv-cache-fraction)");
   f.Float("kv-cache-fraction", &kv_cache_fraction,
           "KV cache's share of the memory left after weights and activations (CUDA: of the arena)");

@@ -16,8 +16,8 @@ struct ModelFlags {
   std::string dtype = "auto";
   int64_t threads = 0;
   int64_t max_context = 0;
-  int64_t max_seqs = 64;
-  int64_t max_tokens_per_step = 2048;
+  int64_t max_seqs = 0;             // 0: from the device and the KV cache (printed at start-up)
+  int64_t max_tokens_per_step = 0;  // 0: the engine's default
   int64_t kv_cache_blocks = 0;
   double kv_cache_fraction = 0.9;
   double gpu_memory_fraction = 0.9;

@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<Engine>> BuildEngine(const EngineBuildOptions& o,
   eo.scheduler.num_blocks = num_kv_blocks;
   eo.scheduler.block_table_width = runner.block_table_width();
   eo.overlap_steps = o.overlap_steps;
+  eo.scheduler.prefix_caching = o.prefix_caching;
   eo.output_threads = o.output_threads;
   return Engine::Create(info, eo, std::move(executor), std::move(tokenizer));
 }

@@ -54,6 +54,7 @@ struct EngineBuildOptions {
   // (EngineOptions::overlap_steps); false: one step at a time (for comparisons).
   bool overlap_steps = true;
   int32_t output_threads = 1;   // EngineOptions::output_threads
+  bool prefix_caching = true;   // SchedulerOptions::prefix_caching
 };
 
 // The pieces an EngineGroup builds a rank from.

@@ -27,7 +27,9 @@ struct ModelFlags {
   std::string layers_per_stage;  // e.g. "10,6": explicit pipeline split
   bool dummy_weights = false;
   bool fixed_kernels = false;
-  bool no_overlap = false;       // one step at a time (EngineBuildOptions::overlap_steps = false)
+  bool no_overlap = false;
+  bool enable_prefix_caching = true;     // on by default; --no-enable-prefix-caching turns it off
+  bool no_enable_prefix_caching = false;       // one step at a time (EngineBuildOptions::overlap_steps = false)
   int64_t output_threads = 1;
   std::string quantization = "none";  // none | fp8
   std::string kv_cache_dtype = "auto";

@@ -149,7 +149,7 @@ TEST(CliErrorsTest, BadUsageExitsTwoWithMessage) {
        "--quantization: unknown quantization 'int4'"},
       {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --kv-cache-dtype fp4",
        "--kv-cache-dtype: unknown KV cache dtype 'fp4'"},
-      {"tokenize --text hi", "--tokenizer is required"},
+      {"tokenize --text hi", "--tokenizer (or --model) is required"},
       {"tokenize --tokenizer x", "exactly one of --text"},
   };
   for (const Case& c : cases) {
@@ -194,7 +194,7 @@ TEST(CliTest, HelpOnEverySubcommand) {
   EXPECT_EQ(RunLlm("--help").exit_code, 0);
 }
 
-// tokenize --jsonl over every Llama-3 case: one {"ids": [...]} line per input line, in order.
+// tokenize --jsonl over every Llama-3 case: one {"token_ids": [...]} line per input line, in order.
 TEST(CliTokenizeTest, JsonlMatchesReferenceCases) {
   std::ifstream in(std::string(LLM_TEST_DATA_DIR) + "/tokenizers/llama3-cases.json");
   nlohmann::json cases = nlohmann::json::parse(in)["cases"];
@@ -208,12 +208,12 @@ TEST(CliTokenizeTest, JsonlMatchesReferenceCases) {
   std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), cases.size());
   for (size_t i = 0; i < cases.size(); ++i)
-    EXPECT_EQ(nlohmann::json::parse(lines[i])["ids"], cases[i]["ids"]) << i;
+    EXPECT_EQ(nlohmann::json::parse(lines[i])["token_ids"], cases[i]["ids"]) << i;
 
   r = RunLlm(absl::StrCat("tokenize --tokenizer ", LLM_TOKENIZER_DATA_DIR,
                        "/llama2-tokenizer.json --text 'Hello world' --add-special-tokens"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(nlohmann::json::parse(r.out)["ids"][0], 1);  // <s>
+  EXPECT_EQ(nlohmann::json::parse(r.out)["token_ids"][0], 1);  // <s>
 }
 
 

@@ -85,7 +85,8 @@ void OpenAiApi::Models(const HttpRequest& request, HttpResponder& responder) {
                                  {"owned_by", "llm"},
                                  {"root", model->name},
                                  {"parent", nullptr},
-                                 {"max_model_len", model->info.context_length()}};
+                                 {"max_model_len", model->info.context_length()},
+                                 {"vocab_size", model->info.vocab_size()}};
   if (request.path == "/v1/models") {
     responder.Send(200, kJson, nlohmann::ordered_json({{"object", "list"}, {"data", {card}}}).dump());
     return;

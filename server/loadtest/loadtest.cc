@@ -137,8 +137,8 @@ class Session {
     runs_json_.push_back(std::move(j));
     if (!config_.plot_dir.empty()) {
       const bool by_rate = plan.open_loop && !std::isinf(plan.rate);
-      plot_runs_.push_back(
-          {label, by_rate ? plan.rate : report.request_throughput, report, CollectSamples(result)});
+      plot_runs_.push_back({label, by_rate ? plan.rate : report.request_throughput,
+                            plan.open_loop && std::isinf(plan.rate), report, CollectSamples(result)});
     }
     reports_.push_back(std::move(report));
     return static_cast<int>(reports_.size()) - 1;

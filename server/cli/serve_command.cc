@@ -10,6 +10,7 @@
 // With one rank the ports open before the model loads (health NOT_SERVING meanwhile); under
 // mpirun the ranks load together first, then world rank 0 serves and the others run steps.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -100,6 +101,15 @@ sigset_t BlockShutdownSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   return set;
+}
+
+// Every HTTP connection and gRPC stream holds a descriptor: thousands of clients need more than
+// the usual soft limit of 1024, so take what the hard limit allows.
+void RaiseOpenFileLimit() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= files.rlim_max) return;
+  files.rlim_cur = files.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &files);
 }
 
 // Waits up to `timeout` (forever when infinite) for a blocked signal in `set`; 0 when none came.
@@ -258,6 +268,7 @@ int RunServe(int argc, char** argv) {
   if (!defaults.ok()) return Fail(defaults.status(), 2);
 
   const sigset_t signals = BlockShutdownSignals();
+  RaiseOpenFileLimit();
   server::ServingState state(serve.api_key);
   server::LlmService service(state);
   server::OpenAiApi api(state);

@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "llm/v1/llm.grpc.pb.h"
+#include "server/grpc/reflection_v1_service.h"
 
 namespace llm::server {
 namespace {
@@ -82,6 +84,11 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, credentials, &server->port_);
   builder.RegisterService(service);
+  // Reflection v1 beside the plugin's v1alpha: the names of what this server serves.
+  server->reflection_v1_ = std::make_unique<ReflectionV1Service>(std::vector<std::string>{
+      v1::Llm::service_full_name(), "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+      "grpc.reflection.v1alpha.ServerReflection"});
+  builder.RegisterService(server->reflection_v1_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   server->server_ = builder.BuildAndStart();

@@ -40,6 +40,7 @@ class GrpcServer {
 
  private:
   GrpcServer() = default;
+  std::unique_ptr<grpc::Service> reflection_v1_;  // outlives server_
   std::unique_ptr<grpc::Server> server_;
   std::string host_;
   int port_ = 0;

@@ -50,6 +50,7 @@ int RunBeast(int port, int threads, int events, int interval_ms, const std::stri
   auto server = llm::server::HttpServer::Start(
       options, [&](llm::server::HttpRequest request, std::shared_ptr<llm::server::HttpResponder> responder) {
         if (request.path == "/metrics") return responder->Send(200, "text/plain", page);
+        if (request.path == "/health") return responder->Send(200, "application/json", "{}");
         responder->StartStream(200, "text/event-stream");
         std::lock_guard<std::mutex> lock(mu);
         streams.push_back({std::move(responder)});
@@ -81,6 +82,7 @@ int RunHttplib(int port, int threads, int events, int interval_ms, const std::st
   httplib::Server server;
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) { res.set_content(page, "text/plain"); });
+  server.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
   server.Get("/sse", [events, interval_ms](const httplib::Request&, httplib::Response& res) {
     res.set_chunked_content_provider("text/event-stream", [events, interval_ms](size_t, httplib::DataSink& sink) {
       for (int i = 0; i < events; ++i) {

@@ -77,6 +77,30 @@ TEST(CliGenerateTest, SameSeedSameOutputAndSeedsDiffer) {
   EXPECT_NE(LastJsonLine(a.out)["token_ids"], LastJsonLine(c.out)["token_ids"]);
 }
 
+// --top-k -1 is vLLM's spelling of "off": the same tokens as 0. A model without a tokenizer prints
+// its token ids without --json, and --logprobs is printed, not dropped.
+TEST(CliGenerateTest, TopKMinusOneIsOffAndPlainOutputKeepsIdsAndLogprobs) {
+  const std::string base = absl::StrCat("generate --model ", Model("qwen2-tiny"),
+                                        " --prompt-ids 3,14,15,92 --max-tokens 6 --temperature 1.0 --seed 3 ");
+  RunResult off = RunLlm(base + "--top-k -1 --json"), zero = RunLlm(base + "--top-k 0 --json");
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(LastJsonLine(off.out)["token_ids"], LastJsonLine(zero.out)["token_ids"]);
+  RunResult plain = RunLlm(base + "--logprobs 2");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  std::string ids;
+  for (int id : LastJsonLine(zero.out)["token_ids"]) absl::StrAppend(&ids, "[", id, "]");
+  EXPECT_EQ(plain.out.substr(0, ids.size()), ids) << plain.out;
+  EXPECT_EQ(LastJsonLine(plain.out)["logprobs"].size(), 6u) << plain.out;
+}
+
+TEST(CliTest, VersionEverywhere) {
+  for (const char* args : {"--version", "serve --version", "generate --version", "loadtest --version"}) {
+    RunResult r = RunLlm(args);
+    EXPECT_EQ(r.exit_code, 0) << args;
+    EXPECT_EQ(r.out.rfind("llm 0.", 0), 0u) << args << ": " << r.out;
+  }
+}
+
 // --fixed-kernels only changes how the CUDA backend picks its decode linears: accepted everywhere,
 // and on the CPU the output is unchanged.
 TEST(CliGenerateTest, FixedKernelsFlagIsAcceptedAndKeepsTheOutput) {

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +56,9 @@ struct ServeFlags {
     if (port < 0) return absl::InvalidArgumentError("--port must be in [0, 65535]");
     if (tls_cert.empty() != tls_key.empty())
       return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+    for (const auto& [name, path] : {std::pair{"tls-cert", tls_cert}, std::pair{"tls-key", tls_key}})
+      if (!path.empty() && !std::ifstream(path).good())
+        return absl::InvalidArgumentError(absl::StrCat("--", name, ": cannot read '", path, "'"));
     if (max_priority < INT32_MIN || max_priority > INT32_MAX)
       return absl::InvalidArgumentError("--max-priority is out of range");
     if (http_threads < 1 || http_threads > 64)
@@ -69,6 +73,10 @@ struct ServeFlags {
 // folder --generation-config names), none with --generation-config ignore.
 absl::StatusOr<GenerationDefaults> LoadGenerationDefaults(const std::string& choice, const std::string& model_dir) {
   if (choice == "ignore" || choice == "vllm") return GenerationDefaults();
+  // A folder named by the operator must hold the file (the model's own may lack one).
+  if (choice != "auto" && !std::filesystem::exists(std::filesystem::path(choice) / "generation_config.json"))
+    return absl::InvalidArgumentError(
+        absl::StrCat("--generation-config: no generation_config.json in '", choice, "' (auto, ignore or a folder)"));
   absl::StatusOr<GenerationDefaults> d = ReadGenerationDefaults(choice == "auto" ? model_dir : choice);
   if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--generation-config: ", d.status().message()));
   return d;

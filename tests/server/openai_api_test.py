@@ -246,6 +246,12 @@ class OpenAiApiTest(unittest.TestCase):
         self.assertEqual(lp["text_offset"][0], 0)
         grpc = grpc_generate(self.server, "--prompt-ids", "1,5,9,33,7", "--max-tokens", "6", "--temperature", "0",
                              "--logprobs", "2", "--ignore-eos")
+        # The same tokens: gRPC's ids, each detokenized alone, are HTTP's token strings.
+        self.assertEqual(len(grpc["token_ids"]), 6)
+        for token, token_id in zip(lp["tokens"], grpc["token_ids"]):
+            code, out, err = run([ARGS.client, "detokenize", "--server", self.server.grpc, "--ids", str(token_id)])
+            self.assertEqual(code, 0, err)
+            self.assertEqual(out[:-1], token)
         for mine, theirs in zip(lp["token_logprobs"], grpc["logprobs"]):
             self.assertAlmostEqual(mine, theirs["logprob"], places=4)
             # The sampled token is the most likely one (greedy): first of the top list.
@@ -456,6 +462,19 @@ class PolicyTest(unittest.TestCase):
                 self.assertEqual((code, out), (0, "{}"), err)
         finally:
             server.stop()
+
+    def test_usage_errors_exit_2_before_listening(self):
+        for flags, words in [(["--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.pem"], "--tls-cert"),
+                             (["--tls-cert", "/nonexistent.pem"], "go together"),
+                             (["--http-port", "70000"], "--http-port"),
+                             (["--device", "tpu"], "--device"),
+                             (["--generation-config", "/nonexistent"], "--generation-config")]:
+            with self.subTest(flags=flags):
+                code, out, err = run([ARGS.llm, "serve", "--model", ARGS.model, "--port", "0", "--http-port", "0",
+                                      *flags])
+                self.assertEqual(code, 2, out + err)
+                self.assertIn(words, err)
+                self.assertNotIn("listening", out)
 
     def test_port_in_use_is_an_error(self):
         holder = socket.socket()

@@ -17,7 +17,11 @@
 namespace llm::loadtest {
 
 struct LoadtestConfig {
+  // grpc: llm.v1 Generate at HOST:PORT; openai / openai-chat: the OpenAI-compatible HTTP API at
+  // http://HOST:PORT (/v1/completions or /v1/chat/completions, streamed).
+  std::string backend = "grpc";
   std::string target = "localhost:50051";
+  std::string api_key;
   int connections = 4;
   absl::Duration connect_timeout = absl::Seconds(30);
 

@@ -50,6 +50,11 @@ struct EngineStats {
   // for the host.
   double device_busy_seconds = 0;
   double device_idle_seconds = 0;
+  // Replicas (worker groups) and how many can run steps now; losses of a replica's workers that
+  // its requests survived (recomputed on new workers).
+  int32_t replicas = 1;
+  int32_t replicas_serving = 1;
+  uint64_t recoveries = 0;
 };
 
 // Per-step distributions, observed lock-free as steps run (Prometheus histograms).
@@ -65,6 +70,9 @@ struct EngineStepMetrics {
   Histogram output_seconds{Histogram::StepPhaseBounds()};
   Histogram sequences{Histogram::PowersOfTwoBounds()};
   Histogram tokens{Histogram::PowersOfTwoBounds()};
+  // From the loss of a replica's workers to its first token on new ones (detection, restart,
+  // model load and the recomputation of what its requests had).
+  Histogram recovery_seconds{Histogram::RequestLatencyBounds()};
 };
 
 class Engine {
@@ -73,16 +81,30 @@ class Engine {
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineInfo& info, const EngineOptions& options,
                                                         std::unique_ptr<StepExecutor> executor,
                                                         std::shared_ptr<const Tokenizer> tokenizer);
+  // Data-parallel replicas of one model, one executor each (each its own worker group, with
+  // `info`'s limits): every request goes to the least-loaded replica that serves, and a replica
+  // whose workers are being replaced takes none until they are back.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineInfo& info, const EngineOptions& options,
+                                                        std::vector<std::unique_ptr<StepExecutor>> replicas,
+                                                        std::shared_ptr<const Tokenizer> tokenizer);
   ~Engine();  // Shutdown(false)
 
   // Validates and queues the request. InvalidArgument for bad input, ResourceExhausted when the
-  // queue is full, Unavailable while shutting down.
+  // queue is full, Unavailable while shutting down or once no replica will ever serve again. A
+  // request queued while every replica's workers are being replaced waits for them (bounded by
+  // its deadline).
   absl::StatusOr<RequestId> Submit(GenerateRequest request, OutputCallback callback);
   // The request finishes with FinishReason::kCancelled within one step; unknown ids are ignored.
   void Cancel(RequestId id);
   // Stops accepting requests. With drain, running and queued requests finish normally; without,
   // they are cancelled. Returns when every request's last output has been delivered.
   void Shutdown(bool drain);
+
+  // OK while some replica runs steps; Unavailable saying why otherwise: every replica's workers
+  // are being replaced (requests wait), or none will ever serve again (requests fail).
+  absl::Status Health() const;
+  // Whether no replica will ever serve again (Health's second case): a server should end.
+  bool failed() const;
 
   const EngineInfo& info() const;
   EngineStats stats() const;

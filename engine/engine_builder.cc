@@ -60,34 +60,44 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> BuildModelRunner(const EngineBuildO
   return ModelRunner::Create(config, *checkpoint, std::move(backend), tp_comm, ro);
 }
 
+EngineInfo DescribeEngine(const EngineBuildOptions& o, const ModelConfig& config, int64_t max_context,
+                          int32_t num_kv_blocks) {
+  // The scheduler runs no more sequences than the KV cache gives kMinTokensPerSequence each.
+  const int64_t kv_tokens = int64_t{num_kv_blocks} * o.block_size;
+  EngineInfo info;
+  info.config = config;
+  info.max_context = max_context;
+  info.max_tokens_per_step = o.max_tokens_per_step;
+  info.max_seqs =
+      o.max_seqs_chosen ? static_cast<int32_t>(std::clamp<int64_t>(kv_tokens / kMinTokensPerSequence, 1, o.max_seqs))
+                        : o.max_seqs;
+  info.kv_blocks = num_kv_blocks;
+  info.kv_block_size = o.block_size;
+  return info;
+}
+
+EngineOptions EngineOptionsFor(const EngineBuildOptions& o, const EngineInfo& info, int32_t block_table_width) {
+  EngineOptions eo;
+  eo.max_queue = o.max_queue;
+  eo.max_context = info.max_context;
+  eo.scheduler.max_tokens_per_step = info.max_tokens_per_step;
+  eo.scheduler.max_seqs = info.max_seqs;
+  eo.scheduler.block_size = info.kv_block_size;
+  eo.scheduler.num_blocks = info.kv_blocks;
+  eo.scheduler.block_table_width = block_table_width;
+  eo.overlap_steps = o.overlap_steps;
+  eo.scheduler.prefix_caching = o.prefix_caching;
+  eo.output_threads = o.output_threads;
+  return eo;
+}
+
 absl::StatusOr<std::unique_ptr<Engine>> BuildEngine(const EngineBuildOptions& o, const ModelConfig& config,
                                                     const ModelRunner& runner, int32_t num_kv_blocks,
                                                     std::unique_ptr<StepExecutor> executor,
                                                     std::shared_ptr<const Tokenizer> tokenizer) {
-  // The scheduler runs no more sequences than the KV cache gives kMinTokensPerSequence each.
-  const int64_t kv_tokens = int64_t{num_kv_blocks} * o.block_size;
-  const int32_t max_seqs =
-      o.max_seqs_chosen ? static_cast<int32_t>(std::clamp<int64_t>(kv_tokens / kMinTokensPerSequence, 1, o.max_seqs))
-                        : o.max_seqs;
-  EngineInfo info;
-  info.config = config;
-  info.max_context = runner.max_context();
-  info.max_tokens_per_step = o.max_tokens_per_step;
-  info.max_seqs = max_seqs;
-  info.kv_blocks = num_kv_blocks;
-  info.kv_block_size = o.block_size;
-  EngineOptions eo;
-  eo.max_queue = o.max_queue;
-  eo.max_context = runner.max_context();
-  eo.scheduler.max_tokens_per_step = o.max_tokens_per_step;
-  eo.scheduler.max_seqs = max_seqs;
-  eo.scheduler.block_size = o.block_size;
-  eo.scheduler.num_blocks = num_kv_blocks;
-  eo.scheduler.block_table_width = runner.block_table_width();
-  eo.overlap_steps = o.overlap_steps;
-  eo.scheduler.prefix_caching = o.prefix_caching;
-  eo.output_threads = o.output_threads;
-  return Engine::Create(info, eo, std::move(executor), std::move(tokenizer));
+  const EngineInfo info = DescribeEngine(o, config, runner.max_context(), num_kv_blocks);
+  return Engine::Create(info, EngineOptionsFor(o, info, runner.block_table_width()), std::move(executor),
+                        std::move(tokenizer));
 }
 
 }  // namespace llm

@@ -69,6 +69,15 @@ absl::StatusOr<std::unique_ptr<Engine>> BuildEngine(const EngineBuildOptions& op
                                                     const ModelRunner& runner, int32_t num_kv_blocks,
                                                     std::unique_ptr<StepExecutor> executor,
                                                     std::shared_ptr<const Tokenizer> tokenizer);
+// The two halves of BuildEngine, for an engine whose workers run elsewhere (a front end gets
+// them from its worker group): what the engine reports and is limited by, for a group whose
+// runners hold `max_context` tokens a sequence and `num_kv_blocks` blocks (max_seqs lowered
+// when it was chosen, see kMinTokensPerSequence)...
+EngineInfo DescribeEngine(const EngineBuildOptions& options, const ModelConfig& config, int64_t max_context,
+                          int32_t num_kv_blocks);
+// ...and the engine's options: limits from `info`, behaviour (queue, overlap, prefix caching,
+// output threads) from `options`.
+EngineOptions EngineOptionsFor(const EngineBuildOptions& options, const EngineInfo& info, int32_t block_table_width);
 
 // Fills in the limits left 0 in `options` from the device kind (before the runner is sized).
 void ResolveEngineLimits(EngineBuildOptions& options);

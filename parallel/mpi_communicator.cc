@@ -62,17 +62,28 @@ std::vector<int> WorldRanksOf(MPI_Comm comm, int size) {
   return world;
 }
 
+// How often a wait looks for abort notices: a millisecond is nothing against the deadlines, and
+// a matched probe per poll would slow the microsecond-scale waits of a decode step.
+constexpr absl::Duration kAbortCheckInterval = absl::Milliseconds(1);
+
 // Waits for all `reqs` until `deadline`. OK when complete, DeadlineExceeded (no message) when
-// the deadline passed first, Internal on an MPI error.
-absl::Status PollUntil(MPI_Request* reqs, int n, absl::Time deadline,
+// the deadline passed first, Aborted (the reason) when `abort` has a notice, Internal on an MPI
+// error.
+absl::Status PollUntil(MPI_Request* reqs, int n, absl::Time deadline, GroupAbort* abort,
                        MPI_Status* statuses = MPI_STATUSES_IGNORE) {
   const absl::Time start = absl::Now();
+  absl::Time next_abort_check = start + kAbortCheckInterval;
   for (int i = 0;; ++i) {
     int done = 0;
     const int rc = MPI_Testall(n, reqs, &done, statuses);
     if (rc != MPI_SUCCESS) return internal::MpiStatus(rc, "MPI_Testall", __FILE__, __LINE__);
     if (done) return absl::OkStatus();
-    if (absl::Now() >= deadline) return absl::DeadlineExceededError("");
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return absl::DeadlineExceededError("");
+    if (abort != nullptr && now >= next_abort_check) {
+      if (std::optional<std::string> reason = abort->Check()) return absl::AbortedError(*reason);
+      next_abort_check = now + kAbortCheckInterval;
+    }
     internal::Backoff(i, start);
   }
 }
@@ -97,22 +108,26 @@ struct MpiCommunicator::Mpi {
     MPI_Comm_free(&comm);
   }
 
-  // Waits for `reqs` (all on `comm`) until the deadline. On timeout, cancellable requests
-  // (point-to-point) are cancelled; what cannot be cancelled is parked and `*broken` set.
-  // Returns OK when the operation completed (also when it completed while being cancelled),
-  // DeadlineExceeded with `what` otherwise.
+  // Waits for `reqs` (all on `comm`) until the deadline or an abort notice. Then cancellable
+  // requests (point-to-point) are cancelled; what cannot be cancelled is parked and `*broken`
+  // set. Returns OK when the operation completed (also when it completed while being cancelled),
+  // DeadlineExceeded or Aborted with `what` otherwise.
   absl::Status Await(MPI_Request* reqs, int n, absl::Duration timeout, bool cancellable,
-                     const std::string& what, bool* broken) {
-    absl::Status s = PollUntil(reqs, n, absl::Now() + timeout);
-    if (!absl::IsDeadlineExceeded(s)) return s;
+                     const std::string& what, bool* broken, GroupAbort* abort) {
+    absl::Status s = PollUntil(reqs, n, absl::Now() + timeout, abort);
+    if (!absl::IsDeadlineExceeded(s) && !absl::IsAborted(s)) return s;
     const std::string message =
-        absl::StrCat(what, " did not complete within ", absl::FormatDuration(timeout));
+        absl::IsAborted(s) ? absl::StrCat(what, " was abandoned: ", s.message())
+                           : absl::StrCat(what, " did not complete within ", absl::FormatDuration(timeout));
+    auto failure = [&](const std::string& text) {
+      return absl::IsAborted(s) ? absl::AbortedError(text) : absl::DeadlineExceededError(text);
+    };
     if (cancellable) {
       for (int i = 0; i < n; ++i) {
         if (reqs[i] != MPI_REQUEST_NULL) MPI_Cancel(&reqs[i]);
       }
       std::vector<MPI_Status> statuses(n);
-      if (PollUntil(reqs, n, absl::Now() + kCancelGrace, statuses.data()).ok()) {
+      if (PollUntil(reqs, n, absl::Now() + kCancelGrace, nullptr, statuses.data()).ok()) {
         bool any_cancelled = false;
         for (MPI_Status& st : statuses) {
           int flag = 0;
@@ -120,15 +135,14 @@ struct MpiCommunicator::Mpi {
           any_cancelled |= flag != 0;
         }
         if (!any_cancelled) return absl::OkStatus();  // it completed after all
-        return absl::DeadlineExceededError(absl::StrCat(message, " (request cancelled)"));
+        return failure(absl::StrCat(message, " (request cancelled)"));
       }
     }
     for (int i = 0; i < n; ++i) {
       if (reqs[i] != MPI_REQUEST_NULL) parked.push_back(reqs[i]);
     }
     *broken = true;
-    return absl::DeadlineExceededError(
-        absl::StrCat(message, " (request left pending; communicator is now broken)"));
+    return failure(absl::StrCat(message, " (request left pending; communicator is now broken)"));
   }
 };
 
@@ -158,8 +172,8 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::World(const Mp
   MPI_Request req = MPI_REQUEST_NULL;
   LLM_MPI_CHECK(MPI_Comm_idup(MPI_COMM_WORLD, &mpi->comm, &req));
   bool broken = false;
-  absl::Status s =
-      mpi->Await(&req, 1, options.timeout, /*cancellable=*/false, "MPI_Comm_idup of MPI_COMM_WORLD", &broken);
+  absl::Status s = mpi->Await(&req, 1, options.timeout, /*cancellable=*/false, "MPI_Comm_idup of MPI_COMM_WORLD",
+                              &broken, nullptr);
   if (!s.ok()) {
     // The parked idup may still write the new handle into *mpi later: leak it on purpose.
     (void)mpi.release();
@@ -169,9 +183,12 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::World(const Mp
   int rank = 0, size = 1;
   LLM_MPI_CHECK(MPI_Comm_rank(mpi->comm, &rank));
   LLM_MPI_CHECK(MPI_Comm_size(mpi->comm, &size));
+  ASSIGN_OR_RETURN(std::shared_ptr<GroupAbort> abort, GroupAbort::ForWorld(options.timeout));
   std::vector<int> world_ranks = WorldRanksOf(mpi->comm, size);
-  return std::unique_ptr<MpiCommunicator>(
+  auto world = std::unique_ptr<MpiCommunicator>(
       new MpiCommunicator(std::move(mpi), rank, size, "world", std::move(world_ranks), options.timeout));
+  world->abort_ = std::move(abort);
+  return world;
 }
 
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Split(int color, int key,
@@ -192,16 +209,28 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Split(int colo
   LLM_MPI_CHECK(MPI_Comm_rank(mpi->comm, &rank));
   LLM_MPI_CHECK(MPI_Comm_size(mpi->comm, &size));
   std::vector<int> world_ranks = WorldRanksOf(mpi->comm, size);
-  return std::unique_ptr<MpiCommunicator>(
+  auto split = std::unique_ptr<MpiCommunicator>(
       new MpiCommunicator(std::move(mpi), rank, size, std::move(name), std::move(world_ranks), timeout_));
+  split->abort_ = abort_;  // one world, one abort: a notice reaches every communicator of it
+  return split;
 }
 
 absl::Status MpiCommunicator::CheckUsable(const char* op) const {
+  if (abort_ != nullptr && abort_->raised())
+    return absl::AbortedError(absl::StrCat(op, " on ", name_, " communicator: ", *abort_->Check()));
   if (broken_) {
     return absl::FailedPreconditionError(
         absl::StrCat(op, " on ", name_, " communicator: broken by an earlier missed deadline"));
   }
   return absl::OkStatus();
+}
+
+void MpiCommunicator::RaiseGroupAbort(std::string_view reason) {
+  if (abort_ != nullptr) abort_->Raise(reason);
+}
+
+std::optional<std::string> MpiCommunicator::GroupAborted() const {
+  return abort_ != nullptr ? abort_->Check() : std::nullopt;
 }
 
 std::string MpiCommunicator::Describe(const char* op, int peer) const {
@@ -226,7 +255,7 @@ absl::Status MpiCommunicator::AllReduceSum(void* data, size_t count, DType dtype
   MPI_Request req = MPI_REQUEST_NULL;
   LLM_MPI_CHECK(
       MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MpiType(dtype), MPI_SUM, mpi_->comm, &req));
-  return mpi_->Await(&req, 1, timeout_, false, Describe("AllReduceSum", -1), &broken_);
+  return mpi_->Await(&req, 1, timeout_, false, Describe("AllReduceSum", -1), &broken_, abort_.get());
 }
 
 absl::Status MpiCommunicator::AllReduceWidened(void* data, size_t count, DType dtype) {
@@ -237,7 +266,7 @@ absl::Status MpiCommunicator::AllReduceWidened(void* data, size_t count, DType d
   MPI_Request req = MPI_REQUEST_NULL;
   LLM_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, widen_scratch_.data(), static_cast<int>(count), MPI_FLOAT,
                                MPI_SUM, mpi_->comm, &req));
-  RETURN_IF_ERROR(mpi_->Await(&req, 1, timeout_, false, Describe("AllReduceSum", -1), &broken_));
+  RETURN_IF_ERROR(mpi_->Await(&req, 1, timeout_, false, Describe("AllReduceSum", -1), &broken_, abort_.get()));
   ConvertFromFloat(widen_scratch_.data(), dtype, data, count);
   return absl::OkStatus();
 }
@@ -256,7 +285,7 @@ absl::Status MpiCommunicator::AllGather(const void* send, void* recv, size_t cou
   MPI_Request req = MPI_REQUEST_NULL;
   LLM_MPI_CHECK(MPI_Iallgather(send_arg, static_cast<int>(count), MpiType(dtype), recv,
                                static_cast<int>(count), MpiType(dtype), mpi_->comm, &req));
-  return mpi_->Await(&req, 1, timeout_, false, Describe("AllGather", -1), &broken_);
+  return mpi_->Await(&req, 1, timeout_, false, Describe("AllGather", -1), &broken_, abort_.get());
 }
 
 absl::Status MpiCommunicator::Broadcast(void* data, size_t count, DType dtype, int root) {
@@ -269,7 +298,7 @@ absl::Status MpiCommunicator::Broadcast(void* data, size_t count, DType dtype, i
   if (size_ == 1 || count == 0) return absl::OkStatus();
   MPI_Request req = MPI_REQUEST_NULL;
   LLM_MPI_CHECK(MPI_Ibcast(data, static_cast<int>(count), MpiType(dtype), root, mpi_->comm, &req));
-  return mpi_->Await(&req, 1, timeout_, false, Describe("Broadcast", root), &broken_);
+  return mpi_->Await(&req, 1, timeout_, false, Describe("Broadcast", root), &broken_, abort_.get());
 }
 
 absl::Status MpiCommunicator::Send(const void* data, size_t count, DType dtype, int peer) {
@@ -281,7 +310,7 @@ absl::Status MpiCommunicator::Send(const void* data, size_t count, DType dtype, 
   }
   MPI_Request req = MPI_REQUEST_NULL;
   LLM_MPI_CHECK(MPI_Isend(data, static_cast<int>(count), MpiType(dtype), peer, kDataTag, mpi_->comm, &req));
-  return mpi_->Await(&req, 1, timeout_, true, Describe("Send", peer), &broken_);
+  return mpi_->Await(&req, 1, timeout_, true, Describe("Send", peer), &broken_, abort_.get());
 }
 
 absl::Status MpiCommunicator::Recv(void* data, size_t count, DType dtype, int peer) {
@@ -293,7 +322,7 @@ absl::Status MpiCommunicator::Recv(void* data, size_t count, DType dtype, int pe
   }
   MPI_Request req = MPI_REQUEST_NULL;
   LLM_MPI_CHECK(MPI_Irecv(data, static_cast<int>(count), MpiType(dtype), peer, kDataTag, mpi_->comm, &req));
-  return mpi_->Await(&req, 1, timeout_, true, Describe("Recv", peer), &broken_);
+  return mpi_->Await(&req, 1, timeout_, true, Describe("Recv", peer), &broken_, abort_.get());
 }
 
 absl::Status MpiCommunicator::SendBytes(const std::string& bytes, int peer) {
@@ -339,7 +368,7 @@ absl::Status MpiCommunicator::Barrier() {
   if (size_ == 1) return absl::OkStatus();
   MPI_Request req = MPI_REQUEST_NULL;
   LLM_MPI_CHECK(MPI_Ibarrier(mpi_->comm, &req));
-  return mpi_->Await(&req, 1, timeout_, false, Describe("Barrier", -1), &broken_);
+  return mpi_->Await(&req, 1, timeout_, false, Describe("Barrier", -1), &broken_, abort_.get());
 }
 
 absl::StatusOr<ParallelGroups> MakeParallelGroups(const MpiRuntime& runtime, const Topology& topology,

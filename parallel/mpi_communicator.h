@@ -7,6 +7,9 @@
 // group and the peer(s) instead of a hang. Size-1 communicators never call MPI (AllGather is a
 // copy, the rest no-ops), which is also how MpiMode::kSingleProcess works without MPI at all.
 //
+// A wait also ends early when another rank raises an abort notice (RaiseGroupAbort): Aborted,
+// with that rank's reason, handled below as a missed deadline is.
+//
 // After a deadline:
 //   * Send/Recv: the request is cancelled; if the cancel succeeds the communicator stays usable.
 //   * Collectives (and a send/recv whose cancel failed) cannot be cancelled in MPI: the request
@@ -21,13 +24,16 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "parallel/communicator.h"
+#include "parallel/group_abort.h"
 #include "parallel/mpi_runtime.h"
 #include "parallel/topology.h"
 
@@ -77,8 +83,19 @@ class MpiCommunicator final : public Communicator {
   const std::vector<int>& world_ranks() const { return world_ranks_; }
   absl::Duration timeout() const { return timeout_; }
   void set_timeout(absl::Duration timeout) { timeout_ = timeout; }
-  // True after a collective missed its deadline; every later call returns FailedPrecondition.
+  // True after a collective missed its deadline (or was abandoned); every later call returns
+  // FailedPrecondition.
   bool broken() const { return broken_; }
+
+  // Abort notices (parallel/group_abort.h), shared by every communicator split from one World():
+  // tells every rank that this one abandons the group's work. Each wait of every rank's
+  // communicators gives up within about a millisecond with Aborted and the reason, and every
+  // later call returns Aborted. No-op on single-process communicators.
+  void RaiseGroupAbort(std::string_view reason);
+  // The reason once a notice was raised here or received; nullopt before.
+  std::optional<std::string> GroupAborted() const;
+  // Whether a notice was raised here or taken by a wait (no MPI call: cheap enough per step).
+  bool aborted() const { return abort_ != nullptr && abort_->raised(); }
 
  private:
   struct Mpi;  // the MPI_Comm and parked requests; defined in the .cc (keeps mpi.h out of here)
@@ -97,6 +114,7 @@ class MpiCommunicator final : public Communicator {
   std::vector<int> world_ranks_;
   absl::Duration timeout_;
   bool broken_ = false;
+  std::shared_ptr<GroupAbort> abort_;  // null without MPI
   std::vector<float> widen_scratch_;  // f16/bf16 all-reduce in f32, reused between calls
 };
 

@@ -15,7 +15,8 @@ constexpr char kUsage[] =
     "  tokenize   print the token ids of text\n"
     "  serve      serve a model over gRPC, with Prometheus metrics\n"
     "  loadtest   load-test a server: latency percentiles, throughput, SLA goodput\n"
-    "  chat-template  render a chat template on a conversation: text and token ids\n\n"
+    "  chat-template  render a chat template on a conversation: text and token ids\n"
+    "  worker     one rank of a worker group (started by 'llm serve --workers')\n\n"
     "Run 'llm <command> --help' for the flags of a command, 'llm --version' for the version.\n";
 
 struct Command {
@@ -29,6 +30,7 @@ constexpr Command kCommands[] = {
     {"serve", llm::cli::RunServe},
     {"loadtest", llm::cli::RunLoadtest},
     {"chat-template", llm::cli::RunChatTemplate},
+    {"worker", llm::cli::RunWorker},
 };
 
 }  // namespace

@@ -12,19 +12,31 @@
 
 namespace llm {
 
+// Whether a failed Deployment::Create was given wrong input (flags, the launch, the model folder
+// or its config) rather than failing on the machine: commands exit 2 for it, 1 otherwise.
+bool IsUsageError(const absl::Status& status);
+
+// The model folder exists, is a folder, and holds a config.json the engine can serve (a usage
+// error otherwise, naming the key).
+absl::Status CheckModelFolder(const EngineBuildOptions& build);
+
 class Deployment {
  public:
   // Starts MPI when launched by an MPI launcher or asked for more than one rank (argc/argv may be
   // null otherwise), checks that the world has TP x PP ranks (InvalidArgument, naming the mpirun
-  // command that fits), then loads this rank's share (collective). With several ranks, rank 0
-  // prints every rank's memory (stderr): operators check that each holds ~1/(TP*PP).
+  // command that fits) and that every rank has the same settings (settings_fingerprint.h), then
+  // loads this rank's share (collective). With several ranks, rank 0 prints every rank's memory
+  // (stderr): operators check that each holds ~1/(TP*PP). `role`: whether rank 0 runs the engine
+  // or serves its steps to a front end (GroupRole).
   static absl::StatusOr<std::unique_ptr<Deployment>> Create(const EngineBuildOptions& build,
                                                             const ParallelOptions& parallel, int* argc = nullptr,
-                                                            char*** argv = nullptr);
+                                                            char*** argv = nullptr,
+                                                            GroupRole role = GroupRole::kEngine);
   // Drains the engine, then closes the communicators, then MPI.
   ~Deployment();
 
-  // Null on the worker ranks of a group: they call RunWorker().
+  // Null on the worker ranks of a group (they call RunWorker()), and on every rank of a group
+  // serving a front end (rank 0 takes group().TakeExecutor()).
   Engine* engine() { return group_->engine(); }
   std::shared_ptr<const Tokenizer> tokenizer() const { return group_->tokenizer(); }
   int rank() const { return group_->topology().rank(); }

@@ -29,6 +29,7 @@ absl::Status AgreeOnStatus(MpiCommunicator& world, const absl::Status& local, co
 EngineGroup::~EngineGroup() {
   // The engine's executor sends the stop message when destroyed; engines before communicators.
   engine_.reset();
+  remote_executor_.reset();
   worker_.reset();
   data_ = DataPlane();
 }
@@ -59,7 +60,7 @@ absl::StatusOr<DataPlane> DataPlane::Create(ParallelGroups& groups, Backend& bac
 
 absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBuildOptions& options,
                                                                  const ParallelOptions& parallel,
-                                                                 const MpiRuntime& mpi) {
+                                                                 const MpiRuntime& mpi, GroupRole role) {
   std::unique_ptr<EngineGroup> g(new EngineGroup());
   ASSIGN_OR_RETURN(g->topology_, mpi.MakeTopology(parallel.tp, parallel.pp));
   MpiCommOptions comm_options;
@@ -77,7 +78,8 @@ absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBui
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
       config.ok() ? g->LoadShard(o, parallel, *config) : absl::StatusOr<std::unique_ptr<ModelRunner>>(config.status());
   absl::StatusOr<std::shared_ptr<const Tokenizer>> tokenizer = std::shared_ptr<const Tokenizer>();
-  if (t.rank() == 0 && runner.ok()) tokenizer = LoadTokenizerIfPresent(o.model_dir);
+  // A group serving a front end never sees text: the front end tokenizes.
+  if (t.rank() == 0 && runner.ok() && role == GroupRole::kEngine) tokenizer = LoadTokenizerIfPresent(o.model_dir);
   RETURN_IF_ERROR(AgreeOnStatus(world, runner.ok() ? tokenizer.status() : runner.status(), "loading the model"));
   g->tokenizer_ = *tokenizer;
   g->weight_bytes_ = (*runner)->weight_bytes();
@@ -110,6 +112,23 @@ absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBui
   g->steps_comm_->set_timeout(absl::InfiniteDuration());
   g->results_comm_->set_timeout(absl::InfiniteDuration());
   PipelineGroup pg{t, g->steps_comm_.get(), g->results_comm_.get(), g->data_.pp()};
+  if (role == GroupRole::kServeFrontEnd) {
+    if (t.rank() != 0) {
+      g->worker_ = std::make_unique<PipelineWorker>(std::move(*runner), pg);
+      return g;
+    }
+    const ModelRunner& r = **runner;
+    g->limits_.info = DescribeEngine(o, *config, r.max_context(), num_blocks);
+    g->limits_.block_table_width = r.block_table_width();
+    if (t.world_size() == 1) {
+      g->remote_executor_ = std::make_unique<LocalStepExecutor>(std::move(*runner));
+    } else {
+      g->remote_executor_ = std::make_unique<PipelineStepExecutor>(std::move(*runner), pg);
+    }
+    g->limits_.max_in_flight = g->remote_executor_->max_in_flight();
+    g->limits_.chains_steps = g->remote_executor_->chains_steps();
+    return g;
+  }
   if (t.world_size() == 1) {  // a group of one: no step messages to send
     const ModelRunner& r = **runner;
     ASSIGN_OR_RETURN(g->engine_, BuildEngine(o, *config, r, num_blocks,

@@ -51,16 +51,34 @@ struct ShardMemory {
   int64_t free_bytes = 0;  // left on the device (or host) after loading
 };
 
+// What world rank 0 of a group does: run the engine (scheduler, step loop) itself, or serve the
+// steps of an engine that runs in a front end outside the group (`llm worker`, launched by
+// `llm serve --workers`): then rank 0 keeps the group's executor for a StepServer.
+enum class GroupRole { kEngine, kServeFrontEnd };
+
+// What a front end's engine needs of a group serving it: its limits and how its executor runs.
+struct GroupLimits {
+  EngineInfo info;                // config, context, step budget, sequences, KV blocks
+  int32_t block_table_width = 0;  // the runners' block table row
+  int32_t max_in_flight = 1;      // StepExecutor::max_in_flight()
+  bool chains_steps = false;      // StepExecutor::chains_steps()
+};
+
 class EngineGroup {
  public:
   // Collective over the world: every rank must call it. A rank that fails to load makes every
   // rank return an error (naming the failing rank) instead of hanging.
   static absl::StatusOr<std::unique_ptr<EngineGroup>> Create(const EngineBuildOptions& options,
-                                                             const ParallelOptions& parallel, const MpiRuntime& mpi);
+                                                             const ParallelOptions& parallel, const MpiRuntime& mpi,
+                                                             GroupRole role = GroupRole::kEngine);
   ~EngineGroup();
 
   bool is_scheduler() const { return engine_ != nullptr; }
-  Engine* engine() { return engine_.get(); }  // world rank 0 only
+  Engine* engine() { return engine_.get(); }  // world rank 0 only (GroupRole::kEngine)
+  // World rank 0 of a GroupRole::kServeFrontEnd group: the executor that runs the front end's
+  // steps over the whole group (once; null afterwards and on other ranks), and its limits.
+  std::unique_ptr<StepExecutor> TakeExecutor() { return std::move(remote_executor_); }
+  const GroupLimits& limits() const { return limits_; }
   // Rank 0: drains and destroys the engine, which stops the workers.
   void ShutdownEngine();
   std::shared_ptr<const Tokenizer> tokenizer() const { return tokenizer_; }
@@ -84,6 +102,8 @@ class EngineGroup {
   std::unique_ptr<MpiCommunicator> steps_comm_, results_comm_;
   DataPlane data_;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<StepExecutor> remote_executor_;  // rank 0 of a kServeFrontEnd group, until taken
+  GroupLimits limits_;
   std::unique_ptr<PipelineWorker> worker_;
   PipelineStepExecutor* executor_ = nullptr;  // owned by engine_
   std::vector<StageSpan> timeline_;            // rank 0's, kept when the engine is gone

@@ -25,6 +25,14 @@ absl::StatusOr<Tensor> ForwardThroughStage(ModelRunner& runner, Communicator& pp
   return Tensor();
 }
 
+absl::Status PipelineStage::Abandon(const absl::Status& status) {
+  // Peers of this stage may be waiting in a collective this rank will not enter, other stages for
+  // messages it will not send: the notice ends every such wait at once, on every rank.
+  if (group_.topology.world_size() > 1)
+    group_.steps->RaiseGroupAbort(absl::StrCat("rank ", group_.topology.rank(), " failed a step: ", status.message()));
+  return status;
+}
+
 absl::Status PipelineStage::Run(const std::string& message, const StepPlan& plan, absl::Span<const SampleRow> rows,
                                 bool upstream_ok) {
   const Topology& t = group_.topology;
@@ -41,6 +49,7 @@ absl::Status PipelineStage::Run(const std::string& message, const StepPlan& plan
     out = runner_.Forward(plan);
     if (!out.ok()) status = out.status();
   }
+  if (!status.ok() && upstream_ok) return Abandon(status);
   if (!t.is_last_stage()) {
     // No wait for the device here: the hidden-state Send is enqueued behind the forward on the
     // same stream, so this stage's host work for the next micro-batch (scheduling, metadata
@@ -62,6 +71,7 @@ absl::Status PipelineStage::Run(const std::string& message, const StepPlan& plan
     results.resize(rows.size());
     status = runner_.CollectSamples(absl::MakeSpan(results));
   }
+  if (!status.ok() && upstream_ok) return Abandon(status);
   timeline_.push_back({begin, absl::Now(), n});
   if (reports) {
     std::string body;
@@ -118,9 +128,14 @@ absl::Status PipelineStepExecutor::Launch(const StepPlan& plan, absl::Span<const
     ++expected_;
     cv_.notify_all();
   }
-  const absl::Status s = stage_.Run(message_, plan, rows, true);
-  // With PP > 1 a local failure is also forwarded and comes back through Collect.
-  return t.pp_size() > 1 ? absl::OkStatus() : s;
+  // A failure here has abandoned the group's work on every rank (PipelineStage::Abandon).
+  return stage_.Run(message_, plan, rows, true);
+}
+
+absl::Status PipelineStepExecutor::health() const {
+  if (!group_.steps->aborted()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("the group's communicators are broken: ", group_.steps->GroupAborted().value_or("")));
 }
 
 absl::Status PipelineStepExecutor::Collect(absl::Span<SampleResult> results, StepDeviceTiming* timing) {
@@ -158,10 +173,10 @@ absl::Status PipelineWorker::Run() {
     }
     const bool upstream_ok = bytes[0] != 0;
     const std::string body = bytes.substr(1);
-    RETURN_IF_ERROR(DecodeStepMessage(body, message));
-    absl::Status s = stage_.Run(body, message.plan, message.rows, upstream_ok);
-    if (!s.ok() && upstream_ok)
-      std::fprintf(stderr, "rank %d: step failed: %s\n", t.rank(), std::string(s.message()).c_str());
+    if (absl::Status s = DecodeStepMessage(body, message); !s.ok()) return stage_.Abandon(s);
+    // A step this rank failed (or that another rank abandoned) ends the group: every rank's
+    // waits have given up, and the communicators take no more steps.
+    RETURN_IF_ERROR(stage_.Run(body, message.plan, message.rows, upstream_ok));
   }
 }
 

@@ -59,8 +59,12 @@ class PipelineStage {
   // `message` is the encoded StepMessage; `ok` false marks a step that failed upstream (forwarded
   // without compute, so that every rank stays in step). World rank 0 with one stage collects the
   // samples later (ModelRunner::CollectSamples); the others never need them.
+  // A step that fails on this rank (upstream_ok, then an error here) abandons the group's work
+  // (MpiCommunicator::RaiseGroupAbort): no peer is left waiting for this rank, and the group ends.
   absl::Status Run(const std::string& message, const StepPlan& plan, absl::Span<const SampleRow> rows,
                    bool upstream_ok);
+  // Raises the abort notice for `status` (a failure of this rank) and returns it.
+  absl::Status Abandon(const absl::Status& status);
   const std::vector<StageSpan>& timeline() const { return timeline_; }
 
  private:
@@ -81,6 +85,8 @@ class PipelineStepExecutor final : public StepExecutor {
   // micro-batch per stage in flight, its tokens sampled on the last stage.
   int max_in_flight() const override { return group_.topology.pp_size() == 1 ? 2 : group_.topology.pp_size(); }
   bool chains_steps() const override { return group_.topology.pp_size() == 1; }
+  // FailedPrecondition once any rank abandoned a step: the group's communicators take no more.
+  absl::Status health() const override;
   const std::vector<StageSpan>& timeline() const { return stage_.timeline(); }
 
  private:
@@ -100,7 +106,8 @@ class PipelineStepExecutor final : public StepExecutor {
   std::thread receiver_;
 };
 
-// Every other rank: runs forwarded steps until the stop message.
+// Every other rank: runs forwarded steps until the stop message, or until a step fails on any
+// rank (an error then: the group is over).
 class PipelineWorker {
  public:
   PipelineWorker(std::unique_ptr<ModelRunner> runner, const PipelineGroup& group)

@@ -4,52 +4,13 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/distributed/wire_format.h"
 
 namespace llm {
 namespace {
 
-class Writer {
- public:
-  explicit Writer(std::string& out) : out_(out) { out_.clear(); }
-  template <typename T>
-  void Put(const T& v) {
-    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
-  }
-  template <typename T>
-  void PutVector(absl::Span<const T> v) {
-    Put<uint32_t>(static_cast<uint32_t>(v.size()));
-    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-  }
-
- private:
-  std::string& out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  template <typename T>
-  bool Get(T& v) {
-    if (pos_ + sizeof(T) > in_.size()) return false;
-    std::memcpy(&v, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  template <typename T>
-  bool GetVector(std::vector<T>& v) {
-    uint32_t n;
-    if (!Get(n) || pos_ + size_t{n} * sizeof(T) > in_.size()) return false;
-    v.resize(n);
-    std::memcpy(v.data(), in_.data() + pos_, n * sizeof(T));
-    pos_ += n * sizeof(T);
-    return true;
-  }
-  bool done() const { return pos_ == in_.size(); }
-
- private:
-  std::string_view in_;
-  size_t pos_ = 0;
-};
+using wire::Reader;
+using wire::Writer;
 
 constexpr uint32_t kMagic = 0x504c5453;         // "STLP"
 constexpr uint32_t kResultsMagic = 0x53455253;  // "SRES"
@@ -77,6 +38,9 @@ void EncodeStepMessage(const StepPlan& plan, absl::Span<const SampleRow> rows, s
   for (const SampleRow& r : rows) {
     w.Put(*r.params);
     w.Put(r.step);
+    // Every rank that samples must count a pending token among the outputs for penalties, or the
+    // ranks of a TP group would draw different tokens from the same logits.
+    w.Put(r.pending_input_index);
     // Only penalties read the token history; leave it out otherwise.
     const bool tokens = NeedsTokens(*r.params);
     w.PutVector<int32_t>(tokens ? r.prompt_tokens : absl::Span<const int32_t>());
@@ -97,15 +61,17 @@ absl::Status DecodeStepMessage(const std::string& bytes, StepMessage& m) {
   m.steps.resize(num_rows);
   m.prompt_tokens.resize(num_rows);
   m.output_tokens.resize(num_rows);
+  m.pending_input_index.resize(num_rows);
   for (uint32_t i = 0; i < num_rows; ++i) {
-    if (!(r.Get(m.params[i]) && r.Get(m.steps[i]) && r.GetVector(m.prompt_tokens[i]) &&
+    if (!(r.Get(m.params[i]) && r.Get(m.steps[i]) && r.Get(m.pending_input_index[i]) &&
+          r.GetVector(m.prompt_tokens[i]) &&
           r.GetVector(m.output_tokens[i])))
       return absl::DataLossError("malformed step message rows");
   }
   if (!r.done()) return absl::DataLossError("trailing bytes in step message");
   m.rows.resize(num_rows);
   for (uint32_t i = 0; i < num_rows; ++i)
-    m.rows[i] = {&m.params[i], m.steps[i], m.prompt_tokens[i], m.output_tokens[i]};
+    m.rows[i] = {&m.params[i], m.steps[i], m.prompt_tokens[i], m.output_tokens[i], m.pending_input_index[i]};
   return absl::OkStatus();
 }
 

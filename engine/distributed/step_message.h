@@ -20,6 +20,7 @@ struct StepMessage {
   std::vector<uint64_t> steps;
   std::vector<std::vector<int32_t>> prompt_tokens;
   std::vector<std::vector<int32_t>> output_tokens;
+  std::vector<int32_t> pending_input_index;
   std::vector<SampleRow> rows;  // built by Decode, pointing into the vectors above
 };
 

@@ -85,6 +85,37 @@ absl::StatusOr<const ArchitectureInfo*> ParseArchitecture(const JsonObjectReader
                                                  JoinNames(kArchitectures, &ArchitectureInfo::hf_name), ")"));
 }
 
+// model_type says which family's conventions the checkpoint follows; transformers refuses a
+// config without it, and a family this decoder does not implement must not load under another's
+// class name.
+absl::Status ParseModelType(const JsonObjectReader& top, ModelConfig* c) {
+  ASSIGN_OR_RETURN(std::optional<std::string> model_type, top.OptionalString("model_type"));
+  const std::string supported = JoinNames(kArchitectures, &ArchitectureInfo::model_type);
+  if (!model_type)
+    return top.KeyError("model_type", absl::StrCat("is missing (required; supported: ", supported, ")"));
+  for (const ArchitectureInfo& info : kArchitectures) {
+    if (info.model_type == *model_type) {
+      c->model_type = *model_type;
+      return absl::OkStatus();
+    }
+  }
+  return top.KeyError("model_type", absl::StrCat("is '", *model_type, "', which is not supported (supported: ",
+                                                 supported, ")"));
+}
+
+// Special tokens the engine stops on or the tokenizer adds must be rows of the embedding: an id
+// past the vocabulary would stop nothing (EOS) or index past the table (BOS).
+absl::Status CheckSpecialTokensInVocabulary(const JsonObjectReader& r, const ModelConfig& c) {
+  auto outside = [&](std::string_view key, int32_t id) {
+    return r.KeyError(key, absl::StrCat("holds token id ", id, ", outside the vocabulary [0, ", c.vocab_size,
+                                        ") of vocab_size"));
+  };
+  if (c.bos_token_id && *c.bos_token_id >= c.vocab_size) return outside("bos_token_id", *c.bos_token_id);
+  for (int32_t id : c.eos_token_ids)
+    if (id >= c.vocab_size) return outside("eos_token_id", id);
+  return absl::OkStatus();
+}
+
 absl::Status ParseSizes(const JsonObjectReader& top, ModelConfig* c) {
   ASSIGN_OR_RETURN(c->hidden_size, RequiredPositive(top, "hidden_size"));
   ASSIGN_OR_RETURN(c->intermediate_size, RequiredPositive(top, "intermediate_size"));
@@ -92,6 +123,10 @@ absl::Status ParseSizes(const JsonObjectReader& top, ModelConfig* c) {
   ASSIGN_OR_RETURN(c->num_heads, RequiredPositive(top, "num_attention_heads"));
   ASSIGN_OR_RETURN(c->vocab_size, RequiredPositive(top, "vocab_size"));
   ASSIGN_OR_RETURN(c->max_position_embeddings, RequiredPositive(top, "max_position_embeddings"));
+  if (c->max_position_embeddings > kMaxContextLength)
+    return top.KeyError("max_position_embeddings",
+                        absl::StrCat("is ", c->max_position_embeddings, "; at most ", kMaxContextLength,
+                                     " tokens of context are supported (serve a shorter one with --max-context)"));
 
   ASSIGN_OR_RETURN(std::optional<int64_t> kv_heads, OptionalPositive(top, "num_key_value_heads"));
   c->num_kv_heads = kv_heads.value_or(c->num_heads);  // absent: plain multi-head attention
@@ -317,14 +352,14 @@ absl::StatusOr<ModelConfig> ParseConfigDocument(const nlohmann::json& doc, std::
   ModelConfig c;
   ASSIGN_OR_RETURN(const ArchitectureInfo* arch, ParseArchitecture(top));
   c.architecture = arch->architecture;
-  ASSIGN_OR_RETURN(std::optional<std::string> model_type, top.OptionalString("model_type"));
-  c.model_type = model_type.value_or(std::string(arch->model_type));
+  RETURN_IF_ERROR(ParseModelType(top, &c));
   RETURN_IF_ERROR(CheckActivation(top));
   RETURN_IF_ERROR(ParseSizes(top, &c));
   RETURN_IF_ERROR(ParseRope(top, &c));
   RETURN_IF_ERROR(ParseVariant(top, &c));
   ASSIGN_OR_RETURN(c.stored_dtype, ParseStoredDType(top));
   RETURN_IF_ERROR(ParseSpecialTokens(top, &c));
+  RETURN_IF_ERROR(CheckSpecialTokensInVocabulary(top, c));
   if (const nlohmann::json* q = top.Find("quantization_config")) {
     ASSIGN_OR_RETURN(c.quantization, ParseQuantizationConfig(*q, std::string(source), "quantization_config"));
   }
@@ -337,7 +372,8 @@ absl::Status MergeGenerationConfig(const std::filesystem::path& path, ModelConfi
   ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
   ASSIGN_OR_RETURN(nlohmann::json doc, ParseJsonText(text, path.string()));
   ASSIGN_OR_RETURN(JsonObjectReader top, JsonObjectReader::Create(doc, path.string()));
-  return ParseSpecialTokens(top, c);
+  RETURN_IF_ERROR(ParseSpecialTokens(top, c));
+  return CheckSpecialTokensInVocabulary(top, *c);
 }
 
 }  // namespace

@@ -70,6 +70,11 @@ struct ModelConfig {
   int64_t kv_size() const { return num_kv_heads * head_dim; }
 };
 
+// The longest context a config may declare (max_position_embeddings) or a server may be asked
+// for (--max-context): positions are 32-bit on every device, and each sequence's block table row
+// is sized for it (2^24 tokens: 1M blocks of 16, 4 MiB a sequence).
+inline constexpr int64_t kMaxContextLength = int64_t{1} << 24;
+
 // The LM head (vocab x hidden) in units of one decoder layer's weights (attention and MLP
 // projections): what the last pipeline stage streams beyond its layers each step (about 2.4 for
 // Llama-3-8B, 1.2 for Llama-3-70B). The default pipeline split (parallel/topology.h) balances
@@ -77,7 +82,9 @@ struct ModelConfig {
 double LmHeadLayerEquivalents(const ModelConfig& config);
 
 // Parses config.json text. `source` names the file in error messages. Validates every field the
-// decoder needs (positive sizes, heads dividing, supported activation and rope type).
+// decoder needs (positive sizes, heads dividing, supported activation and rope type), that
+// model_type is given and supported, that special-token ids lie inside the vocabulary and that
+// the context length is at most kMaxContextLength; errors name the key.
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source);
 
 // Reads `dir`/config.json and, when present, `dir`/generation_config.json (its eos_token_id,

@@ -34,6 +34,17 @@ class StepExecutor {
   // order can; a pipeline, whose last stage samples, cannot.
   virtual bool chains_steps() const = 0;
 
+  // Whether steps can run now. An executor over workers outside this process
+  // (RemoteStepExecutor) loses them when a rank dies or hangs, and gets new ones: false from the
+  // loss until new workers serve. A step that fails because of the loss leaves the executor
+  // unavailable, and whatever launched steps wrote on the device is gone; the engine then keeps
+  // every request and recomputes it once available again (engine/README.md, "Surviving the loss
+  // of the workers"). Any thread may ask.
+  virtual bool available() const { return true; }
+  // OK while the executor serves, or is getting new workers; the reason once it never will again
+  // (communicators broken by an abandoned step, restarts given up). Any thread may ask.
+  virtual absl::Status health() const { return absl::OkStatus(); }
+
   absl::Status Execute(const StepPlan& plan, absl::Span<const SampleRow> rows, absl::Span<SampleResult> results) {
     RETURN_IF_ERROR(Launch(plan, rows));
     return Collect(results, nullptr);

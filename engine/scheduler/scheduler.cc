@@ -31,6 +31,20 @@ void Scheduler::Preempt(Sequence* seq) {
   AddWaiting(seq);
 }
 
+void Scheduler::ResetDeviceState() {
+  for (Sequence* seq : AllSequences()) {
+    running_.erase(seq);
+    seq->blocks.Release(pool_);
+    seq->num_computed = 0;
+    seq->pending_tokens = 0;
+    seq->pending_row = -1;
+    seq->in_flight = 0;
+    AddWaiting(seq);
+  }
+  pool_.ForgetCached();
+  growth_ratio_ = kInitialGrowthRatio;
+}
+
 int64_t Scheduler::GrowthReserve(const Sequence* seq) const {
   const int64_t remaining = std::max(0, seq->request.stop.max_tokens - seq->scheduled_completion_tokens());
   return static_cast<int64_t>(growth_ratio_ * static_cast<double>(remaining) / options_.block_size + 0.5);

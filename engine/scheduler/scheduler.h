@@ -50,6 +50,11 @@ class Scheduler {
   std::vector<Sequence*> AllSequences() const;
   // Forgets every cached block's content (after a failed step, whose writes are unknown).
   void DropPrefixCache() { pool_.ForgetCached(); }
+  // The device state is gone (the workers that held the KV cache were replaced): every sequence
+  // waits again in its original order with nothing computed, no pending token and no step in
+  // flight, and the prefix cache is empty. Resumed, each recomputes prompt + the tokens it has
+  // (as after a preemption, which this is not counted as), so its outputs do not change.
+  void ResetDeviceState();
 
  private:
   struct Order {

@@ -9,5 +9,6 @@ int RunTokenize(int argc, char** argv);
 int RunServe(int argc, char** argv);
 int RunLoadtest(int argc, char** argv);
 int RunChatTemplate(int argc, char** argv);
+int RunWorker(int argc, char** argv);
 
 }  // namespace llm::cli

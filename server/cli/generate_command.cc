@@ -96,7 +96,7 @@ int RunGenerate(int argc, char** argv) {
     request.prompt_tokens = std::move(*ids);
   }
   auto handle = Deploy(model, &argc, &argv);
-  if (!handle.ok()) return Fail(handle.status(), 1);
+  if (!handle.ok()) return Fail(handle.status(), IsUsageError(handle.status()) ? 2 : 1);
   if ((*handle)->engine() == nullptr) {  // a worker rank of an mpirun group
     absl::Status s = (*handle)->RunWorker();
     return s.ok() ? 0 : Fail(s, 1);

@@ -97,6 +97,34 @@ std::string ModelFlags::ModelDir() const {
 #endif
 }
 
+std::vector<std::string> ModelFlags::ToArgs() const {
+  std::vector<std::string> args = {"--model", std::filesystem::absolute(ModelDir()).lexically_normal().string()};
+  auto add = [&args](const char* name, const auto& value) {
+    args.push_back(absl::StrCat("--", name));
+    args.push_back(absl::StrCat(value));
+  };
+  add("device", device);
+  add("dtype", dtype);
+  add("threads", threads);
+  add("max-context", max_context);
+  add("max-seqs", max_seqs);
+  add("max-tokens-per-step", max_tokens_per_step);
+  add("kv-cache-blocks", kv_cache_blocks);
+  add("kv-cache-fraction", kv_cache_fraction);
+  add("gpu-memory-fraction", gpu_memory_fraction);
+  add("block-size", block_size);
+  add("tp", tp);
+  add("pp", pp);
+  if (!layers_per_stage.empty()) add("layers-per-stage", layers_per_stage);
+  add("quantization", quantization);
+  add("kv-cache-dtype", kv_cache_dtype);
+  for (const auto& [name, on] : {std::pair{"dummy-weights", dummy_weights}, std::pair{"fixed-kernels", fixed_kernels},
+                                 std::pair{"no-overlap", no_overlap}, std::pair{"emulate-fp8", emulate_fp8},
+                                 std::pair{"no-enable-prefix-caching", no_enable_prefix_caching}})
+    if (on) args.push_back(absl::StrCat("--", name));
+  return args;
+}
+
 EngineBuildOptions ModelFlags::ToBuildOptions() const {
   EngineBuildOptions o;
   o.model_dir = ModelDir();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "engine/distributed/deployment.h"
 #include "engine/engine_builder.h"
@@ -44,6 +45,9 @@ struct ModelFlags {
   // --device with "auto" resolved: "cuda" when this build has CUDA and a GPU is visible.
   std::string Device() const;
   EngineBuildOptions ToBuildOptions() const;
+  // The flags again, as arguments of another `llm` command (a worker group's ranks get the front
+  // end's): every flag with its value, the model folder made absolute.
+  std::vector<std::string> ToArgs() const;
   absl::StatusOr<ParallelOptions> ToParallelOptions() const;
   // Launched by mpirun, or asked for more than one rank.
   bool Distributed() const;

@@ -17,8 +17,12 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/distributed/front_end.h"
 #include "engine/model/generation_config.h"
 #include "server/cli/commands.h"
 #include "server/cli/model_flags.h"
@@ -47,6 +51,15 @@ struct ServeFlags {
   std::string generation_config = "auto";
   int64_t max_priority = 0;
   int64_t http_threads = 2;
+  // The front end outside the MPI job (--workers): one launch prefix per replica, or one for all.
+  std::vector<std::string> workers;
+  int64_t replicas = 1;
+  std::string worker_address = "127.0.0.1:0";
+  int64_t worker_timeout_s = 30;
+  int64_t worker_start_timeout_s = 600;
+  int64_t worker_restarts = 5;
+
+  bool front_end() const { return !workers.empty(); }
 
   absl::Status Validate() const {
     for (const auto& [name, value] : {std::pair{"port", port}, std::pair{"http-port", http_port},
@@ -65,8 +78,28 @@ struct ServeFlags {
       return absl::InvalidArgumentError("--http-threads must be in [1, 64]");
     if (served_model_name.find_first_of(" \t\n\"") != std::string::npos)
       return absl::InvalidArgumentError("--served-model-name must not contain spaces or quotes");
+    if (replicas < 1 || replicas > 64) return absl::InvalidArgumentError("--replicas must be in [1, 64]");
+    if (!front_end() && replicas > 1)
+      return absl::InvalidArgumentError("--replicas needs --workers: each replica is a worker group the front end launches");
+    if (front_end() && workers.size() != 1 && static_cast<int64_t>(workers.size()) != replicas)
+      return absl::InvalidArgumentError(absl::StrCat("--workers is given ", workers.size(), " times for ", replicas,
+                                                     " replicas: give it once (every replica) or once per replica"));
+    if (front_end() && MpiRuntime::LaunchedByMpiLauncher())
+      return absl::InvalidArgumentError(
+          "llm serve --workers is an ordinary process that launches its worker groups itself: run it without mpirun "
+          "(put mpirun into --workers, e.g. --workers \"mpirun -np 2\")");
+    if (worker_timeout_s < 1 || worker_start_timeout_s < 1)
+      return absl::InvalidArgumentError("--worker-timeout-s and --worker-start-timeout-s must be at least 1");
+    if (worker_restarts < 0) return absl::InvalidArgumentError("--worker-restarts must not be negative");
+    if (const size_t colon = worker_address.rfind(':');
+        colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(worker_address.substr(colon + 1), &worker_port_) ||
+        worker_port_ < 0 || worker_port_ > 65535)
+      return absl::InvalidArgumentError(absl::StrCat("--worker-address must be HOST:PORT (PORT 0: any), got '",
+                                                     worker_address, "'"));
     return absl::OkStatus();
   }
+  std::string worker_host() const { return worker_address.substr(0, worker_address.rfind(':')); }
+  mutable int worker_port_ = 0;
 };
 
 // The sampling defaults requests get: generation_config.json of the model folder (or of the
@@ -89,6 +122,13 @@ std::string ServedName(const ServeFlags& serve, const std::string& model_dir) {
   std::string name = dir.filename().string();
   if (name.empty()) name = dir.parent_path().filename().string();
   return name;
+}
+
+// This binary, for the worker groups a front end launches.
+std::string SelfExecutable() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("llm") : self.string();
 }
 
 int Fail(const absl::Status& status, int code) {
@@ -223,6 +263,55 @@ void Drain(const sigset_t& signals, absl::Duration timeout, server::ServingState
   std::fprintf(stderr, "llm serve: stopped after %.0f ms\n", absl::ToDoubleMilliseconds(absl::Now() - start));
 }
 
+// The front end's engine: every replica's worker group launched with the model flags.
+FrontEndOptions FrontEndFor(const ModelFlags& model, const ServeFlags& serve) {
+  FrontEndOptions o;
+  o.build = model.ToBuildOptions();
+  std::vector<std::string> command = {SelfExecutable(), "worker"};
+  const std::vector<std::string> args = model.ToArgs();
+  command.insert(command.end(), args.begin(), args.end());
+  for (int r = 0; r < serve.replicas; ++r) {
+    WorkerGroupOptions g;
+    g.launch_prefix = serve.workers.size() == 1 ? serve.workers[0] : serve.workers[r];
+    g.worker_command = command;
+    g.listen_host = serve.worker_host();
+    g.listen_port = serve.worker_port_ == 0 ? 0 : serve.worker_port_ + r;
+    g.start_timeout = absl::Seconds(serve.worker_start_timeout_s);
+    g.step_timeout = absl::Seconds(serve.worker_timeout_s);
+    g.max_restarts = static_cast<int>(serve.worker_restarts);
+    o.replicas.push_back(std::move(g));
+  }
+  return o;
+}
+
+// Serves until a shutdown signal (returned), keeping gRPC health in step with the engine's
+// (NOT_SERVING while no replica runs steps). An engine that will never serve again ends the
+// process with status 1, after its requests got their errors: a supervisor restarts it.
+int WatchUntilSignal(const sigset_t& signals, Engine& engine, server::ServingState& state, Endpoints& endpoints) {
+  bool serving = true;
+  for (;;) {
+    if (const int sig = WaitForSignal(signals, absl::Milliseconds(100)); sig != 0) return sig;
+    const absl::Status health = state.Health();
+    if (health.ok() != serving) {
+      serving = health.ok();
+      endpoints.grpc().SetServing(serving);
+      std::fprintf(stderr, "llm serve: health %s%s%s\n", serving ? "SERVING" : "NOT_SERVING", serving ? "" : ": ",
+                   serving ? "" : std::string(health.message()).c_str());
+    }
+    if (engine.failed()) {
+      std::fprintf(stderr, "llm serve: the engine cannot serve any more (%s); exiting\n",
+                   std::string(engine.Health().message()).c_str());
+      // The requests have their errors; give the calls a moment to deliver them.
+      state.WaitForCallsDone(absl::Seconds(2));
+      endpoints.Stop(absl::ZeroDuration());
+      std::fflush(stdout);
+      std::fflush(stderr);
+      // Not a clean exit: the group's communicators are broken, and MPI must not wait for them.
+      std::_Exit(1);
+    }
+  }
+}
+
 }  // namespace
 
 int RunServe(int argc, char** argv) {
@@ -260,6 +349,19 @@ int RunServe(int argc, char** argv) {
             "on SIGTERM, seconds running requests may take to finish");
   flags.String("chat-template", &serve.chat_template,
                "chat template for the Chat RPC (Jinja file, or JSON with \"chat_template\"), instead of the model's");
+  flags.StringList("workers", &serve.workers,
+                   "run this process as a front end that survives its workers: it launches each replica's worker "
+                   "group as 'PREFIX <this llm> worker ...' (e.g. \"mpirun -np 4 --hostfile hosts\"; \"\" for one "
+                   "process), restarts a group that dies or hangs and resumes its requests; once, or once per replica");
+  flags.Int("replicas", &serve.replicas, "worker groups of the model (with --workers); requests go to the least loaded");
+  flags.String("worker-address", &serve.worker_address,
+               "HOST:PORT the front end listens on for its worker groups (replica r: PORT + r; PORT 0: any)");
+  flags.Int("worker-timeout-s", &serve.worker_timeout_s,
+            "the watchdog: seconds a worker group may take to return a step before it is replaced");
+  flags.Int("worker-start-timeout-s", &serve.worker_start_timeout_s,
+            "seconds a worker group may take to start and load the model");
+  flags.Int("worker-restarts", &serve.worker_restarts,
+            "restarts in a row (each waiting longer) before a replica gives up and its requests fail with UNAVAILABLE");
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
   if (absl::Status s = model.Validate(); !s.ok()) return Fail(s, 2);
   if (absl::Status s = serve.Validate(); !s.ok()) return Fail(s, 2);
@@ -275,25 +377,46 @@ int RunServe(int argc, char** argv) {
   absl::StatusOr<GenerationDefaults> defaults = LoadGenerationDefaults(serve.generation_config, model.ModelDir());
   if (!defaults.ok()) return Fail(defaults.status(), 2);
 
+  // The model folder and its config, before anything listens or loads: a usage error at once.
+  if (absl::Status s = CheckModelFolder(model.ToBuildOptions()); !s.ok()) return Fail(s, 2);
+
   const sigset_t signals = BlockShutdownSignals();
   RaiseOpenFileLimit();
   server::ServingState state(serve.api_key);
   server::LlmService service(state);
   server::OpenAiApi api(state);
   Endpoints endpoints;
-  if (!model.Distributed()) {
+  if (!model.Distributed() || serve.front_end()) {
     if (absl::Status s = endpoints.Start(serve, service, state, api); !s.ok()) return Fail(s, 1);
   }
-  auto handle = Deploy(model, &argc, &argv);
-  if (!handle.ok()) return Fail(handle.status(), 1);
-  if ((*handle)->engine() == nullptr) {  // a worker rank of an mpirun group: runs steps for rank 0
-    absl::Status s = (*handle)->RunWorker();
-    return s.ok() ? 0 : Fail(s, 1);
+  // In-process: this process (world rank 0 of an mpirun group) holds the engine; a dead rank ends
+  // the job. Front end: the engine is here, the model in worker groups it restarts.
+  std::unique_ptr<Deployment> handle;
+  std::unique_ptr<Engine> front_end;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  if (serve.front_end()) {
+    absl::StatusOr<std::shared_ptr<const Tokenizer>> loaded = LoadTokenizerIfPresent(model.ModelDir());
+    if (!loaded.ok()) return Fail(loaded.status(), 1);
+    tokenizer = *loaded;
+    absl::StatusOr<std::unique_ptr<Engine>> created = CreateFrontEndEngine(FrontEndFor(model, serve), tokenizer);
+    if (!created.ok())
+      return Fail(created.status(),
+                  absl::IsInvalidArgument(created.status()) || absl::IsFailedPrecondition(created.status()) ? 2 : 1);
+    front_end = *std::move(created);
+  } else {
+    auto deployed = Deploy(model, &argc, &argv);
+    if (!deployed.ok()) return Fail(deployed.status(), IsUsageError(deployed.status()) ? 2 : 1);
+    handle = *std::move(deployed);
+    if (handle->engine() == nullptr) {  // a worker rank of an mpirun group: runs steps for rank 0
+      absl::Status s = handle->RunWorker();
+      return s.ok() ? 0 : Fail(s, 1);
+    }
+    tokenizer = handle->tokenizer();
+    if (!endpoints.started()) {
+      if (absl::Status s = endpoints.Start(serve, service, state, api); !s.ok()) return Fail(s, 1);
+    }
   }
-  if (!endpoints.started()) {
-    if (absl::Status s = endpoints.Start(serve, service, state, api); !s.ok()) return Fail(s, 1);
-  }
-  Engine& engine = *(*handle)->engine();
+  Engine& engine = front_end ? *front_end : *handle->engine();
   server::Deployment deployment;
   deployment.model_name = ServedName(serve, model.ModelDir());
   deployment.device = model.Device();
@@ -307,8 +430,8 @@ int RunServe(int argc, char** argv) {
   served.policy.defaults = *defaults;
   served.policy.max_priority = static_cast<int32_t>(serve.max_priority);
   served.engine = &engine;
-  served.tokenizer = (*handle)->tokenizer();
-  served.info = server::ToModelInfo(info, (*handle)->tokenizer().get(), deployment);
+  served.tokenizer = tokenizer;
+  served.info = server::ToModelInfo(info, tokenizer.get(), deployment);
   // The chat template, parsed once here for every Chat call; a model without one serves no Chat.
   absl::StatusOr<std::unique_ptr<ChatTemplate>> chat_template =
       ChatTemplate::ForModel(model.ModelDir(), serve.chat_template);
@@ -333,12 +456,18 @@ int RunServe(int argc, char** argv) {
       deployment.model_name.c_str(), info.config.model_type.c_str(),
       static_cast<long long>(info.config.num_layers), static_cast<long long>(info.config.vocab_size),
       static_cast<long long>(info.max_context), deployment.device.c_str(), static_cast<long long>(model.tp),
-      static_cast<long long>(model.pp), (*handle)->tokenizer() ? "" : ", no tokenizer: token ids only",
+      static_cast<long long>(model.pp), tokenizer ? "" : ", no tokenizer: token ids only",
       endpoints.grpc().address().c_str(), endpoints.HttpUrl().c_str(), info.kv_blocks, info.kv_block_size,
       info.max_seqs, info.max_tokens_per_step, endpoints.MetricsUrl().c_str());
   std::fflush(stdout);
 
-  const int sig = WaitForSignal(signals, absl::InfiniteDuration());
+  if (serve.front_end())
+    std::printf("llm serve: front end of %lld worker group(s): watchdog %llds, up to %lld restarts in a row\n",
+                static_cast<long long>(serve.replicas), static_cast<long long>(serve.worker_timeout_s),
+                static_cast<long long>(serve.worker_restarts));
+  std::fflush(stdout);
+
+  const int sig = WatchUntilSignal(signals, engine, state, endpoints);
   std::fprintf(stderr, "llm serve: %s received\n", sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM");
   Drain(signals, absl::Seconds(serve.drain_timeout_s), state, engine, endpoints);
   return 0;

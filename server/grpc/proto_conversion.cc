@@ -49,6 +49,8 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::GenerateRequest& req
       if (!tokenizer)
         return absl::FailedPreconditionError(
             "text prompts need the model's tokenizer and this model has none: send token_ids instead");
+      // Special tokens alone (a BOS) are not a prompt: the README promises INVALID_ARGUMENT.
+      if (request.text().empty()) return InvalidArgument("the prompt is empty: text is \"\"");
       if (absl::Status s = CheckUtf8(request.text(), "the prompt text"); !s.ok()) return s;
       const bool add_special = !request.has_add_special_tokens() || request.add_special_tokens();
       return tokenizer->Encode(request.text(), add_special);

@@ -74,10 +74,15 @@ absl::Status ServingState::Authorize(std::string_view authorization) const {
 }
 
 absl::Status ServingState::Health() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (draining_) return absl::UnavailableError("the server is shutting down");
-  if (!model_) return absl::UnavailableError("the model is still loading");
-  return absl::OkStatus();
+  std::shared_ptr<const ServedModel> model;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) return absl::UnavailableError("the server is shutting down");
+    if (!model_) return absl::UnavailableError("the model is still loading");
+    model = model_;
+  }
+  // No replica runs steps: its workers are being replaced (requests wait), or gone for good.
+  return model->engine->Health();
 }
 
 void ServingState::Cancel(RequestId id) {

@@ -52,7 +52,8 @@ class ServingState {
   // OK when the caller's `authorization` (the HTTP header, or the gRPC metadata) is
   // "Bearer <api key>" or no key is set; Unauthenticated otherwise.
   absl::Status Authorize(std::string_view authorization) const;
-  // OK while serving; Unavailable while the model loads or the server drains.
+  // OK while serving; Unavailable while the model loads, the server drains, or no replica of the
+  // engine runs steps (Engine::Health).
   absl::Status Health() const;
   // The served model; null while it loads.
   std::shared_ptr<const ServedModel> Model() const;

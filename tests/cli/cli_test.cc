@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 
@@ -184,10 +185,59 @@ TEST(CliErrorsTest, BadUsageExitsTwoWithMessage) {
   }
 }
 
-TEST(CliErrorsTest, MissingOrCorruptModelExitsOneNamingTheProblem) {
+TEST(CliErrorsTest, MissingModelOrFileAsModelExitsTwoNamingTheProblem) {
   RunResult r = RunLlm("generate --model /nonexistent/model --prompt-ids 1");
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("/nonexistent/model"), std::string::npos) << r.err;
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("model folder '/nonexistent/model' does not exist"), std::string::npos) << r.err;
+  for (const char* command : {"generate --prompt-ids 1", "serve --port 0 --http-port -1"}) {
+    r = RunLlm(absl::StrCat(command, " --model ", Model("llama-tiny"), "/config.json"));
+    EXPECT_EQ(r.exit_code, 2) << command;
+    EXPECT_NE(r.err.find("config.json' is a file; --model takes the folder"), std::string::npos) << r.err;
+  }
+}
+
+// Configs the engine cannot serve are refused before anything loads, naming the key (exit 2).
+TEST(CliErrorsTest, MalformedConfigsExitTwoNamingTheKey) {
+  struct Case {
+    const char* name;
+    std::function<void(nlohmann::json&, nlohmann::json&)> mutate;  // config.json, generation_config.json
+    std::string message;
+  } cases[] = {
+      {"no model_type", [](nlohmann::json& c, nlohmann::json&) { c.erase("model_type"); },
+       "key 'model_type' is missing (required; supported: llama, mistral, qwen2, qwen3)"},
+      {"gpt2", [](nlohmann::json& c, nlohmann::json&) { c["model_type"] = "gpt2"; },
+       "key 'model_type' is 'gpt2', which is not supported"},
+      {"eos outside", [](nlohmann::json& c, nlohmann::json&) { c["eos_token_id"] = 384; },
+       "key 'eos_token_id' holds token id 384, outside the vocabulary [0, 384)"},
+      {"bos outside", [](nlohmann::json& c, nlohmann::json&) { c["bos_token_id"] = 1000; },
+       "key 'bos_token_id' holds token id 1000"},
+      {"generation eos outside", [](nlohmann::json&, nlohmann::json& g) { g["eos_token_id"] = {2, 999}; },
+       "generation_config.json: key 'eos_token_id' holds token id 999"},
+      {"huge context",
+       [](nlohmann::json& c, nlohmann::json&) { c["max_position_embeddings"] = int64_t{1} << 62; },
+       "key 'max_position_embeddings' is 4611686018427387904; at most 16777216"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "malformed-config";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(Model("llama-tiny") + "/config.json"));
+    nlohmann::json generation = nlohmann::json::parse(std::ifstream(Model("llama-tiny") + "/generation_config.json"));
+    c.mutate(config, generation);
+    std::ofstream(dir / "config.json") << config.dump();
+    std::ofstream(dir / "generation_config.json") << generation.dump();
+    std::filesystem::copy_file(Model("llama-tiny") + "/model.safetensors", dir / "model.safetensors");
+    for (const char* command : {"generate --prompt-ids 1", "serve --port 0 --http-port -1"}) {
+      RunResult r = RunLlm(absl::StrCat(command, " --model ", dir.string()));
+      EXPECT_EQ(r.exit_code, 2) << command;
+      EXPECT_NE(r.err.find(c.message), std::string::npos) << command << ": " << r.err;
+    }
+  }
+}
+
+TEST(CliErrorsTest, CorruptModelExitsOneNamingTheProblem) {
+  RunResult r;
 
   // A copy of a fixture with a truncated weights file.
   const std::string dir = ::testing::TempDir() + "/truncated-model";

@@ -71,7 +71,7 @@ TEST(StepMessageTest, RoundTripAndTruncation) {
   SamplingParams greedy, penalized;
   penalized.repetition_penalty = 1.2f;
   const std::vector<int32_t> prompt = {5, 6, 7}, output = {1};
-  const std::vector<SampleRow> rows = {{&greedy, 3, prompt, output}, {&penalized, 4, prompt, output}};
+  const std::vector<SampleRow> rows = {{&greedy, 3, prompt, output}, {&penalized, 4, prompt, output, 3}};
   std::string bytes;
   EncodeStepMessage(plan, rows, bytes);
   StepMessage m;
@@ -85,6 +85,8 @@ TEST(StepMessageTest, RoundTripAndTruncation) {
   EXPECT_TRUE(m.rows[0].prompt_tokens.empty()) << "greedy rows carry no token history";
   EXPECT_EQ(std::vector<int32_t>(m.rows[1].prompt_tokens.begin(), m.rows[1].prompt_tokens.end()), prompt);
   EXPECT_EQ(m.rows[1].params->repetition_penalty, 1.2f);
+  EXPECT_EQ(m.rows[0].pending_input_index, -1);
+  EXPECT_EQ(m.rows[1].pending_input_index, 3) << "a pending token counts for penalties on every rank";
   StepMessage truncated;
   EXPECT_EQ(DecodeStepMessage(bytes.substr(0, bytes.size() - 3), truncated).code(), absl::StatusCode::kDataLoss);
 }

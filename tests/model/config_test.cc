@@ -162,7 +162,7 @@ TEST(ConfigTest, ArchitectureNames) {
 TEST(ConfigTest, DefaultsWhenOptionalKeysAreAbsent) {
   nlohmann::json j = BaseLlama();
   for (const char* key : {"num_key_value_heads", "rope_theta", "rope_scaling", "torch_dtype", "rms_norm_eps",
-                          "hidden_act", "bos_token_id", "eos_token_id", "model_type"}) {
+                          "hidden_act", "bos_token_id", "eos_token_id"}) {
     j.erase(key);
   }
   absl::StatusOr<ModelConfig> c = Parse(j);
@@ -416,6 +416,52 @@ TEST(ConfigErrorTest, UnknownArchitecture) {
   EXPECT_THAT(ParseError(j, absl::StatusCode::kInvalidArgument),
               AllOf(HasSubstr("GPT2LMHeadModel"), HasSubstr("LlamaForCausalLM"), HasSubstr("MistralForCausalLM"),
                     HasSubstr("Qwen2ForCausalLM"), HasSubstr("Qwen3ForCausalLM")));
+}
+
+TEST(ConfigErrorTest, ModelTypeIsRequiredAndSupported) {
+  nlohmann::json j = BaseLlama();
+  j.erase("model_type");
+  EXPECT_THAT(ParseError(j, absl::StatusCode::kInvalidArgument),
+              AllOf(HasSubstr("'model_type'"), HasSubstr("missing"), HasSubstr("llama, mistral, qwen2, qwen3")));
+  j["model_type"] = "gpt2";
+  EXPECT_THAT(ParseError(j, absl::StatusCode::kInvalidArgument),
+              AllOf(HasSubstr("'model_type'"), HasSubstr("'gpt2'"), HasSubstr("not supported")));
+  j["model_type"] = 7;
+  EXPECT_THAT(ParseError(j, absl::StatusCode::kInvalidArgument), HasSubstr("'model_type'"));
+}
+
+TEST(ConfigErrorTest, SpecialTokensOutsideTheVocabulary) {
+  nlohmann::json j = BaseLlama();  // vocab_size 100
+  j["eos_token_id"] = {2, 100};
+  EXPECT_THAT(ParseError(j, absl::StatusCode::kInvalidArgument),
+              AllOf(HasSubstr("'eos_token_id'"), HasSubstr("100"), HasSubstr("[0, 100)")));
+  j = BaseLlama();
+  j["bos_token_id"] = 4096;
+  EXPECT_THAT(ParseError(j, absl::StatusCode::kInvalidArgument), AllOf(HasSubstr("'bos_token_id'"), HasSubstr("4096")));
+  j = BaseLlama();
+  j["eos_token_id"] = 99;  // the last row is inside
+  EXPECT_TRUE(Parse(j).ok());
+}
+
+TEST(ConfigErrorTest, GenerationConfigEosOutsideTheVocabulary) {
+  test_util::TempDir dir;
+  test_util::WriteFile(dir / "config.json", BaseLlama().dump());
+  test_util::WriteFile(dir / "generation_config.json", R"({"eos_token_id": [2, 128009]})");
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir.path());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              AllOf(HasSubstr("generation_config.json"), HasSubstr("'eos_token_id'"), HasSubstr("128009")));
+}
+
+TEST(ConfigErrorTest, ContextLengthBeyondTheSupportedMaximum) {
+  nlohmann::json j = BaseLlama();
+  j["max_position_embeddings"] = int64_t{1} << 62;
+  EXPECT_THAT(ParseError(j, absl::StatusCode::kInvalidArgument),
+              AllOf(HasSubstr("'max_position_embeddings'"), HasSubstr("4611686018427387904"),
+                    HasSubstr("16777216"), HasSubstr("--max-context")));
+  j["max_position_embeddings"] = kMaxContextLength;
+  EXPECT_TRUE(Parse(j).ok());
 }
 
 TEST(ConfigErrorTest, MissingOrEmptyArchitectures) {

@@ -27,6 +27,7 @@ using ::llm::testing::MpiTestEnvironment;
 using ::llm::testing::RankValues;
 using ::llm::testing::Tolerance;
 using ::llm::testing::Value;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 [[maybe_unused]] ::testing::Environment* const kEnv =
@@ -333,6 +334,43 @@ TEST(MpiDeadlineTest, CollectiveWithMissingRanksBreaksOnlyThatCommunicator) {
     EXPECT_EQ(data[0], static_cast<float>(comm.size()));
   }
   ASSERT_TRUE(world.Barrier().ok());
+}
+
+// A rank that abandons the group's work (a step it rejects) raises an abort notice: peers waiting
+// in a collective it never enters, or for a message it never sends, give up within a second with
+// its reason instead of waiting out the deadline, and the group's communicators refuse every
+// later call. The test's own world keeps the notice away from the other tests' communicators.
+TEST(MpiAbortTest, NoticeEndsEveryPeerWaitWithinASecond) {
+  if (World().size() < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  auto own_world = MpiCommunicator::World(MpiTestEnvironment::runtime(), MpiCommOptions{.timeout = absl::Seconds(300)});
+  ASSERT_TRUE(own_world.ok()) << own_world.status();
+  auto split = (*own_world)->Split(0, (*own_world)->rank(), "abort-test");
+  ASSERT_TRUE(split.ok()) << split.status();
+  MpiCommunicator& comm = **split;
+  static std::vector<float> data;  // MPI may write the parked all-reduce's buffer later
+  data.assign(256, 1.0f);
+  const absl::Time start = absl::Now();
+  if (comm.rank() == 1) {
+    absl::SleepFor(absl::Milliseconds(200));  // the peers are waiting by now
+    comm.RaiseGroupAbort("rank 1 rejected the step: a test reason");
+    EXPECT_EQ(comm.AllReduceSum(data.data(), data.size(), DType::kF32).code(), absl::StatusCode::kAborted);
+  } else if (comm.rank() == 0) {
+    std::string bytes;  // a message rank 1 never sends (no deadline, as a worker's next step)
+    comm.set_timeout(absl::InfiniteDuration());
+    const absl::Status s = comm.RecvBytes(&bytes, 1);
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 abandoned the group's work: rank 1 rejected the step"));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(1.2));
+  } else {
+    const absl::Status s = comm.AllReduceSum(data.data(), data.size(), DType::kF32);
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+    EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("AllReduceSum"), HasSubstr("a test reason")));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(1.2));
+    EXPECT_TRUE(comm.broken());
+  }
+  ASSERT_TRUE(comm.GroupAborted().has_value());
+  EXPECT_EQ((*own_world)->Barrier().code(), absl::StatusCode::kAborted) << "an abort is final for the whole world";
+  EXPECT_TRUE(World().Barrier().ok()) << "other worlds are not affected";
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ std::vector<BadInput> BadInputs() {
          r.set_add_special_tokens(false);
        },
        kInvalid, "prompt is empty"},
+      {"empty text with special tokens", [](Req& r) { r.set_text(""); }, kInvalid, "the prompt is empty: text is"},
       {"over the context",
        [](Req& r) {
          r.mutable_token_ids()->mutable_ids()->Resize(500, 7);

@@ -294,7 +294,7 @@ void EngineCore::Finish(Sequence* seq, FinishReason reason, absl::Status status)
 }
 
 void EngineCore::OnStepFailure(const absl::Status& status) {
-  if (!executor_->available() && executor_->health().ok()) {
+  if (executor_->recovers() && absl::IsUnavailable(status) && executor_->health().ok()) {
     Suspend(status);
   } else {
     AbortAll(status);

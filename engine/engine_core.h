@@ -69,7 +69,7 @@ class EngineCore {
   void LaunchSteps();
   void CollectStep();
   void Finish(Sequence* seq, FinishReason reason, absl::Status status = absl::OkStatus());
-  // A failed Launch or Collect: a loss of the workers (executor unavailable) suspends, anything
+  // A failed Launch or Collect: a loss of the workers (StepExecutor::recovers) suspends, anything
   // else fails every request.
   void OnStepFailure(const absl::Status& status);
   void AbortAll(const absl::Status& status);

@@ -11,11 +11,21 @@ namespace {
 // (later stages then skip it, and rank 0 reports the failure).
 std::string WithFlag(bool ok, const std::string& body) { return std::string(1, ok ? 1 : 0) + body; }
 
+// A later stage receives a step's hidden state into a buffer sized for its own step budget: a
+// plan over it is rejected before anything is received (ModelRunner::Forward would reject it too,
+// but only after the receive had written past the buffer).
+absl::Status CheckHiddenInput(const ModelRunner& runner, int32_t num_tokens) {
+  if (num_tokens <= runner.limits().max_tokens) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("step plan of ", num_tokens, " tokens is outside the limits (",
+                                                 runner.limits().max_tokens, " tokens a step)"));
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> ForwardThroughStage(ModelRunner& runner, Communicator& pp, const Topology& t,
                                            const StepPlan& plan) {
   if (!t.is_first_stage()) {
+    RETURN_IF_ERROR(CheckHiddenInput(runner, plan.num_tokens()));
     Tensor hidden = runner.HiddenInput(plan.num_tokens());
     RETURN_IF_ERROR(pp.Recv(hidden.data(), hidden.numel(), hidden.dtype(), t.pp_stage() - 1));
   }
@@ -40,6 +50,7 @@ absl::Status PipelineStage::Run(const std::string& message, const StepPlan& plan
   absl::Status status = upstream_ok ? absl::OkStatus() : absl::AbortedError("an earlier stage failed this step");
   const absl::Time begin = absl::Now();
   Tensor hidden;
+  if (status.ok() && !t.is_first_stage()) status = CheckHiddenInput(runner_, n);
   if (status.ok() && !t.is_first_stage()) {
     hidden = runner_.HiddenInput(n);
     status = group_.pp->Recv(hidden.data(), hidden.numel(), hidden.dtype(), t.pp_stage() - 1);

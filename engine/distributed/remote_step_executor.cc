@@ -65,21 +65,32 @@ absl::Status RemoteStepExecutor::Lose(const std::shared_ptr<TcpChannel>& channel
   }
   if (channel) channel->Shutdown();
   if (current) supervisor_->ReportLoss(why);
+  launched_.clear();
   return absl::UnavailableError(absl::StrCat("the worker group was lost: ", why.message()));
 }
 
 absl::Status RemoteStepExecutor::Launch(const StepPlan& plan, absl::Span<const SampleRow> rows) {
   std::shared_ptr<TcpChannel> channel = Current();
-  if (!channel) return absl::UnavailableError("no worker group serves");
+  if (!channel) {
+    launched_.clear();  // the engine drops every launched step with this failure
+    return absl::UnavailableError("no worker group serves");
+  }
   EncodeStepMessage(plan, rows, message_);
   absl::Status sent = channel->Send(static_cast<uint32_t>(WorkerFrame::kLaunch), message_, step_timeout_);
   if (!sent.ok()) return Lose(channel, sent);
+  launched_.push_back(std::move(channel));
   return absl::OkStatus();
 }
 
 absl::Status RemoteStepExecutor::Collect(absl::Span<SampleResult> results, StepDeviceTiming* timing) {
-  std::shared_ptr<TcpChannel> channel = Current();
-  if (!channel) return absl::UnavailableError("no worker group serves");
+  if (launched_.empty()) return absl::FailedPreconditionError("no launched step to collect");
+  std::shared_ptr<TcpChannel> channel = std::move(launched_.front());
+  launched_.pop_front();
+  if (channel != Current()) {
+    // Its group was replaced since (the loss was seen elsewhere first): the step is gone with it.
+    launched_.clear();
+    return absl::UnavailableError("the worker group that ran this step was lost");
+  }
   absl::Status status = channel->Send(static_cast<uint32_t>(WorkerFrame::kCollect), "", step_timeout_);
   uint32_t kind = 0;
   if (status.ok()) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,6 +35,7 @@ class RemoteStepExecutor final : public StepExecutor {
   absl::Status Collect(absl::Span<SampleResult> results, StepDeviceTiming* timing) override;
   int max_in_flight() const override { return limits_.max_in_flight; }
   bool chains_steps() const override { return limits_.chains_steps; }
+  bool recovers() const override { return true; }
   bool available() const override { return available_.load(std::memory_order_acquire); }
   absl::Status health() const override;
 
@@ -42,7 +44,8 @@ class RemoteStepExecutor final : public StepExecutor {
  private:
   std::shared_ptr<TcpChannel> Current() const;
   // The group behind `channel` failed: stop using it and have the supervisor replace it (once per
-  // group). Returns the Unavailable status the step fails with.
+  // group). Every launched step is dropped (the engine recomputes them). Returns the Unavailable
+  // status the step fails with.
   absl::Status Lose(const std::shared_ptr<TcpChannel>& channel, const absl::Status& why);
   void Attach(std::unique_ptr<TcpChannel> channel);
   void Detach(const absl::Status& why);
@@ -54,6 +57,9 @@ class RemoteStepExecutor final : public StepExecutor {
   std::shared_ptr<TcpChannel> channel_;  // null while no group serves
   absl::Status gone_;                    // the supervisor gave up
   std::atomic<bool> available_{false};
+  // Engine thread: the group each launched, uncollected step went to. A step launched on a group
+  // that was since replaced is lost with it, even when a new group serves by its collect.
+  std::deque<std::shared_ptr<TcpChannel>> launched_;
   std::string message_;  // reused: the encoded step
   std::string results_;  // reused: the collected step's frame
 };

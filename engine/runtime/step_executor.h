@@ -34,12 +34,13 @@ class StepExecutor {
   // order can; a pipeline, whose last stage samples, cannot.
   virtual bool chains_steps() const = 0;
 
-  // Whether steps can run now. An executor over workers outside this process
-  // (RemoteStepExecutor) loses them when a rank dies or hangs, and gets new ones: false from the
-  // loss until new workers serve. A step that fails because of the loss leaves the executor
-  // unavailable, and whatever launched steps wrote on the device is gone; the engine then keeps
-  // every request and recomputes it once available again (engine/README.md, "Surviving the loss
-  // of the workers"). Any thread may ask.
+  // Whether this executor's workers can be lost and replaced (RemoteStepExecutor: a worker group
+  // outside this process). Then a step that fails with Unavailable is such a loss: whatever the
+  // launched steps wrote on the device is gone, but the engine keeps every request and
+  // recomputes it on the new workers (engine/README.md, "Surviving the loss of the workers");
+  // any other failure fails the requests.
+  virtual bool recovers() const { return false; }
+  // Whether steps can run now: false from a loss until new workers serve. Any thread may ask.
   virtual bool available() const { return true; }
   // OK while the executor serves, or is getting new workers; the reason once it never will again
   // (communicators broken by an abandoned step, restarts given up). Any thread may ask.

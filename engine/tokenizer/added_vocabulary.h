@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -66,6 +67,16 @@ class AddedVocabulary {
   const AddedToken* FindById(int32_t id) const;
   const AddedToken* FindByContent(std::string_view content) const;
   int32_t max_id() const { return max_id_; }  // -1 when there are none
+  // At most how many bytes of input one added token stands for: its content, unless it strips the
+  // whitespace beside it (then any amount: nullopt). 0 when there are none.
+  std::optional<size_t> MaxBytesPerToken() const {
+    size_t longest = 0;
+    for (const AddedToken& t : tokens_) {
+      if (t.lstrip || t.rstrip) return std::nullopt;
+      longest = std::max(longest, t.content.size());
+    }
+    return longest;
+  }
 
  private:
   std::vector<AddedToken> tokens_;

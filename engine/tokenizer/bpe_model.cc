@@ -1,5 +1,6 @@
 #include "engine/tokenizer/bpe_model.h"
 
+#include <algorithm>
 #include <queue>
 #include <utility>
 
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/utf8.h"
 #include "kernels/core/status.h"
 
@@ -55,6 +57,27 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(const Json& config, B
   RETURN_IF_ERROR(model->LoadVocab(std::move(tables.vocab)));
   RETURN_IF_ERROR(model->LoadMerges(tables.merges));
   return model;
+}
+
+std::optional<size_t> BpeModel::MaxBytesPerId() const {
+  if (unk_token_ && fuse_unk_) return std::nullopt;
+  bool every_byte = unk_token_.has_value();
+  if (!every_byte && byte_fallback_)
+    every_byte = std::all_of(byte_fallback_ids_.begin(), byte_fallback_ids_.end(), [](int32_t id) { return id >= 0; });
+  if (!every_byte) {
+    // A byte-level vocabulary holds one symbol per byte (GPT-2's alphabet): nothing is unknown.
+    every_byte = true;
+    for (int b = 0; b < 256 && every_byte; ++b) {
+      std::string symbol;
+      const char byte = static_cast<char>(b);
+      ByteLevelAlphabet::Get().Encode(std::string_view(&byte, 1), &symbol);
+      every_byte = TokenToId(symbol).has_value();
+    }
+  }
+  if (!every_byte) return std::nullopt;
+  size_t longest = 4;
+  for (const std::string& token : id_to_token_) longest = std::max(longest, token.size());
+  return longest;
 }
 
 absl::Status BpeModel::LoadVocab(std::vector<std::pair<std::string, int64_t>> vocab) {

@@ -33,6 +33,12 @@ class BpeModel {
   // Null for an id with no token.
   const std::string* IdToToken(int32_t id) const;
   int32_t vocab_size() const { return static_cast<int32_t>(id_to_token_.size()); }  // max id + 1
+  // At most how many bytes of a pre-token one id stands for: the longest token's text (every
+  // input byte is at least one byte of its token's text, whether byte-level symbol, "▁" or
+  // itself), or 4 for an unknown character. Nullopt when a run of unknown characters fuses into one
+  // id, or a character can be dropped (no unk token, no byte fallback for every byte, and not
+  // every byte-level symbol in the vocabulary).
+  std::optional<size_t> MaxBytesPerId() const;
 
  private:
   struct Merge {

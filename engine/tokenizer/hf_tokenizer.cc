@@ -1,6 +1,7 @@
 #include "engine/tokenizer/hf_tokenizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -39,7 +40,17 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(TokenizerJson p
   ASSIGN_OR_RETURN(result->decoder_, DecoderFromJson(Field(tokenizer, "decoder")));
   result->vocab_size_ = std::max(result->model_->vocab_size(), result->added_.max_id() + 1);
   if (!config.is_null()) RETURN_IF_ERROR(result->LoadConfig(config));
+  result->max_bytes_per_token_ = result->BoundBytesPerToken();
   return result;
+}
+
+std::optional<size_t> HfTokenizer::BoundBytesPerToken() const {
+  const std::optional<size_t> model = model_->MaxBytesPerId();
+  const std::optional<size_t> added = added_.MaxBytesPerToken();
+  const std::optional<double> shrink = normalizer_ ? normalizer_->MaxShrink() : std::optional<double>(1.0);
+  if (!model || !added || !shrink || (pre_tokenizer_ && pre_tokenizer_->DropsText())) return std::nullopt;
+  // The decoder's work is irrelevant here: the bound is on input bytes, through the normalizer.
+  return static_cast<size_t>(std::ceil(static_cast<double>(std::max(*model, *added)) * *shrink));
 }
 
 absl::Status HfTokenizer::LoadConfig(const Json& config) {

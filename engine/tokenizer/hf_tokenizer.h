@@ -35,10 +35,13 @@ class HfTokenizer : public Tokenizer {
   bool IsSpecial(int32_t id) const override;
   std::optional<int32_t> bos_token_id() const override { return bos_token_id_; }
   std::vector<int32_t> eos_token_ids() const override { return eos_token_ids_; }
+  std::optional<size_t> max_bytes_per_token() const override { return max_bytes_per_token_; }
 
  private:
   HfTokenizer() = default;
   absl::Status LoadConfig(const Json& config);
+  // Tokenizer::max_bytes_per_token() of this pipeline (computed once, at load).
+  std::optional<size_t> BoundBytesPerToken() const;
   // Text between raw added tokens: normalize, split out normalized added tokens, pre-tokenize the
   // rest and run the model on each piece.
   absl::Status EncodeSegment(std::string_view segment, bool at_origin, std::vector<int32_t>* ids) const;
@@ -52,6 +55,7 @@ class HfTokenizer : public Tokenizer {
   int32_t vocab_size_ = 0;
   std::optional<int32_t> bos_token_id_;
   std::vector<int32_t> eos_token_ids_;
+  std::optional<size_t> max_bytes_per_token_;
 };
 
 }  // namespace llm::tokenizer_internal

@@ -5,6 +5,7 @@
 #include <unicode/stringpiece.h>
 #include <unicode/ucasemap.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,9 @@ class UnicodeNormalizer : public Normalizer {
     *text = std::move(normalized);
     return absl::OkStatus();
   }
+  // Composition and compatibility mappings: a Hangul syllable from three jamo (9 bytes -> 3), a
+  // mathematical letter to ASCII (4 -> 1).
+  std::optional<double> MaxShrink() const override { return 4.0; }
 
  private:
   const icu::Normalizer2* normalizer_;  // owned by ICU
@@ -58,6 +62,7 @@ class PrependNormalizer : public Normalizer {
     if (!text->empty()) text->insert(0, prefix_);  // the reference leaves empty text empty
     return absl::OkStatus();
   }
+  std::optional<double> MaxShrink() const override { return 1.0; }
 
  private:
   std::string prefix_;
@@ -92,6 +97,12 @@ class ReplaceNormalizer : public Normalizer {
     out.append(*text, previous, std::string::npos);
     *text = std::move(out);
     return absl::OkStatus();
+  }
+  // A literal replaced by content no shorter keeps the size; a regex may match any amount.
+  std::optional<double> MaxShrink() const override {
+    if (regex_ != nullptr || literal_.empty()) return regex_ != nullptr ? std::nullopt : std::optional<double>(1.0);
+    if (content_.empty()) return std::nullopt;
+    return std::max(1.0, static_cast<double>(literal_.size()) / static_cast<double>(content_.size()));
   }
 
  private:
@@ -154,6 +165,8 @@ class LowercaseNormalizer : public Normalizer {
     *text = std::move(out);
     return absl::OkStatus();
   }
+  // A 3-byte letter can fold to a 1-byte one (the Kelvin sign to 'k').
+  std::optional<double> MaxShrink() const override { return 3.0; }
 };
 
 class SequenceNormalizer : public Normalizer {
@@ -162,6 +175,15 @@ class SequenceNormalizer : public Normalizer {
   absl::Status Normalize(std::string* text) const override {
     for (const auto& step : steps_) RETURN_IF_ERROR(step->Normalize(text));
     return absl::OkStatus();
+  }
+  std::optional<double> MaxShrink() const override {
+    double shrink = 1.0;
+    for (const auto& step : steps_) {
+      const std::optional<double> s = step->MaxShrink();
+      if (!s) return std::nullopt;
+      shrink *= *s;
+    }
+    return shrink;
   }
 
  private:

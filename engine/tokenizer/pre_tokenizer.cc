@@ -47,6 +47,7 @@ class SplitPreTokenizer : public PreTokenizer {
   absl::Status PreTokenize(PreTokens* pieces) const override {
     return SplitByRegex(*regex_, invert_, behavior_, pieces);
   }
+  bool DropsText() const override { return behavior_ == SplitBehavior::kRemoved; }
 
  private:
   std::unique_ptr<Regex> regex_;
@@ -145,6 +146,7 @@ class WhitespaceSplitPreTokenizer : public PreTokenizer {
     SplitByCodePoint(IsWhitespace, SplitBehavior::kRemoved, pieces);
     return absl::OkStatus();
   }
+  bool DropsText() const override { return true; }
 };
 
 class SequencePreTokenizer : public PreTokenizer {
@@ -153,6 +155,11 @@ class SequencePreTokenizer : public PreTokenizer {
   absl::Status PreTokenize(PreTokens* pieces) const override {
     for (const auto& step : steps_) RETURN_IF_ERROR(step->PreTokenize(pieces));
     return absl::OkStatus();
+  }
+  bool DropsText() const override {
+    for (const auto& step : steps_)
+      if (step->DropsText()) return true;
+    return false;
   }
 
  private:

@@ -16,6 +16,8 @@ class PreTokenizer {
   virtual ~PreTokenizer() = default;
   // Replaces every piece by its non-empty splits, in order.
   virtual absl::Status PreTokenize(PreTokens* pieces) const = 0;
+  // Whether splitting drops text (delimiters removed): then a prompt's size bounds nothing.
+  virtual bool DropsText() const { return false; }
 };
 
 // The "pre_tokenizer" object of tokenizer.json; null gives a null pointer (the whole text is one

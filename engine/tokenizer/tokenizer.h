@@ -40,6 +40,12 @@ class Tokenizer {
   virtual bool IsSpecial(int32_t id) const = 0;
   virtual std::optional<int32_t> bos_token_id() const = 0;
   virtual std::vector<int32_t> eos_token_ids() const = 0;
+  // At most how many bytes of text one token stands for, when the pipeline bounds it; nullopt when
+  // not (a normalizer or pre-tokenizer that can drop any amount of text, unknown characters fused
+  // or dropped). Text of N bytes then encodes to at least N / max_bytes_per_token() tokens
+  // (special tokens only add), so a server can refuse text that cannot fit the context at once,
+  // without tokenizing it.
+  virtual std::optional<size_t> max_bytes_per_token() const { return std::nullopt; }
 };
 
 // Streaming detokenization: feed ids one at a time, get back only text that is complete, so a

@@ -46,6 +46,9 @@ void ModelFlags::Register(FlagSet& f) {
   f.Bool("enable-prefix-caching", &enable_prefix_caching,
          "share the KV blocks of prompt prefixes between requests (the default)");
   f.Bool("no-enable-prefix-caching", &no_enable_prefix_caching, "compute every prompt in full");
+  f.Int("comm-timeout-s", &comm_timeout_s,
+        "seconds a collective or transfer between ranks may take: past it the step fails on every rank and the "
+        "group ends (a stalled rank)");
   f.Bool("fixed-kernels", &fixed_kernels,
          "CUDA: pick decode linear kernels by a fixed rule instead of timing them at start-up, so that bf16 "
          "outputs are the same across restarts and layouts (may be a few percent slower)");
@@ -64,6 +67,11 @@ absl::Status ModelFlags::Validate() const {
   if (!(gpu_memory_fraction > 0.0 && gpu_memory_fraction <= 1.0))
     return absl::InvalidArgumentError(
         absl::StrCat("--gpu-memory-fraction must be in (0, 1], got ", gpu_memory_fraction));
+  if (comm_timeout_s < 1) return absl::InvalidArgumentError("--comm-timeout-s must be at least 1");
+  if (tp < 1 || pp < 1 || tp > 4096 || pp > 4096) return absl::InvalidArgumentError("--tp and --pp must be positive");
+  if (max_context < 0 || max_context > kMaxContextLength)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-context must be in [0, ", kMaxContextLength, "] (0: the model's), got ", max_context));
   if (absl::Status s = ParseOnlineQuantization(quantization).status(); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat("--quantization: ", s.message()));
   if (absl::Status s = ParseKvCacheDType(kv_cache_dtype).status(); !s.ok())
@@ -79,6 +87,8 @@ absl::StatusOr<ParallelOptions> ModelFlags::ToParallelOptions() const {
     return absl::InvalidArgumentError("--tp and --pp must be positive");
   p.tp = static_cast<int>(tp);
   p.pp = static_cast<int>(pp);
+  if (comm_timeout_s < 1) return absl::InvalidArgumentError("--comm-timeout-s must be at least 1");
+  p.comm_timeout = absl::Seconds(comm_timeout_s);
   ASSIGN_OR_RETURN(p.layers_per_stage, ParseLayersPerStage(layers_per_stage));
   return p;
 }
@@ -118,6 +128,7 @@ std::vector<std::string> ModelFlags::ToArgs() const {
   if (!layers_per_stage.empty()) add("layers-per-stage", layers_per_stage);
   add("quantization", quantization);
   add("kv-cache-dtype", kv_cache_dtype);
+  add("comm-timeout-s", comm_timeout_s);
   for (const auto& [name, on] : {std::pair{"dummy-weights", dummy_weights}, std::pair{"fixed-kernels", fixed_kernels},
                                  std::pair{"no-overlap", no_overlap}, std::pair{"emulate-fp8", emulate_fp8},
                                  std::pair{"no-enable-prefix-caching", no_enable_prefix_caching}})

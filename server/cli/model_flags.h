@@ -36,6 +36,7 @@ struct ModelFlags {
   std::string kv_cache_dtype = "auto";
   bool emulate_fp8 = false;
   int64_t max_queue = 1024;      // waiting requests; registered by the commands that queue (serve)
+  int64_t comm_timeout_s = 300;  // deadline of every collective and transfer between ranks
 
   void Register(FlagSet& flags);
   // Checks values the flag parser cannot (ranges); an error here is a usage error (exit 2).

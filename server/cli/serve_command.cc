@@ -8,7 +8,11 @@
 // (--api-key) and TLS (--tls-cert/--tls-key) when asked; a port in use is an error.
 //
 // With one rank the ports open before the model loads (health NOT_SERVING meanwhile); under
-// mpirun the ranks load together first, then world rank 0 serves and the others run steps.
+// mpirun the ranks load together first, then world rank 0 serves and the others run steps (the
+// mode without survival: a dead rank ends the job; a broken group ends the process with status 1).
+// With --workers the process is a front end outside any MPI job: it launches each replica's worker
+// group, restarts one that dies or hangs and resumes its requests (engine/distributed/front_end.h);
+// health reads NOT_SERVING while no replica runs steps.
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -67,6 +71,10 @@ struct ServeFlags {
       if (value < -1 || value > 65535)
         return absl::InvalidArgumentError(absl::StrCat("--", name, " must be in [0, 65535] (or -1: off), got ", value));
     if (port < 0) return absl::InvalidArgumentError("--port must be in [0, 65535]");
+    if (max_message_bytes < 1024 || max_message_bytes > INT32_MAX)
+      return absl::InvalidArgumentError(
+          absl::StrCat("--max-message-bytes must be in [1024, ", INT32_MAX, "] (the message size limit), got ",
+                       max_message_bytes));
     if (tls_cert.empty() != tls_key.empty())
       return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
     for (const auto& [name, path] : {std::pair{"tls-cert", tls_cert}, std::pair{"tls-key", tls_key}})
@@ -429,6 +437,7 @@ int RunServe(int argc, char** argv) {
   served.name = deployment.model_name;
   served.policy.defaults = *defaults;
   served.policy.max_priority = static_cast<int32_t>(serve.max_priority);
+  served.policy.max_context = info.max_context;
   served.engine = &engine;
   served.tokenizer = tokenizer;
   served.info = server::ToModelInfo(info, tokenizer.get(), deployment);

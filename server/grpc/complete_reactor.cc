@@ -10,13 +10,24 @@ CompleteReactor::CompleteReactor(ServingState& state, grpc::CallbackServerContex
                                  const v1::GenerateRequest& request, v1::GenerateResponse* response)
     : state_(state), request_id_(request.request_id()), response_(response) {
   state_.CallStarted();
-  absl::StatusOr<RequestId> id = state_.SubmitGeneration(
-      request, CallDeadline(*context), [this](RequestOutput output) { OnOutput(std::move(output)); });
+  state_.SubmitGenerationAsync(
+      request, CallDeadline(*context), [this](RequestOutput output) { OnOutput(std::move(output)); },
+      [this](absl::StatusOr<RequestId> id) { OnSubmitted(std::move(id)); });
+}
+
+void CompleteReactor::OnSubmitted(absl::StatusOr<RequestId> id) {
   if (!id.ok()) {
     Finish(ToGrpcStatus(id.status()));
     return;
   }
-  id_ = *id;
+  bool cancel = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id_ = *id;
+    submitted_ = true;
+    cancel = cancelled_;
+  }
+  if (cancel) state_.Cancel(*id);
 }
 
 void CompleteReactor::OnOutput(RequestOutput output) {
@@ -32,7 +43,16 @@ void CompleteReactor::OnOutput(RequestOutput output) {
   Finish(status);
 }
 
-void CompleteReactor::OnCancel() { state_.Cancel(id_); }
+void CompleteReactor::OnCancel() {
+  RequestId id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    if (!submitted_) return;  // OnSubmitted cancels it
+    id = id_;
+  }
+  state_.Cancel(id);
+}
 
 void CompleteReactor::OnDone() {
   ServingState& state = state_;

@@ -1,6 +1,7 @@
 // CompleteReactor: one unary Complete call. Every engine update is appended to the response (so
 // it equals the concatenation of what Generate streams); the last one finishes the call.
-// OnCancel cancels the request in the engine.
+// OnCancel cancels the request in the engine (once it is there: a text prompt is tokenized on
+// the preparation pool first, ServingState::SubmitGenerationAsync).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -22,11 +23,14 @@ class CompleteReactor final : public grpc::ServerUnaryReactor {
 
  private:
   void OnOutput(RequestOutput output);  // engine thread
+  void OnSubmitted(absl::StatusOr<RequestId> id);
 
   ServingState& state_;
   const std::string request_id_;
-  RequestId id_ = 0;
   std::mutex mu_;
+  RequestId id_ = 0;
+  bool submitted_ = false;  // id_ is the engine's
+  bool cancelled_ = false;  // OnCancel came: cancel once submitted
   v1::GenerateResponse* response_;  // gRPC's, written until Finish
 };
 

@@ -10,14 +10,40 @@ GenerateStreamReactor::GenerateStreamReactor(ServingState& state, grpc::Callback
                                              const v1::GenerateRequest& request)
     : state_(state), request_id_(request.request_id()) {
   state_.CallStarted();
-  absl::StatusOr<RequestId> id = state_.SubmitGeneration(
-      request, CallDeadline(*context), [this](RequestOutput output) { OnOutput(std::move(output)); });
-  if (!id.ok()) {
-    Finish(ToGrpcStatus(id.status()));
-    return;
+  state_.SubmitGenerationAsync(
+      request, CallDeadline(*context), [this](RequestOutput output) { OnOutput(std::move(output)); },
+      [this](absl::StatusOr<RequestId> id) { OnSubmitted(std::move(id)); });
+}
+
+GenerateStreamReactor::GenerateStreamReactor(ServingState& state, grpc::CallbackServerContext* context,
+                                             std::string request_id, size_t bytes,
+                                             std::function<absl::StatusOr<v1::GenerateRequest>()> prepare)
+    : state_(state), request_id_(std::move(request_id)) {
+  state_.CallStarted();
+  state_.SubmitPreparedAsync(
+      bytes, std::move(prepare), CallDeadline(*context),
+      [this](RequestOutput output) { OnOutput(std::move(output)); },
+      [this](absl::StatusOr<RequestId> id) { OnSubmitted(std::move(id)); });
+}
+
+void GenerateStreamReactor::OnSubmitted(absl::StatusOr<RequestId> id) {
+  bool cancel = false;
+  Next next = Next::kNothing;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (id.ok()) {
+      id_ = *id;
+      submitted_ = true;
+      cancel = client_gone_;  // it went while the request was being prepared
+    } else if (!finishing_) {
+      // Refused: nothing was or will be written.
+      final_status_ = ToGrpcStatus(id.status());
+      finishing_ = true;
+      next = Next::kFinish;
+    }
   }
-  // OnCancel cannot run before this constructor returns (the call is not bound to us yet).
-  id_ = *id;
+  if (cancel) state_.Cancel(id_);
+  Perform(next);
 }
 
 void GenerateStreamReactor::OnOutput(RequestOutput output) {
@@ -39,22 +65,26 @@ void GenerateStreamReactor::OnOutput(RequestOutput output) {
 
 void GenerateStreamReactor::OnWriteDone(bool ok) {
   Next next;
+  bool cancel = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
     if (!ok) client_gone_ = true;
+    cancel = !ok && submitted_;
     next = TakeNextLocked();
   }
-  if (!ok) state_.Cancel(id_);
+  if (cancel) state_.Cancel(id_);
   Perform(next);
 }
 
 void GenerateStreamReactor::OnCancel() {
+  bool cancel = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     client_gone_ = true;
+    cancel = submitted_;  // otherwise OnSubmitted cancels it
   }
-  state_.Cancel(id_);  // its last update (kCancelled or kDeadline) then finishes the call
+  if (cancel) state_.Cancel(id_);  // its last update (kCancelled or kDeadline) then finishes the call
 }
 
 GenerateStreamReactor::Next GenerateStreamReactor::TakeNextLocked() {

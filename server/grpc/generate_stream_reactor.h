@@ -8,7 +8,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <mutex>
+#include <string>
 
 #include "llm/v1/llm.pb.h"
 #include "server/grpc/serving_state.h"
@@ -17,9 +19,14 @@ namespace llm::server {
 
 class GenerateStreamReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  // Submits the request; a refused request finishes the call at once with the reason.
+  // Submits the request (a text prompt is tokenized on the preparation pool first); a refused
+  // request finishes the call with the reason.
   GenerateStreamReactor(ServingState& state, grpc::CallbackServerContext* context,
                         const v1::GenerateRequest& request);
+  // A request that `prepare` builds on the preparation pool (a Chat call's rendered
+  // conversation), from an input of `bytes`; `request_id` is echoed in the responses.
+  GenerateStreamReactor(ServingState& state, grpc::CallbackServerContext* context, std::string request_id,
+                        size_t bytes, std::function<absl::StatusOr<v1::GenerateRequest>()> prepare);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -27,6 +34,7 @@ class GenerateStreamReactor final : public grpc::ServerWriteReactor<v1::Generate
 
  private:
   void OnOutput(RequestOutput output);  // engine thread
+  void OnSubmitted(absl::StatusOr<RequestId> id);
   // With mu_ held and no write in flight: starts writing what is pending, or finishes. Returns
   // the action to take after unlocking.
   enum class Next { kNothing, kWrite, kWriteAndFinish, kFinish };
@@ -35,9 +43,10 @@ class GenerateStreamReactor final : public grpc::ServerWriteReactor<v1::Generate
 
   ServingState& state_;
   const std::string request_id_;
-  RequestId id_ = 0;
 
   std::mutex mu_;
+  RequestId id_ = 0;
+  bool submitted_ = false;  // id_ is the engine's: cancels go to it
   v1::GenerateResponse pending_;  // merged updates not yet written
   bool has_pending_ = false;
   v1::GenerateResponse in_flight_;  // owned by the write in flight

@@ -64,9 +64,9 @@ absl::StatusOr<v1::GenerateRequest> ChatToGenerate(const ServingState& state, co
 grpc::ServerWriteReactor<v1::GenerateResponse>* LlmService::Chat(grpc::CallbackServerContext* context,
                                                                  const v1::ChatRequest* request) {
   if (absl::Status auth = Authorize(state_, context); !auth.ok()) return new RefusedStream(ToGrpcStatus(auth));
-  absl::StatusOr<v1::GenerateRequest> generate = ChatToGenerate(state_, *request);
-  if (!generate.ok()) return new RefusedStream(ToGrpcStatus(generate.status()));
-  return new GenerateStreamReactor(state_, context, *generate);
+  // Rendering and tokenizing the conversation is input work: the preparation pool does it.
+  return new GenerateStreamReactor(state_, context, request->options().request_id(), request->ByteSizeLong(),
+                                   [this, chat = *request] { return ChatToGenerate(state_, chat); });
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* LlmService::Generate(grpc::CallbackServerContext* context,
@@ -88,7 +88,9 @@ grpc::ServerUnaryReactor* LlmService::Tokenize(grpc::CallbackServerContext* cont
   if (absl::Status auth = Authorize(state_, context); !auth.ok()) return FinishNow(context, auth);
   auto tokenizer = state_.ModelTokenizer();
   if (!tokenizer.ok()) return FinishNow(context, tokenizer.status());
-  return FinishNow(context, TokenizeInto(**tokenizer, *request, response));
+  return FinishOnPool(context, request->text().size(), [tokenizer = *tokenizer, request, response] {
+    return TokenizeInto(*tokenizer, *request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* LlmService::Detokenize(grpc::CallbackServerContext* context,
@@ -97,7 +99,19 @@ grpc::ServerUnaryReactor* LlmService::Detokenize(grpc::CallbackServerContext* co
   if (absl::Status auth = Authorize(state_, context); !auth.ok()) return FinishNow(context, auth);
   auto tokenizer = state_.ModelTokenizer();
   if (!tokenizer.ok()) return FinishNow(context, tokenizer.status());
-  return FinishNow(context, DetokenizeInto(**tokenizer, *request, response));
+  return FinishOnPool(context, request->token_ids_size() * sizeof(int32_t), [tokenizer = *tokenizer, request, response] {
+    return DetokenizeInto(*tokenizer, *request, response);
+  });
+}
+
+grpc::ServerUnaryReactor* LlmService::FinishOnPool(grpc::CallbackServerContext* context, size_t bytes,
+                                                   std::function<absl::Status()> work) {
+  // The request and response stay valid until Finish; the pool runs `work` before that.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status queued =
+      state_.Prepare(bytes, [reactor, work = std::move(work)] { reactor->Finish(ToGrpcStatus(work())); });
+  if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* LlmService::ModelInfo(grpc::CallbackServerContext* context,

@@ -1,8 +1,11 @@
 // LlmService: the llm.v1.Llm gRPC service on the callback API. Generate, Chat and Complete hand
 // each call to a reactor (GenerateStreamReactor, CompleteReactor; Chat renders its conversation
-// with the model's chat template first and then streams as Generate does); Tokenize, Detokenize and ModelInfo
-// answer inline. No handler ever waits for the engine.
+// with the model's chat template first and then streams as Generate does); ModelInfo answers
+// inline. No handler ever waits for the engine, and input work (tokenizing, rendering templates)
+// runs on the preparation pool (ServingState), never on gRPC's threads.
 #pragma once
+
+#include <functional>
 
 #include "llm/v1/llm.grpc.pb.h"
 #include "server/grpc/serving_state.h"
@@ -29,6 +32,11 @@ class LlmService final : public v1::Llm::CallbackService {
                                       v1::ModelInfoResponse* response) override;
 
  private:
+  // Finishes the call with what `work` returns, run on the preparation pool (input work never
+  // runs on gRPC's threads); ResourceExhausted at once when the pool is full.
+  grpc::ServerUnaryReactor* FinishOnPool(grpc::CallbackServerContext* context, size_t bytes,
+                                         std::function<absl::Status()> work);
+
   ServingState& state_;
 };
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/core/status.h"
 
 namespace llm::server {
 namespace {
@@ -106,8 +107,24 @@ absl::Status CheckUtf8(std::string_view bytes, std::string_view what) {
   return absl::OkStatus();
 }
 
+absl::Status CheckTextFits(const v1::GenerateRequest& request, const Tokenizer* tokenizer,
+                           const RequestPolicy& policy) {
+  if (request.prompt_case() != v1::GenerateRequest::kText || tokenizer == nullptr || policy.max_context <= 0)
+    return absl::OkStatus();
+  const std::optional<size_t> per_token = tokenizer->max_bytes_per_token();
+  if (!per_token || *per_token == 0) return absl::OkStatus();
+  const int64_t bytes = static_cast<int64_t>(request.text().size());
+  const int64_t at_least = (bytes + static_cast<int64_t>(*per_token) - 1) / static_cast<int64_t>(*per_token);
+  const int64_t max_tokens = request.stopping().has_max_tokens() ? request.stopping().max_tokens() : kDefaultMaxTokens;
+  if (at_least + std::max<int64_t>(max_tokens, 1) <= policy.max_context) return absl::OkStatus();
+  return InvalidArgument("the prompt text (", bytes, " bytes) cannot fit the context length ", policy.max_context,
+                         ": it needs at least ", at_least, " tokens (a token of this model's tokenizer stands for at "
+                         "most ", *per_token, " bytes), plus max_tokens ", max_tokens);
+}
+
 absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request, const Tokenizer* tokenizer,
                                                 absl::Time deadline, const RequestPolicy& policy) {
+  RETURN_IF_ERROR(CheckTextFits(request, tokenizer, policy));
   if (request.request_id().size() > kMaxRequestIdBytes)
     return InvalidArgument("request_id is ", request.request_id().size(), " bytes; at most ",
                            kMaxRequestIdBytes, " are allowed");

@@ -28,7 +28,15 @@ absl::Status CheckUtf8(std::string_view bytes, std::string_view what);
 struct RequestPolicy {
   GenerationDefaults defaults;  // for sampling fields the request leaves unset
   int32_t max_priority = 0;     // the highest priority a client may ask for
+  int64_t max_context = 0;      // prompt + max_tokens limit, for refusing text by its size (0: unknown)
 };
+
+// InvalidArgument when `request`'s text prompt cannot fit policy.max_context by its size alone:
+// each token stands for at most Tokenizer::max_bytes_per_token() bytes, so N bytes are at least
+// N / that many tokens. Cheap (no tokenizing, no UTF-8 check): lets a server refuse a huge prompt
+// before any work on it. OK when it may fit, or when nothing bounds the tokenizer.
+absl::Status CheckTextFits(const v1::GenerateRequest& request, const Tokenizer* tokenizer,
+                           const RequestPolicy& policy);
 
 // The engine request for `request`. `tokenizer` (may be null) encodes a text prompt and makes the
 // output carry text. `deadline` is the call's deadline (absl::InfiniteFuture() for none).

@@ -162,7 +162,14 @@ std::string ServerMetrics::Render(const std::string& model_name, const std::opti
            "Device idle time between consecutive engine steps: idle / (busy + idle) is the share of time the "
            "device waited for the host.",
            stats->device_idle_seconds);
+  e.Single("gauge", "llm_replicas", "Worker groups (data-parallel replicas) of the model.", stats->replicas);
+  e.Single("gauge", "llm_replicas_serving", "Replicas whose workers run steps now (others are being replaced).",
+           stats->replicas_serving);
+  e.Single("counter", "llm_worker_recoveries_total",
+           "Losses of a replica's workers (a rank died or hung) that its requests survived.", stats->recoveries);
   if (steps != nullptr) {
+    e.Histo(steps->recovery_seconds, "llm_worker_recovery_seconds",
+            "From the loss of a replica's workers to its first token on new ones.");
     e.Histo(steps->schedule_seconds, "llm_step_schedule_seconds", "Engine thread: planning a step.");
     e.Histo(steps->launch_seconds, "llm_step_launch_seconds", "Engine thread: launching a step (upload, enqueue).");
     e.Histo(steps->wait_seconds, "llm_step_wait_seconds", "Engine thread: waiting for a step's results.");

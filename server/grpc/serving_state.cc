@@ -1,10 +1,25 @@
 #include "server/grpc/serving_state.h"
 
+#include <algorithm>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 
 namespace llm::server {
+
+namespace {
+
+int PreparationThreads(int asked) {
+  if (asked > 0) return asked;
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
+}
+
+}  // namespace
+
+ServingState::ServingState(std::string api_key, const PreparationOptions& preparation)
+    : api_key_(std::move(api_key)),
+      pool_(PreparationThreads(preparation.threads), preparation.max_jobs, preparation.max_bytes) {}
 
 void ServingState::Attach(ServedModel model) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -56,6 +71,48 @@ absl::StatusOr<RequestId> ServingState::Submit(const v1::GenerateRequest& reques
     if (finished) Finished(id);
   };
   return model->engine->Submit(*std::move(converted), std::move(callback));
+}
+
+void ServingState::SubmitGenerationAsync(const v1::GenerateRequest& request, absl::Time deadline,
+                                         OutputCallback on_output, Submitted on_submitted) {
+  if (request.prompt_case() != v1::GenerateRequest::kText) {
+    on_submitted(SubmitGeneration(request, deadline, std::move(on_output)));  // no input work to speak of
+    return;
+  }
+  if (std::shared_ptr<const ServedModel> model = Model()) {
+    // Text that cannot fit the context is refused by its size, before anything tokenizes it.
+    if (absl::Status fits = CheckTextFits(request, model->tokenizer.get(), model->policy); !fits.ok()) {
+      metrics_.RecordRejected(fits.code());
+      on_submitted(fits);
+      return;
+    }
+  }
+  SubmitPreparedAsync(
+      request.text().size(), [request]() -> absl::StatusOr<v1::GenerateRequest> { return request; }, deadline,
+      std::move(on_output), std::move(on_submitted));
+}
+
+void ServingState::SubmitPreparedAsync(size_t bytes, std::function<absl::StatusOr<v1::GenerateRequest>()> prepare,
+                                       absl::Time deadline, OutputCallback on_output, Submitted on_submitted) {
+  // One owner for the callbacks, whichever thread ends up calling them.
+  auto submitted = std::make_shared<Submitted>(std::move(on_submitted));
+  absl::Status queued = Prepare(bytes, [this, prepare = std::move(prepare), deadline,
+                                        on_output = std::move(on_output), submitted]() mutable {
+    absl::StatusOr<v1::GenerateRequest> request = prepare();
+    if (!request.ok()) {
+      metrics_.RecordRejected(request.status().code());
+      (*submitted)(request.status());
+      return;
+    }
+    (*submitted)(SubmitGeneration(*request, deadline, std::move(on_output)));
+  });
+  if (!queued.ok()) (*submitted)(queued);
+}
+
+absl::Status ServingState::Prepare(size_t bytes, std::function<void()> job) {
+  absl::Status queued = pool_.Submit(bytes, std::move(job));
+  if (!queued.ok()) metrics_.RecordRejected(queued.code());
+  return queued;
 }
 
 absl::Status ServingState::Authorize(std::string_view authorization) const {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include "engine/chat/chat_template.h"
 #include "engine/engine.h"
 #include "llm/v1/llm.pb.h"
+#include "server/grpc/preparation_pool.h"
 #include "server/grpc/proto_conversion.h"
 #include "server/grpc/server_metrics.h"
 
@@ -32,10 +34,20 @@ struct ServedModel {
   std::shared_ptr<const ChatTemplate> chat_template;  // null when the model has none
 };
 
+// The preparation pool's size (PreparationPool).
+struct PreparationOptions {
+  int threads = 0;                     // 0: half the cores, at least 1, at most 4
+  int max_jobs = 256;                  // queued requests before new ones are refused
+  size_t max_bytes = size_t{256} << 20;  // their input bytes before new ones are refused
+};
+
 class ServingState {
  public:
   // `api_key`: when not empty, model calls must present "Bearer <api_key>".
-  explicit ServingState(std::string api_key = "") : api_key_(std::move(api_key)) {}
+  explicit ServingState(std::string api_key = "", const PreparationOptions& preparation = {});
+
+  // What became of a submission: the engine's id, or why it was refused.
+  using Submitted = std::function<void(absl::StatusOr<RequestId>)>;
 
   // The model is loaded: model calls are served from now on.
   void Attach(ServedModel model);
@@ -47,6 +59,19 @@ class ServingState {
   // error says why the request was not accepted (UNAVAILABLE, INVALID_ARGUMENT, ...).
   absl::StatusOr<RequestId> SubmitGeneration(const v1::GenerateRequest& request, absl::Time deadline,
                                              OutputCallback on_output);
+  // The same without blocking the calling (gRPC) thread on input work: a text prompt is first
+  // checked against the context by its size alone (refused at once when it cannot fit), then
+  // tokenized and submitted on the preparation pool. `on_submitted` is called exactly once, here
+  // (token ids, an early refusal, a full pool) or on a pool thread.
+  void SubmitGenerationAsync(const v1::GenerateRequest& request, absl::Time deadline, OutputCallback on_output,
+                             Submitted on_submitted);
+  // For a request that `prepare` builds on the pool (a Chat's rendered conversation), whose input
+  // weighs `bytes`.
+  void SubmitPreparedAsync(size_t bytes, std::function<absl::StatusOr<v1::GenerateRequest>()> prepare,
+                           absl::Time deadline, OutputCallback on_output, Submitted on_submitted);
+  // Runs `job` on the preparation pool (parsing an HTTP body, tokenizing); ResourceExhausted when
+  // the pool is full (counted as a rejected request).
+  absl::Status Prepare(size_t bytes, std::function<void()> job);
   void Cancel(RequestId id);
 
   // OK when the caller's `authorization` (the HTTP header, or the gRPC metadata) is
@@ -97,6 +122,7 @@ class ServingState {
   std::map<RequestId, bool> in_engine_;  // id -> finished before Started
   int live_calls_ = 0;
   ServerMetrics metrics_;
+  PreparationPool pool_;  // last: its threads end before the state they use
 };
 
 }  // namespace llm::server

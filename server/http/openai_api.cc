@@ -57,14 +57,18 @@ void OpenAiApi::Handle(HttpRequest request, std::shared_ptr<HttpResponder> respo
     return;
   }
   bool handled = false;
-  if (Route(request, "POST", "/v1/completions", *responder, &handled)) {
-    absl::StatusOr<OpenAiRequest> parsed = ParseCompletionRequest(request.body);
-    if (!parsed.ok()) return SendError(*responder, parsed.status());
-    StartOpenAiCall(state_, *std::move(parsed), std::move(responder));
-  } else if (Route(request, "POST", "/v1/chat/completions", *responder, &handled)) {
-    absl::StatusOr<OpenAiRequest> parsed = ParseChatCompletionRequest(request.body);
-    if (!parsed.ok()) return SendError(*responder, parsed.status());
-    StartOpenAiCall(state_, *std::move(parsed), std::move(responder));
+  const bool completions = Route(request, "POST", "/v1/completions", *responder, &handled);
+  const bool chat = !handled && Route(request, "POST", "/v1/chat/completions", *responder, &handled);
+  if (completions || chat) {
+    // Parsing the body, rendering a chat template and tokenizing grow with the input: the
+    // preparation pool does them, so the I/O threads stay free for other clients and /health.
+    const size_t bytes = request.body.size();
+    absl::Status queued = state_.Prepare(bytes, [this, chat, body = std::move(request.body), responder]() {
+      absl::StatusOr<OpenAiRequest> parsed = chat ? ParseChatCompletionRequest(body) : ParseCompletionRequest(body);
+      if (!parsed.ok()) return SendError(*responder, parsed.status());
+      StartOpenAiCall(state_, *std::move(parsed), responder);
+    });
+    if (!queued.ok()) SendError(*responder, queued);
   } else if (!handled && (request.path == "/v1/models" || absl::StartsWith(request.path, "/v1/models/"))) {
     Models(request, *responder);
   } else if (!handled) {

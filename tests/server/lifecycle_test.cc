@@ -172,15 +172,27 @@ TEST(LifecycleTest, BadStartupFailsWithMessage) {
     const int status = pclose(p);
     return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, out);
   };
+  // Every usage error exits 2, before anything listens or loads.
   auto [code, out] = run(llm + "--model /nonexistent/model");
-  EXPECT_EQ(code, 1);
+  EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("'/nonexistent/model' does not exist"), std::string::npos) << out;
   std::tie(code, out) = run(llm + "--model " + ModelDir("llama-tiny") + " --max-message-bytes 10");
-  EXPECT_EQ(code, 1);
+  EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("message size limit"), std::string::npos) << out;
   std::tie(code, out) = run(llm + "--bogus");
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("unknown flag --bogus"), std::string::npos) << out;
+  const std::string model = " --model " + ModelDir("llama-tiny");
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--replicas 2", "--replicas needs --workers"},
+           {"--workers '' --replicas 3 --workers a --workers b", "--workers is given 3 times for 3 replicas"},
+           {"--workers '' --worker-address nowhere", "--worker-address must be HOST:PORT"},
+           {"--workers '' --worker-timeout-s 0", "--worker-timeout-s"},
+           {"--comm-timeout-s 0", "--comm-timeout-s must be at least 1"}}) {
+    std::tie(code, out) = run(llm + flags + model);
+    EXPECT_EQ(code, 2) << flags;
+    EXPECT_NE(out.find(message), std::string::npos) << flags << ": " << out;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -171,9 +173,17 @@ std::unique_ptr<ServerProcess> ServerProcess::StartMpi(int ranks, const std::vec
 
 ServerProcess::~ServerProcess() {
   if (pid_ > 0) {
+    // A front end's worker groups run in sessions of their own: they go too (stopped ranks included).
+    for (int replica = 0; replica < 8; ++replica)
+      for (const auto& [rank, pid] : WorkerRanks(replica)) kill(pid, SIGKILL);
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
+}
+
+std::string MpirunPrefix(int ranks) {
+  return absl::StrCat(MPIEXEC_EXECUTABLE, " --oversubscribe --allow-run-as-root -np ", ranks,
+                      " -x OMPI_MCA_btl_vader_single_copy_mechanism=none");
 }
 
 std::string ServerProcess::address() const { return absl::StrCat("127.0.0.1:", port_); }
@@ -218,6 +228,65 @@ grpc::health::v1::HealthCheckResponse::ServingStatus ServerProcess::Health() con
       &context, grpc::health::v1::HealthCheckRequest(), &response);
   return status.ok() ? response.status() : grpc::health::v1::HealthCheckResponse::UNKNOWN;
 }
+
+namespace {
+
+// Fields after "(comm)" of /proc/PID/stat: state, ppid, pgrp, session.
+bool ReadStat(int pid, int* ppid, int* session) {
+  const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t close = stat.rfind(')');
+  char state = 0;
+  int pgrp = 0;
+  return close != std::string::npos &&
+         std::sscanf(stat.c_str() + close + 1, " %c %d %d %d", &state, ppid, &pgrp, session) == 4;
+}
+
+std::vector<std::string> NulSeparated(const std::string& bytes) {
+  std::vector<std::string> parts = absl::StrSplit(bytes, '\0', absl::SkipEmpty());
+  return parts;
+}
+
+}  // namespace
+
+std::map<int, pid_t> ServerProcess::WorkerRanks(int replica) const {
+  std::vector<int> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    int pid = 0;
+    if (absl::SimpleAtoi(entry.path().filename().string(), &pid)) pids.push_back(pid);
+  }
+  std::vector<int> launchers;
+  for (int pid : pids) {
+    int ppid = 0, session = 0;
+    if (ReadStat(pid, &ppid, &session) && ppid == pid_) launchers.push_back(pid);
+  }
+  std::map<int, pid_t> newest;
+  int newest_generation = -1;
+  for (int pid : pids) {
+    int ppid = 0, session = 0;
+    if (!ReadStat(pid, &ppid, &session) ||
+        std::find(launchers.begin(), launchers.end(), session) == launchers.end())
+      continue;
+    const std::vector<std::string> args = NulSeparated(ReadFile(absl::StrCat("/proc/", pid, "/cmdline")));
+    if (std::find(args.begin(), args.end(), "worker") == args.end()) continue;
+    int this_replica = -1, generation = -1;
+    for (size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == "--replica") (void)absl::SimpleAtoi(args[i + 1], &this_replica);
+      if (args[i] == "--generation") (void)absl::SimpleAtoi(args[i + 1], &generation);
+    }
+    if (this_replica != replica || generation < newest_generation) continue;
+    if (generation > newest_generation) {
+      newest.clear();
+      newest_generation = generation;
+    }
+    int rank = 0;
+    for (const std::string& var : NulSeparated(ReadFile(absl::StrCat("/proc/", pid, "/environ"))))
+      if (absl::StartsWith(var, "OMPI_COMM_WORLD_RANK=")) (void)absl::SimpleAtoi(var.substr(21), &rank);
+    newest[rank] = pid;
+  }
+  return newest;
+}
+
+bool ServerProcess::HttpHealthy() const { return HttpGet(metrics_port_, "/health").rfind("HTTP/1.1 200", 0) == 0; }
 
 void ServerProcess::Signal(int sig) const { kill(pid_, sig); }
 

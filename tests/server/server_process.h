@@ -37,6 +37,13 @@ class ServerProcess {
   double Metric(const std::string& name) const;
   // grpc.health.v1 Check("").
   grpc::health::v1::HealthCheckResponse::ServingStatus Health() const;
+  // GET /health on the metrics port: true for 200.
+  bool HttpHealthy() const;
+
+  // A front end's (--workers) worker ranks of `replica` in its newest launch: world rank -> pid,
+  // found among the processes of the launch's session. Empty while none runs.
+  std::map<int, pid_t> WorkerRanks(int replica = 0) const;
+  pid_t pid() const { return pid_; }
 
   void Signal(int sig) const;
   // Waits for the process to exit; its exit code, or -1 on timeout or death by a signal.
@@ -51,6 +58,10 @@ class ServerProcess {
   std::string stderr_path_;
   std::shared_ptr<grpc::Channel> channel_;
 };
+
+// `mpirun ... -np ranks` as a front end's --workers prefix, with the flags this machine's tests
+// need (oversubscription, root, no cross-memory attach).
+std::string MpirunPrefix(int ranks);
 
 // One Generate or Complete call's outcome.
 struct CallResult {

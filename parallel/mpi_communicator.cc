@@ -122,7 +122,9 @@ struct MpiCommunicator::Mpi {
     auto failure = [&](const std::string& text) {
       return absl::IsAborted(s) ? absl::AbortedError(text) : absl::DeadlineExceededError(text);
     };
-    if (cancellable) {
+    // After an abort nothing more runs on this group: no point waiting for a cancel (a send's may
+    // never complete), the request is parked at once.
+    if (cancellable && !absl::IsAborted(s)) {
       for (int i = 0; i < n; ++i) {
         if (reqs[i] != MPI_REQUEST_NULL) MPI_Cancel(&reqs[i]);
       }

@@ -185,7 +185,7 @@ TEST(LifecycleTest, BadStartupFailsWithMessage) {
   const std::string model = " --model " + ModelDir("llama-tiny");
   for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
            {"--replicas 2", "--replicas needs --workers"},
-           {"--workers '' --replicas 3 --workers a --workers b", "--workers is given 3 times for 3 replicas"},
+           {"--workers '' --replicas 3 --workers a", "--workers is given 2 times for 3 replicas"},
            {"--workers '' --worker-address nowhere", "--worker-address must be HOST:PORT"},
            {"--workers '' --worker-timeout-s 0", "--worker-timeout-s"},
            {"--comm-timeout-s 0", "--comm-timeout-s must be at least 1"}}) {

@@ -220,11 +220,19 @@ double ServerProcess::Metric(const std::string& name) const {
   return it->second;
 }
 
-grpc::health::v1::HealthCheckResponse::ServingStatus ServerProcess::Health() const {
+std::shared_ptr<grpc::Channel> ServerProcess::NewChannel() const {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(64 << 20);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+}
+
+grpc::health::v1::HealthCheckResponse::ServingStatus ServerProcess::Health(
+    const std::shared_ptr<grpc::Channel>& channel) const {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   grpc::health::v1::HealthCheckResponse response;
-  const grpc::Status status = grpc::health::v1::Health::NewStub(channel_)->Check(
+  const grpc::Status status = grpc::health::v1::Health::NewStub(channel ? channel : channel_)->Check(
       &context, grpc::health::v1::HealthCheckRequest(), &response);
   return status.ok() ? response.status() : grpc::health::v1::HealthCheckResponse::UNKNOWN;
 }

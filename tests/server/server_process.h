@@ -31,12 +31,16 @@ class ServerProcess {
   int metrics_port() const { return metrics_port_; }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   std::unique_ptr<v1::Llm::Stub> NewStub() const { return v1::Llm::NewStub(channel_); }
+  // A channel on a connection of its own (as another client's would be: not behind this one's
+  // streams).
+  std::shared_ptr<grpc::Channel> NewChannel() const;
 
   // GET /metrics, parsed: "name{labels}" -> value (the model_name label left out).
   std::map<std::string, double> Metrics() const;
   double Metric(const std::string& name) const;
-  // grpc.health.v1 Check("").
-  grpc::health::v1::HealthCheckResponse::ServingStatus Health() const;
+  // grpc.health.v1 Check("") (on `channel`, else this process's channel).
+  grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+      const std::shared_ptr<grpc::Channel>& channel = nullptr) const;
   // GET /health on the metrics port: true for 200.
   bool HttpHealthy() const;
 

@@ -87,10 +87,10 @@ RunReport BuildReport(const RunResult& result, const std::optional<SlaLimits>& s
     r.expected_output_tokens += rec.expected_output;
     r.preemptions += rec.usage.preemptions();
     if (!rec.got_final || rec.usage.completion_tokens() != rec.output_tokens) ++r.token_count_mismatches;
-    if (rec.output_tokens > 0) ttft.push_back(rec.ttft_ms());
+    if (rec.output_tokens > 0 && rec.first_token_ns >= 0) ttft.push_back(rec.ttft_ms());
     if (rec.output_tokens > 0 && rec.turn > 0) ttft_by_turn[rec.turn].push_back(rec.ttft_ms());
     if (rec.got_final) r.cached_prompt_tokens += rec.usage.cached_prompt_tokens();
-    if (rec.output_tokens > 1) tpot.push_back(rec.tpot_ms());
+    if (rec.output_tokens > 1 && rec.first_token_ns >= 0) tpot.push_back(rec.tpot_ms());
     itl.insert(itl.end(), rec.itl_ms.begin(), rec.itl_ms.end());
     e2e.push_back(rec.e2e_ms());
     if (rec.got_final) queue.push_back(rec.timings.queue_ms());

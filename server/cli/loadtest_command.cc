@@ -157,6 +157,13 @@ int RunLoadtest(int argc, char** argv) {
       "dataset", &c.dataset_path,
       "JSONL or JSON prompts: {\"prompt\",\"output_len\"}, ShareGPT \"conversations\", \"messages\"");
   flags.Float("temperature", &c.temperature, "sampling temperature (0: greedy)");
+  flags.Int("shared-prefix-len", &c.shared_prefix_len,
+            "synthetic: every prompt starts with one of --shared-prefixes fixed random prefixes of this many tokens");
+  flags.Int("shared-prefixes", &c.shared_prefixes, "distinct shared prefixes (with --shared-prefix-len)");
+  flags.Int("turns", &c.turns,
+            "synthetic multi-turn conversations: each turn resends the history (earlier prompts and output-length "
+            "stand-ins for the answers) plus --input-len new tokens; TTFT is reported per turn");
+  flags.Int("conversations", &c.conversations, "conversations replayed round-robin (with --turns)");
   flags.Bool("honor-eos", &c.honor_eos,
              "stop at the model's EOS (default: ignore it, outputs have their length)");
   flags.String("request-timeout", &raw.request_timeout, "gRPC deadline of each request (seconds or 10m)");

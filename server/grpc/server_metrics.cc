@@ -152,6 +152,15 @@ std::string ServerMetrics::Render(const std::string& model_name, const std::opti
   e.Single("counter", "llm_prompt_tokens_total", "Prompt tokens prefilled (recomputation included).",
            stats->prompt_tokens);
   e.Single("counter", "llm_engine_steps_total", "Engine steps run.", stats->steps);
+  e.Single("counter", "llm_prefix_cache_queries_total",
+           "Prompt tokens looked up in the prefix cache when requests were admitted.",
+           s.prefix_cache_queried_tokens);
+  e.Single("counter", "llm_prefix_cache_hits_total", "Of those, tokens found in the cache (not computed).",
+           s.prefix_cache_hit_tokens);
+  e.Single("gauge", "llm_prefix_cache_blocks", "KV blocks whose content is in the prefix cache's index.",
+           s.prefix_cache_blocks);
+  e.Single("counter", "llm_prefix_cache_evictions_total",
+           "Cached blocks that nobody held given out for other content.", s.prefix_cache_evictions);
   e.Single("gauge", "llm_generation_tokens_per_second",
            "Generated tokens per second over the last minute (since start at the first scrape).",
            TokensPerSecond(stats->generated_tokens));

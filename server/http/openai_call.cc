@@ -74,6 +74,7 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
     ChoiceLogprobs logprobs;
     FinishReason reason = FinishReason::kNone;
     int64_t prompt_tokens = 0;
+    int64_t cached_prompt_tokens = 0;
     int64_t completion_tokens = 0;
   };
 
@@ -94,6 +95,7 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
       choice.finished = true;
       choice.reason = out.finish_reason;
       choice.prompt_tokens = out.prompt_tokens;
+      choice.cached_prompt_tokens = out.cached_prompt_tokens;
       choice.completion_tokens = out.completion_tokens;
       if (out.finish_reason == FinishReason::kError && error_.ok())
         error_ = out.status.ok() ? absl::InternalError("generation failed") : out.status;
@@ -118,15 +120,18 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
 
   // Every choice has ended (mu_ held).
   void Finish() {
-    int64_t prompt_tokens = 0, completion_tokens = 0;
+    Usage usage;
     for (size_t c = 0; c < choices_.size(); ++c) {
       // A prompt's tokens count once, however many choices it has.
-      if (c % static_cast<size_t>(request_.n) == 0) prompt_tokens += choices_[c].prompt_tokens;
-      completion_tokens += choices_[c].completion_tokens;
+      if (c % static_cast<size_t>(request_.n) == 0) {
+        usage.prompt_tokens += choices_[c].prompt_tokens;
+        usage.cached_prompt_tokens += choices_[c].cached_prompt_tokens;
+      }
+      usage.completion_tokens += choices_[c].completion_tokens;
     }
     if (request_.stream) {
       std::string tail;
-      if (request_.include_usage) tail = SseEvent(UsageChunkJson(shape_, prompt_tokens, completion_tokens));
+      if (request_.include_usage) tail = SseEvent(UsageChunkJson(shape_, usage));
       tail += kSseDone;
       responder_->Write(std::move(tail));
       responder_->End();
@@ -137,7 +142,7 @@ class OpenAiCall : public std::enable_shared_from_this<OpenAiCall> {
       for (Choice& c : choices_)
         finished.push_back({std::move(c.text), c.logprobs.all(), OpenAiFinishReason(c.reason)});
       responder_->Send(200, kJson,
-                       ResponseJson(shape_, finished, prompt_tokens, completion_tokens)
+                       ResponseJson(shape_, finished, usage)
                            .dump(-1, ' ', false, OrderedJson::error_handler_t::replace));
     }
     state_.CallDone();

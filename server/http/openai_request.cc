@@ -206,6 +206,13 @@ std::map<std::string, FieldParser, std::less<>> CommonFields() {
     r.set_priority(p);
     return absl::OkStatus();
   };
+  // vLLM's cache_salt: requests share cached prompt blocks only with requests of the same salt.
+  f["cache_salt"] = [](const Json& v, OpenAiRequest&, v1::GenerateRequest& r) -> absl::Status {
+    ASSIGN_OR_RETURN(std::string salt, String(v, "cache_salt"));
+    if (salt.size() > 1024) return Bad("'cache_salt' is longer than 1024 bytes");
+    r.set_cache_salt(salt);
+    return absl::OkStatus();
+  };
   f["include_stop_str_in_output"] = [](const Json& v, OpenAiRequest&, v1::GenerateRequest&) {
     return Unsupported(v, "include_stop_str_in_output", "stop strings are always left out of the text");
   };

@@ -90,10 +90,11 @@ OrderedJson ChoiceLogprobs::Append(const std::vector<SampleResult>& samples) {
   return part;
 }
 
-OrderedJson UsageJson(int64_t prompt_tokens, int64_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+OrderedJson UsageJson(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_prompt_tokens}}}};
 }
 
 namespace {
@@ -124,15 +125,15 @@ OrderedJson ChunkJson(const ResponseShape& shape, int index, const std::string& 
   return chunk;
 }
 
-OrderedJson UsageChunkJson(const ResponseShape& shape, int64_t prompt_tokens, int64_t completion_tokens) {
+OrderedJson UsageChunkJson(const ResponseShape& shape, const Usage& usage) {
   OrderedJson chunk = Envelope(shape, true);
   chunk["choices"] = OrderedJson::array();
-  chunk["usage"] = UsageJson(prompt_tokens, completion_tokens);
+  chunk["usage"] = UsageJson(usage);
   return chunk;
 }
 
 OrderedJson ResponseJson(const ResponseShape& shape, const std::vector<FinishedChoice>& choices,
-                         int64_t prompt_tokens, int64_t completion_tokens) {
+                         const Usage& usage) {
   OrderedJson list = OrderedJson::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     OrderedJson choice = {{"index", i}};
@@ -147,7 +148,7 @@ OrderedJson ResponseJson(const ResponseShape& shape, const std::vector<FinishedC
   }
   OrderedJson response = Envelope(shape, false);
   response["choices"] = std::move(list);
-  response["usage"] = UsageJson(prompt_tokens, completion_tokens);
+  response["usage"] = UsageJson(usage);
   return response;
 }
 

@@ -63,14 +63,21 @@ class ChoiceLogprobs {
   int64_t text_offset_ = 0;
 };
 
-OrderedJson UsageJson(int64_t prompt_tokens, int64_t completion_tokens);
+// A response's token counts; cached_prompt_tokens (prompt tokens read from the prefix cache) is
+// OpenAI's usage.prompt_tokens_details.cached_tokens.
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+OrderedJson UsageJson(const Usage& usage);
 
 // A streamed chunk's JSON for choice `index`: `text` (chat: a delta; `role` adds the assistant
 // role), its log-probabilities (null when not asked), the finish reason (nullptr while running).
 OrderedJson ChunkJson(const ResponseShape& shape, int index, const std::string& text, bool role,
                       OrderedJson logprobs, const char* finish_reason);
 // The last chunk of a stream asked for with include_usage.
-OrderedJson UsageChunkJson(const ResponseShape& shape, int64_t prompt_tokens, int64_t completion_tokens);
+OrderedJson UsageChunkJson(const ResponseShape& shape, const Usage& usage);
 
 struct FinishedChoice {
   std::string text;
@@ -79,7 +86,7 @@ struct FinishedChoice {
 };
 // A whole (not streamed) response.
 OrderedJson ResponseJson(const ResponseShape& shape, const std::vector<FinishedChoice>& choices,
-                         int64_t prompt_tokens, int64_t completion_tokens);
+                         const Usage& usage);
 
 // `json` as one server-sent event: "data: <json>\n\n".
 std::string SseEvent(const OrderedJson& json);

@@ -28,6 +28,7 @@ void LoadRunner::Issue(int64_t index, bool warmup, int64_t scheduled_ns) {
   record.index = index;
   record.warmup = warmup;
   record.prompt_len = spec.prompt_len;
+  record.turn = spec.turn;
   record.expected_output = spec.output_len;
   record.scheduled_ns = scheduled_ns;
   StreamCall* call = target_.NewCall(std::move(spec.request), std::move(record), origin_, this);

@@ -93,6 +93,10 @@ class Session {
     w.temperature = config_.temperature;
     w.honor_eos = config_.honor_eos;
     w.seed = config_.seed;
+    w.shared_prefix_len = config_.shared_prefix_len;
+    w.shared_prefixes = config_.shared_prefixes;
+    w.turns = config_.turns;
+    w.conversations = config_.conversations;
     if (!config_.dataset_path.empty()) {
       ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(config_.dataset_path));
       w.dataset = std::move(dataset);

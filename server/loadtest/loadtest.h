@@ -32,6 +32,10 @@ struct LoadtestConfig {
   bool output_len_set = false;  // with a dataset: --output-len overrides the file's lengths
   double temperature = 0;
   bool honor_eos = false;
+  int64_t shared_prefix_len = 0;  // WorkloadOptions: prefix caching scenarios
+  int64_t shared_prefixes = 1;
+  int64_t turns = 0;
+  int64_t conversations = 16;
 
   // Load: open loop at each rate, else closed loop at each concurrency. With one concurrency and
   // rates, the concurrency caps the open-loop requests in flight.

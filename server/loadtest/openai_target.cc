@@ -186,11 +186,21 @@ class SseCall final : public StreamCall, public std::enable_shared_from_this<Sse
     if (event.contains("choices") && event["choices"].is_array()) {
       for (const Json& c : event["choices"]) {
         std::string text;
-        if (c.contains("text") && c["text"].is_string()) text = c["text"].get<std::string>();
+        bool carries_text = false;  // a text field, even empty (held back, or a model without a tokenizer)
+        if (c.contains("text") && c["text"].is_string()) {
+          text = c["text"].get<std::string>();
+          carries_text = true;
+        }
         if (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
-            c["delta"]["content"].is_string())
+            c["delta"]["content"].is_string()) {
           text = c["delta"]["content"].get<std::string>();
-        if (!text.empty()) {
+          carries_text = !c["delta"].contains("role");  // the role-only first chat chunk carries no token
+        }
+        const bool last = c.contains("finish_reason") && c["finish_reason"].is_string();
+        // The server sends a chunk per engine update that has tokens: one with text, or with empty
+        // text before the last one, is an arrival (tokens whose text is held back, or a model
+        // without a tokenizer, whose text is always empty). The usage reconciles the count.
+        if (!text.empty() || (carries_text && !last)) {
           if (record_.first_token_ns < 0) {
             record_.first_token_ns = now;
           } else {

@@ -234,6 +234,20 @@ class OpenAiApiTest(unittest.TestCase):
         self.assertEqual(grpc["usage"]["completion_tokens"], 24)
         self.assertEqual(grpc["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"])
 
+    def test_prefix_cache_reports_cached_tokens_and_salts_separate(self):
+        # 80 token ids: five full blocks of 16. Sent again, the first four come from the cache (the
+        # block with the last prompt token is always computed); another salt finds nothing.
+        prompt = [5 + (i * 7) % 300 for i in range(80)]
+        body = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "ignore_eos": True, "cache_salt": "tenant-1"}
+        answers = []
+        for salt in ["tenant-1", "tenant-1", "tenant-2"]:
+            status, answer = self.client.post("/v1/completions", dict(body, cache_salt=salt))
+            self.assertEqual(status, 200, answer)
+            answers.append(answer)
+        cached = [a["usage"]["prompt_tokens_details"]["cached_tokens"] for a in answers]
+        self.assertEqual(cached, [0, 64, 0])
+        self.assertEqual(len({a["choices"][0]["text"] for a in answers}), 1)
+
     def test_token_id_prompts_and_logprobs_match_grpc(self):
         body = {"prompt": [1, 5, 9, 33, 7], "max_tokens": 6, "temperature": 0, "logprobs": 2, "ignore_eos": True}
         status, plain = self.client.post("/v1/completions", body)

@@ -171,7 +171,7 @@ def _as_json(pb, r):
         "text": r.text,
         "finish_reason": _finish_reason(pb, r.finish_reason),
         "usage": {"prompt_tokens": r.usage.prompt_tokens, "completion_tokens": r.usage.completion_tokens,
-                  "preemptions": r.usage.preemptions},
+                  "preemptions": r.usage.preemptions, "cached_prompt_tokens": r.usage.cached_prompt_tokens},
         "timings_ms": {"queue": r.timings.queue_ms, "time_to_first_token": r.timings.time_to_first_token_ms,
                        "decode": r.timings.decode_ms, "total": r.timings.total_ms},
         "logprobs": [{"token_id": lp.token_id, "logprob": lp.logprob,

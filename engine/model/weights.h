@@ -65,9 +65,11 @@ struct LocalDims {
 
 absl::StatusOr<LocalDims> ComputeLocalDims(const ModelConfig& config, const ShardSpec& shard);
 
-// Quantization applied while loading a float checkpoint (--quantization).
-enum class OnlineQuantization { kNone, kFp8 };
-// "" / "none" -> kNone, "fp8" -> kFp8.
+// Quantization applied while loading a float checkpoint (--quantization). kInt4 makes 4-bit
+// (W4A16, symmetric, groups of 128) dummy weights only: 4-bit checkpoints come from their
+// producers (or tools/w4a16/quantize.py) and load as published.
+enum class OnlineQuantization { kNone, kFp8, kInt4 };
+// "" / "none" -> kNone, "fp8" -> kFp8, "int4" / "w4a16" -> kInt4.
 absl::StatusOr<OnlineQuantization> ParseOnlineQuantization(std::string_view name);
 
 struct LoadOptions {
@@ -120,6 +122,8 @@ enum class TensorKind {
   kFp8,    // F8_E4M3 of exactly `shape`
   kScale,  // floating, `shape` up to dimensions of size 1 ([] and [1], [N] and [N, 1] alike)
   kAny,    // any dtype and shape (the loader checks)
+  kI32,    // int32 of exactly `shape` (packed 4-bit words, g_idx)
+  kI64,    // int64 of exactly `shape`
 };
 struct WeightSource {
   // The checkpoint record of a tensor checked against `shape` and `kind`; errors name it.

@@ -43,7 +43,8 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options)
 bool CpuBackend::SupportsLinearFormat(const StorageFormat& f) const {
   if (f == StorageFormat::Float(DType::kF32)) return true;
   if (f.int4())
-    return f == StorageFormat::Int4(f.zero_points, DType::kF32) || f == StorageFormat::Int4(f.zero_points, DType::kF16);
+    return f == StorageFormat::Int4(f.zero_points, DType::kF16) ||
+           (!options_.int4_fp16_scales && f == StorageFormat::Int4(f.zero_points, DType::kF32));
   if (f.element != DType::kF8E4M3) return false;
   switch (f.granularity) {
     case ScaleGranularity::kNone: return false;

@@ -20,6 +20,9 @@ struct CpuBackendOptions {
   // float32 product, so that the CUDA path can be compared with an emulation of itself. Off, the
   // oracle computes on the dequantized weights with float32 inputs, as the fixtures' references do.
   bool emulate_fp8_activations = false;
+  // Take int4 weights with float16 scales only, as the CUDA backend stores them, so that the GPU's
+  // storage runs through the oracle (the default, float32 scales, is exact for every checkpoint).
+  bool int4_fp16_scales = false;
 };
 
 class CpuBackend final : public Backend {

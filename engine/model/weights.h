@@ -20,7 +20,13 @@
 //    activations (vLLM's online FP8).
 //  - A backend that does not take an FP8 format gets the weights dequantized to its activation
 //    dtype (Backend::SupportsLinearFormat).
-// The LM head and the embedding are never FP8: an FP8 LM head in a checkpoint is an error.
+//  - 4-bit checkpoints (AutoAWQ GEMM, GPTQ, compressed-tensors pack-quantized) are read as their
+//    producers pack them (int4_checkpoint.h) and repacked into the int4 layout of
+//    engine/core/storage_format.h (int4_repack.h): float32 scales where the backend takes them,
+//    else float16, else the values dequantized. Row-parallel slices of K keep whole groups (an
+//    error names the layer otherwise) unless act-order sorts them by group.
+// The LM head and the embedding are never FP8 or 4-bit: a quantized LM head in a checkpoint is an
+// error.
 #pragma once
 
 #include <functional>

@@ -3,8 +3,8 @@
 // teacher-forced perplexity over held-out text against the bf16 model's, and how often both pick
 // the same top-1 token. In CI the text is launch/model/heldout_reference.json's (367 tokens); with
 // LLM_INT4_EVAL_TEXTS (JSON lines {"name", "text"}, tools/w4a16/eval_corpus.py) it is those
-// documents, and with LLM_INT4_CALIB_TEXTS also AutoAWQ's activation-aware search runs: the table
-// in benchmarks/RESULTS.md. Skips without the default model or a python3 with numpy.
+// documents, and with LLM_INT4_CALIB_TEXTS also the calibrated variants run (AutoAWQ's
+// activation-aware search, GPTQ's error feedback): the table in benchmarks/RESULTS.md. Skips without the default model or a python3 with numpy.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +49,9 @@ const Variant kVariants[] = {
     {"compressed-tensors sym per channel (RTN)", "--layout ct --group -1 --sym", false, 1.25, 0.7},
     {"AutoAWQ GEMM g128 (AWQ search)", "--layout awq --group 128 --awq-search", true},
     {"compressed-tensors sym g128 (AWQ search)", "--layout ct --group 128 --sym --awq-search", true},
+    {"GPTQ sym g128 (GPTQ)", "--layout gptq --group 128 --sym --gptq", true},
+    {"GPTQ asym g128 desc_act (GPTQ)", "--layout gptq --group 128 --desc-act --gptq", true},
+    {"compressed-tensors sym g128 (AWQ search + GPTQ)", "--layout ct --group 128 --sym --awq-search --gptq", true},
 };
 
 struct Score {

@@ -9,12 +9,13 @@ published layouts, packed the way its producer packs it (see int4_formats.py):
   ct     compressed-tensors pack-quantized (llm-compressor's W4A16), sym or asym, optional
          actorder group
 
-Weights are rounded to nearest per group (RTN). With --awq-search and calibration token ids, the
+Weights are rounded to nearest per group (RTN), or with --gptq by GPTQ's error feedback (gptq.py).
+With --awq-search and calibration token ids, the
 activation-aware pass of AutoAWQ runs first (awq/quantize/quantizer.py: per-channel scales
 s = mean|x|^r / mean|w|^(1-r), r searched on a grid of 20 to minimise the quantized linears' output
 error, folded into the preceding RMSNorm or up_proj; then a per-group clipping search), so that the
-quantized model computes the same function as the float one up to the 4-bit rounding. GPTQ's error
-feedback is not implemented: the gptq layout here holds RTN weights.
+quantized model computes the same function as the float one up to the 4-bit rounding. Any
+quantization goes into any layout (AWQ's has no act-order).
 
 Usage:
   python3 tools/w4a16/quantize.py --model launch/model --out /tmp/m-awq --layout awq --group 128 \
@@ -34,6 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import int4_formats as fmt  # noqa: E402
+from gptq import gptq_quantize  # noqa: E402
 from llama_numpy import Config, Model, rms_norm  # noqa: E402
 from safetensors_io import read_checkpoint, round_to, write_checkpoint  # noqa: E402
 
@@ -170,7 +172,7 @@ def act_order(model, calib, layer, key, k, seed):
 
 
 def quantize_model(src, out, layout, group, sym=False, desc_act=False, gptq_v2=False, awq=False, calib=None,
-                   shard_mb=None, seed=0, log=print, keep_dtype=None):
+                   shard_mb=None, seed=0, log=print, keep_dtype=None, gptq=False):
     with open(os.path.join(src, "config.json")) as f:
         config = json.load(f)
     c = Config(config)
@@ -183,28 +185,48 @@ def quantize_model(src, out, layout, group, sym=False, desc_act=False, gptq_v2=F
     clips = awq_search(model, calib, group, style, scale_dtype, log) if awq else {}
     order_cache = {}
     out_tensors = {}
+    # GPTQ: layer by layer, each layer's inputs computed through the layers already quantized.
+    hidden = [model.embed(ids) for ids in calib] if gptq else None
     for name, (dtype, _) in tensors.items():
         if any(name.endswith(l + ".weight") for l in LINEARS):
             continue
         out_tensors[name] = (float_dtype, round_to(float_dtype, model.w[name]))
     for layer in range(c.layers):
+        inputs = None
+        if gptq:
+            recs = []
+            for h in hidden:
+                rec = {}
+                model.layer_inputs(layer, h, np.arange(len(h), dtype=np.float64), rec)
+                recs.append(rec)
+            inputs = {key: np.concatenate([r[key] for r in recs]) for key in recs[0]}
+        dequantized = {}
         for lin in LINEARS:
             base = "model.layers.%d.%s" % (layer, lin)
             w = model.w[base + ".weight"]
             n, k = w.shape
             order = None
-            if desc_act and group > 0:
+            if gptq:
+                key = {"q": "qkv", "k": "qkv", "v": "qkv", "o": "o", "g": "gate_up", "u": "gate_up",
+                       "d": "down"}[lin.split(".")[1][0]]
+                qz = gptq_quantize(w, inputs[key], group, sym and layout != "awq",
+                                   desc_act and layout != "awq" and group > 0, scale_dtype)
+                if desc_act and layout != "awq" and group > 0:
+                    order = np.argsort(qz.g_idx, kind="stable")
+            elif desc_act and group > 0:
                 key = {"q": "qkv", "k": "qkv", "v": "qkv", "o": "o", "g": "gate_up", "u": "gate_up",
                        "d": "down"}[lin.split(".")[1][0]]
                 if (layer, key) not in order_cache:  # one order per input: fused parts share g_idx
                     order_cache[(layer, key)] = act_order(model, calib, layer, key, k, seed + 97 * layer + len(key))
                 order = order_cache[(layer, key)]
-            g_idx = fmt.column_groups(k, group, order)
-            clip = clips.get(base)
-            if clip is not None and order is not None:
-                clip = None  # clip ratios are per column-order group
-            qz = fmt.quantize_rtn(w, g_idx, group, style, scale_dtype, clip=clip)
+            if not gptq:
+                g_idx = fmt.column_groups(k, group, order)
+                clip = clips.get(base)
+                if clip is not None and order is not None:
+                    clip = None  # clip ratios are per column-order group
+                qz = fmt.quantize_rtn(w, g_idx, group, style, scale_dtype, clip=clip)
             meant = qz.dequantize()
+            dequantized[base + ".weight"] = meant
             if layout == "awq":
                 qweight, qzeros, scales = fmt.pack_awq(qz)
                 read = fmt.dequantize_awq(qweight, qzeros, scales, group)
@@ -235,6 +257,9 @@ def quantize_model(src, out, layout, group, sym=False, desc_act=False, gptq_v2=F
             bias = base + ".bias"
             if bias in model.w:
                 out_tensors[bias] = (float_dtype, round_to(float_dtype, model.w[bias]))
+        if gptq:  # the next layers see this one quantized
+            model.w.update(dequantized)
+            hidden = [model.layer_inputs(layer, h, np.arange(len(h), dtype=np.float64)) for h in hidden]
         log("quantized layer %d" % layer)
     config["quantization_config"] = quantization_config(layout, group, sym, desc_act, gptq_v2)
     config.pop("torch_dtype", None)
@@ -277,6 +302,7 @@ def main():
     ap.add_argument("--desc-act", action="store_true", help="gptq desc_act / ct actorder group")
     ap.add_argument("--gptq-v2", action="store_true", help="GPTQModel's gptq_v2 zeros")
     ap.add_argument("--awq-search", action="store_true", help="AutoAWQ's activation-aware scales and clipping")
+    ap.add_argument("--gptq", action="store_true", help="GPTQ's error feedback instead of round to nearest")
     ap.add_argument("--calib-ids", help="JSON lines of token ids")
     ap.add_argument("--calib-tokens", type=int, default=4096, help="calibration tokens to use")
     ap.add_argument("--shard-mb", type=float)
@@ -296,11 +322,12 @@ def main():
                 total += len(ids)
                 if total >= args.calib_tokens:
                     break
-    if args.awq_search and not calib:
-        sys.exit("--awq-search needs --calib-ids")
+    if (args.awq_search or args.gptq) and not calib:
+        sys.exit("--awq-search and --gptq need --calib-ids")
     group = args.group if args.group > 0 else 0
     quantize_model(args.model, args.out, args.layout, group, args.sym, args.desc_act, args.gptq_v2,
-                   args.awq_search, calib, args.shard_mb, args.seed, log=lambda s: print(s, file=sys.stderr))
+                   args.awq_search, calib, args.shard_mb, args.seed, log=lambda s: print(s, file=sys.stderr),
+                   gptq=args.gptq)
 
 
 if __name__ == "__main__":

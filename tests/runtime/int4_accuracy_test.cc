@@ -149,6 +149,7 @@ class Int4AccuracyTest : public ::testing::Test {
 TEST_F(Int4AccuracyTest, EveryLayoutStaysCloseToBf16) {
   const char* eval_texts = std::getenv("LLM_INT4_EVAL_TEXTS");
   const char* calib_texts = std::getenv("LLM_INT4_CALIB_TEXTS");
+  const char* only = std::getenv("LLM_INT4_ONLY");  // variants whose name contains it (and bf16)
   std::vector<std::vector<int32_t>> windows;
   std::string eval_name;
   if (eval_texts != nullptr) {
@@ -175,7 +176,8 @@ TEST_F(Int4AccuracyTest, EveryLayoutStaysCloseToBf16) {
   std::printf("| layout | perplexity | vs bf16 | top-1 agreement |\n| --- | --- | --- | --- |\n");
   std::printf("| bf16 (launch/model) | %.4f | 1.000 | 100%% |\n", base->perplexity());
   for (const Variant& v : kVariants) {
-    if (v.needs_calibration && calib_ids.empty()) continue;
+    if ((v.needs_calibration && calib_ids.empty()) || (only != nullptr && v.name.find(only) == std::string::npos))
+      continue;
     SCOPED_TRACE(v.name);
     const std::filesystem::path out = tmp / absl::StrCat("q", &v - kVariants);
     const std::string cmd =

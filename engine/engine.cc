@@ -121,6 +121,7 @@ class Engine::Impl {
 
 namespace {
 SchedulerOptions ForExecutor(SchedulerOptions options, const StepExecutor& executor, bool overlap) {
+  // (prefix_caching comes with the options as given)
   options.chain_steps = overlap && executor.chains_steps();
   options.micro_batches = executor.chains_steps() ? 1 : std::max(1, executor.max_in_flight());
   return options;
@@ -195,6 +196,7 @@ absl::StatusOr<RequestId> Engine::Impl::Submit(GenerateRequest request, OutputCa
   seq->arrival = absl::Now();
   seq->tokens = request.prompt_tokens;
   seq->prompt_len = static_cast<int32_t>(request.prompt_tokens.size());
+  seq->salt_hash = SaltHash(request.cache_salt);
   StreamedRequest streamed;
   streamed.callback = std::move(callback);
   streamed.stop = request.stop;
@@ -397,6 +399,7 @@ void Engine::Impl::Finish(Sequence* seq, FinishReason reason, absl::Status statu
   f.reason = reason;
   f.status = std::move(status);
   f.preemptions = seq->preemptions;
+  f.cached_prompt_tokens = std::max(0, seq->cached_tokens);
   const absl::Time now = absl::Now();
   if (seq->first_scheduled != absl::InfinitePast()) f.timings.queue_ms = Ms(seq->first_scheduled - seq->arrival);
   if (seq->first_token != absl::InfinitePast()) {
@@ -413,6 +416,7 @@ void Engine::Impl::AbortAll(const absl::Status& status) {
   const absl::Status error(status.code(), absl::StrCat("step failed: ", status.message()));
   for (Sequence* seq : scheduler_.AllSequences()) Finish(seq, FinishReason::kError, error);
   in_flight_.clear();
+  scheduler_.DropPrefixCache();  // what the failed steps wrote is unknown
 }
 
 // --- the façade ---

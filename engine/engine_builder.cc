@@ -1,5 +1,7 @@
 #include "engine/engine_builder.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/model/dummy_weights.h"
@@ -10,6 +12,15 @@ absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadTokenizerIfPresent(const st
   if (!std::filesystem::exists(dir / "tokenizer.json")) return std::shared_ptr<const Tokenizer>();
   ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::Load(dir));
   return std::shared_ptr<const Tokenizer>(std::move(tokenizer));
+}
+
+void ResolveEngineLimits(EngineBuildOptions& o) {
+  const bool gpu = o.device != "cpu";
+  if (o.max_seqs <= 0) {
+    o.max_seqs = gpu ? 512 : 64;
+    o.max_seqs_chosen = true;
+  }
+  if (o.max_tokens_per_step <= 0) o.max_tokens_per_step = 2048;
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> BuildBackend(const EngineBuildOptions& o) {
@@ -53,22 +64,28 @@ absl::StatusOr<std::unique_ptr<Engine>> BuildEngine(const EngineBuildOptions& o,
                                                     const ModelRunner& runner, int32_t num_kv_blocks,
                                                     std::unique_ptr<StepExecutor> executor,
                                                     std::shared_ptr<const Tokenizer> tokenizer) {
+  // The scheduler runs no more sequences than the KV cache gives kMinTokensPerSequence each.
+  const int64_t kv_tokens = int64_t{num_kv_blocks} * o.block_size;
+  const int32_t max_seqs =
+      o.max_seqs_chosen ? static_cast<int32_t>(std::clamp<int64_t>(kv_tokens / kMinTokensPerSequence, 1, o.max_seqs))
+                        : o.max_seqs;
   EngineInfo info;
   info.config = config;
   info.max_context = runner.max_context();
   info.max_tokens_per_step = o.max_tokens_per_step;
-  info.max_seqs = o.max_seqs;
+  info.max_seqs = max_seqs;
   info.kv_blocks = num_kv_blocks;
   info.kv_block_size = o.block_size;
   EngineOptions eo;
   eo.max_queue = o.max_queue;
   eo.max_context = runner.max_context();
   eo.scheduler.max_tokens_per_step = o.max_tokens_per_step;
-  eo.scheduler.max_seqs = o.max_seqs;
+  eo.scheduler.max_seqs = max_seqs;
   eo.scheduler.block_size = o.block_size;
   eo.scheduler.num_blocks = num_kv_blocks;
   eo.scheduler.block_table_width = runner.block_table_width();
   eo.overlap_steps = o.overlap_steps;
+  eo.scheduler.prefix_caching = o.prefix_caching;
   eo.output_threads = o.output_threads;
   return Engine::Create(info, eo, std::move(executor), std::move(tokenizer));
 }

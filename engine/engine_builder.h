@@ -19,8 +19,12 @@ struct EngineBuildOptions {
   std::string device = "cpu";   // cpu | cuda
   std::string dtype = "auto";   // auto | bf16 | fp16 | fp32 (the CPU backend computes in fp32)
   int num_threads = 0;          // CPU backend threads; 0: all cores
-  int32_t max_tokens_per_step = 2048;
-  int32_t max_seqs = 64;
+  // 0: chosen for the device (ResolveEngineLimits): on CUDA 512 sequences (the most output
+  // tokens/s measured on an H100 with an 8B model, benchmarks/RESULTS.md), fewer when the KV cache
+  // cannot give each of them kMinTokensPerSequence; on the CPU 64.
+  int32_t max_tokens_per_step = 0;
+  int32_t max_seqs = 0;
+  bool max_seqs_chosen = false;  // set by ResolveEngineLimits when it chose max_seqs
   int32_t block_size = 16;
   int64_t num_kv_blocks = 0;    // 0: from kv_cache_fraction
   // Of the memory the backend can still give once weights, activations and workspaces are in place
@@ -50,6 +54,7 @@ struct EngineBuildOptions {
   // (EngineOptions::overlap_steps); false: one step at a time (for comparisons).
   bool overlap_steps = true;
   int32_t output_threads = 1;   // EngineOptions::output_threads
+  bool prefix_caching = true;   // SchedulerOptions::prefix_caching
 };
 
 // The pieces an EngineGroup builds a rank from.
@@ -64,6 +69,13 @@ absl::StatusOr<std::unique_ptr<Engine>> BuildEngine(const EngineBuildOptions& op
                                                     const ModelRunner& runner, int32_t num_kv_blocks,
                                                     std::unique_ptr<StepExecutor> executor,
                                                     std::shared_ptr<const Tokenizer> tokenizer);
+
+// Fills in the limits left 0 in `options` from the device kind (before the runner is sized).
+void ResolveEngineLimits(EngineBuildOptions& options);
+// When max_seqs was chosen, not asked for: the KV cache gives each sequence at least this many
+// tokens, or the scheduler runs fewer at once (BuildEngine): past that, sequences admitted
+// together only preempt each other.
+inline constexpr int64_t kMinTokensPerSequence = 256;
 
 // Loads `dir`/tokenizer.json when it exists; null (not an error) when it does not.
 absl::StatusOr<std::shared_ptr<const Tokenizer>> LoadTokenizerIfPresent(const std::filesystem::path& dir);

@@ -37,6 +37,9 @@ struct GenerateRequest {
   int32_t priority = 0;           // higher runs first; FCFS within a priority
   absl::Time deadline = absl::InfiniteFuture();
   bool detokenize = true;         // fill RequestOutput::text (needs a tokenizer)
+  // Requests share cached prompt blocks only with requests of the same salt (tenants cannot
+  // probe each other's prompts through timing); empty: the default.
+  std::string cache_salt;
 };
 
 struct RequestTimings {
@@ -57,6 +60,7 @@ struct RequestOutput {
   FinishReason finish_reason = FinishReason::kNone;
   absl::Status status;                 // the error when finish_reason == kError
   int32_t prompt_tokens = 0;
+  int32_t cached_prompt_tokens = 0;  // of prompt_tokens, read from the prefix cache (final update)
   int32_t completion_tokens = 0;
   int32_t preemptions = 0;
   RequestTimings timings;

@@ -31,7 +31,10 @@ start_server() {
   SERVER_STOP_SIGNAL=$2
   shift 2
   log "starting: $*"
-  "$@" > "$OUT_DIR/$name.log" 2>&1 &
+  # Created here, not by the background process's redirection, which may come after wait_serving
+  # first reads it (seen on a loaded 2-core machine).
+  : > "$OUT_DIR/$name.log"
+  "$@" >> "$OUT_DIR/$name.log" 2>&1 &
   SERVER_PID=$!
   SERVER_LOG=$OUT_DIR/$name.log
   trap stop_server EXIT

@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBui
 
   // Load this rank's shard; agree on success before anyone goes on.
   EngineBuildOptions o = options;
+  ResolveEngineLimits(o);
   if (o.num_threads <= 0)  // share the node's cores between its ranks
     o.num_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / t.local_size());
   absl::StatusOr<ModelConfig> config = LoadModelConfig(o.model_dir);

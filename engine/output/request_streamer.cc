@@ -188,6 +188,7 @@ void RequestStreamer::Emit(RequestState& st, bool finished, const FinishedReques
     out.finish_reason = own ? st.stopped : f->reason;
     out.status = own ? st.stopped_status : f->status;
     out.preemptions = f->preemptions;
+    out.cached_prompt_tokens = f->cached_prompt_tokens;
     out.timings = f->timings;
   } else if (out.token_ids.empty() && out.text.empty()) {
     return;

@@ -50,6 +50,7 @@ struct FinishedRequest {
   FinishReason reason = FinishReason::kNone;
   absl::Status status;
   int32_t preemptions = 0;
+  int32_t cached_prompt_tokens = 0;
   RequestTimings timings;
 };
 

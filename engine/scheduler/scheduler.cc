@@ -44,6 +44,42 @@ bool Scheduler::Ready(const Sequence* seq) const {
   return true;
 }
 
+void Scheduler::MatchCachedPrefix(Sequence* seq) {
+  if (!options_.prefix_caching || seq->num_computed != 0 || !seq->blocks.blocks().empty()) return;
+  const int32_t bs = options_.block_size;
+  const int32_t known = std::min(static_cast<int32_t>(seq->tokens.size()), seq->length() - 1);
+  const int32_t full = known / bs;
+  uint64_t parent = seq->salt_hash;
+  std::vector<int32_t>& blocks = seq->blocks.mutable_blocks();
+  std::vector<uint64_t>& hashes = seq->blocks.mutable_hashes();
+  for (int32_t i = 0; i < full; ++i) {
+    const uint64_t h = BlockHash(parent, absl::MakeConstSpan(seq->tokens).subspan(i * bs, bs));
+    const int32_t b = pool_.Find(h);
+    if (b < 0) break;
+    pool_.Acquire(b);
+    blocks.push_back(b);
+    hashes.push_back(h);
+    parent = h;
+  }
+  seq->num_computed = static_cast<int32_t>(blocks.size()) * bs;
+}
+
+void Scheduler::PublishFullBlocks(Sequence* seq, int32_t computed_after) {
+  if (!options_.prefix_caching) return;
+  const int32_t bs = options_.block_size;
+  const int32_t full = std::min(computed_after, static_cast<int32_t>(seq->tokens.size())) / bs;
+  std::vector<uint64_t>& hashes = seq->blocks.mutable_hashes();
+  const std::vector<int32_t>& blocks = seq->blocks.blocks();
+  for (int32_t i = static_cast<int32_t>(hashes.size()); i < full && i < static_cast<int32_t>(blocks.size()); ++i) {
+    const uint64_t parent = i == 0 ? seq->salt_hash : hashes[i - 1];
+    const uint64_t h = BlockHash(parent, absl::MakeConstSpan(seq->tokens).subspan(i * bs, bs));
+    // Another block may hold the same content already (computed at the same time): this one then
+    // stays private, and the chain goes on from the hash all the same.
+    pool_.Publish(blocks[i], h);
+    hashes.push_back(h);
+  }
+}
+
 void Scheduler::Launch(Sequence* seq, int32_t n, StepPlan& plan, std::vector<ScheduledSequence>& scheduled) {
   const int32_t start = seq->num_computed, known = static_cast<int32_t>(seq->tokens.size());
   const bool sample = start + n == seq->length();
@@ -106,6 +142,7 @@ bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& schedul
       break;
     }
     picked.emplace_back(seq, n);
+    PublishFullBlocks(seq, seq->num_computed + n);
     budget -= n;
   }
 
@@ -126,15 +163,37 @@ bool Scheduler::Schedule(StepPlan& plan, std::vector<ScheduledSequence>& schedul
       ++it;
       continue;
     }
+    const bool matched_here = seq->num_computed == 0 && seq->blocks.blocks().empty();
+    MatchCachedPrefix(seq);
+    // Not admitted after all: the cached blocks it took go back (still cached).
+    auto unmatch = [&] {
+      if (!matched_here) return;
+      seq->blocks.Release(pool_);
+      seq->num_computed = 0;
+    };
     const int32_t n = std::min(seq->length() - seq->num_computed, budget);
     const int64_t prompt_blocks = KvBlockTable::BlocksFor(seq->length(), bs) - static_cast<int64_t>(seq->blocks.blocks().size());
-    if (!running_.empty() && pool_.num_free() < prompt_blocks + reserved + GrowthReserve(seq)) break;
-    if (!seq->blocks.Reserve(seq->num_computed + n, bs, pool_)) break;
+    if (!running_.empty() && pool_.num_free() < prompt_blocks + reserved + GrowthReserve(seq)) {
+      unmatch();
+      break;
+    }
+    if (!seq->blocks.Reserve(seq->num_computed + n, bs, pool_)) {
+      unmatch();
+      break;
+    }
     reserved += GrowthReserve(seq);
     it = waiting_.erase(it);
     running_.insert(seq);
     seq->running = true;
+    if (matched_here && options_.prefix_caching) {
+      prefix_queried_ += static_cast<uint64_t>(seq->length());
+      prefix_hits_ += static_cast<uint64_t>(seq->num_computed);
+      if (seq->cached_tokens < 0) seq->cached_tokens = std::min(seq->num_computed, seq->prompt_len);
+    }
     picked.emplace_back(seq, n);
+    // Published now, so that a request admitted after it in this same step can take the blocks
+    // this one computes: within a step every layer writes all K/V before any attention reads.
+    PublishFullBlocks(seq, seq->num_computed + n);
     budget -= n;
   }
 
@@ -152,6 +211,10 @@ SchedulerStats Scheduler::stats() const {
   s.kv_blocks_used = pool_.num_used();
   s.kv_blocks_total = pool_.num_blocks();
   s.preemptions = preemptions_;
+  s.prefix_cache_queried_tokens = prefix_queried_;
+  s.prefix_cache_hit_tokens = prefix_hits_;
+  s.prefix_cache_blocks = pool_.stats().cached_blocks;
+  s.prefix_cache_evictions = pool_.stats().evictions;
   return s;
 }
 

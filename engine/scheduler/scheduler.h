@@ -48,6 +48,8 @@ class Scheduler {
   const SchedulerOptions& options() const { return options_; }
   // Every sequence known to the scheduler (for deadline sweeps).
   std::vector<Sequence*> AllSequences() const;
+  // Forgets every cached block's content (after a failed step, whose writes are unknown).
+  void DropPrefixCache() { pool_.ForgetCached(); }
 
  private:
   struct Order {
@@ -62,6 +64,11 @@ class Scheduler {
   int64_t GrowthReserve(const Sequence* seq) const;
   // Whether `seq` has tokens to feed now.
   bool Ready(const Sequence* seq) const;
+  // A sequence with nothing computed takes the longest cached prefix of its known tokens (never
+  // its last token: a step must compute at least one, so that it has logits).
+  void MatchCachedPrefix(Sequence* seq);
+  // Publishes `seq`'s full blocks whose tokens are known and computed by the end of this step.
+  void PublishFullBlocks(Sequence* seq, int32_t computed_after);
   // Adds `seq`'s next `n` tokens to the plan (placeholders for a pending token) and marks it launched.
   void Launch(Sequence* seq, int32_t n, StepPlan& plan, std::vector<ScheduledSequence>& scheduled);
 
@@ -70,6 +77,7 @@ class Scheduler {
   std::set<Sequence*, Order> waiting_;
   std::set<Sequence*, Order> running_;
   uint64_t preemptions_ = 0;
+  uint64_t prefix_queried_ = 0, prefix_hits_ = 0;
   // Admission control: a waiting sequence is admitted only when the free blocks cover its prompt
   // and the expected growth of every running sequence and its own, expected growth being this
   // fraction of the tokens each may still generate. It starts at kInitialGrowthRatio, decays

@@ -19,6 +19,9 @@ struct SchedulerOptions {
   // while a launched step that contains it is not yet collected, its pending token named by a
   // placeholder. Off, a sequence is in at most one uncollected step (pipeline micro-batches).
   bool chain_steps = false;
+  // Automatic prefix caching: full blocks are published by content as they are computed, and a
+  // sequence admitted with nothing computed starts after the longest cached prefix of its tokens.
+  bool prefix_caching = true;
 };
 
 struct SchedulerStats {
@@ -27,6 +30,12 @@ struct SchedulerStats {
   int32_t kv_blocks_used = 0;
   int32_t kv_blocks_total = 0;
   uint64_t preemptions = 0;
+  // Prefix cache: tokens looked up at admission and found, blocks in its index, cached blocks
+  // given out for other content.
+  uint64_t prefix_cache_queried_tokens = 0;
+  uint64_t prefix_cache_hit_tokens = 0;
+  int32_t prefix_cache_blocks = 0;
+  uint64_t prefix_cache_evictions = 0;
 };
 
 }  // namespace llm

@@ -30,6 +30,8 @@ struct Sequence {
   int32_t pending_row = -1;    // the latest one's row among its step's samples
   int32_t in_flight = 0;       // launched steps with this sequence, not yet collected
   KvBlockTable blocks;
+  uint64_t salt_hash = 0;       // SaltHash(request.cache_salt): the start of its block-hash chain
+  int32_t cached_tokens = -1;   // prompt tokens its first admission found in the prefix cache
   bool running = false;
   int32_t preemptions = 0;
 

@@ -14,8 +14,10 @@ void ModelFlags::Register(FlagSet& f) {
   f.String("dtype", &dtype, "auto, bf16, fp16 or fp32 (the CPU backend computes in fp32)");
   f.Int("threads", &threads, "CPU backend threads (0: all cores)");
   f.Int("max-context", &max_context, "longest prompt + output in tokens (0: the model's)");
-  f.Int("max-seqs", &max_seqs, "sequences batched per step");
-  f.Int("max-tokens-per-step", &max_tokens_per_step, "token budget per step (prefill chunk size)");
+  f.Int("max-seqs", &max_seqs,
+        "sequences batched per step (0: 512 on a GPU, fewer when the KV cache cannot give each 256 tokens; 64 on the "
+        "CPU)");
+  f.Int("max-tokens-per-step", &max_tokens_per_step, "token budget per step, the prefill chunk size (0: 2048)");
   f.Int("kv-cache-blocks", &kv_cache_blocks, "KV cache blocks (0: from --kv-cache-fraction)");
   f.Float("kv-cache-fraction", &kv_cache_fraction,
           "KV cache's share of the memory left after weights and activations (CUDA: of the arena)");
@@ -39,6 +41,9 @@ void ModelFlags::Register(FlagSet& f) {
          "plan and launch each step only after the previous one's tokens are back (for comparisons; by default "
          "the next step is launched while the device runs the current one)");
   f.Int("output-threads", &output_threads, "threads that detokenize and deliver outputs");
+  f.Bool("enable-prefix-caching", &enable_prefix_caching,
+         "share the KV blocks of prompt prefixes between requests (the default)");
+  f.Bool("no-enable-prefix-caching", &no_enable_prefix_caching, "compute every prompt in full");
   f.Bool("fixed-kernels", &fixed_kernels,
          "CUDA: pick decode linear kernels by a fixed rule instead of timing them at start-up, so that bf16 "
          "outputs are the same across restarts and layouts (may be a few percent slower)");
@@ -102,6 +107,7 @@ EngineBuildOptions ModelFlags::ToBuildOptions() const {
   o.emulate_fp8_activations = emulate_fp8;
   o.time_linear_kernels = !fixed_kernels;
   o.overlap_steps = !no_overlap;
+  o.prefix_caching = !no_enable_prefix_caching;
   o.output_threads = static_cast<int32_t>(output_threads);
   o.max_queue = static_cast<int32_t>(std::clamp<int64_t>(max_queue, 0, INT32_MAX));
   return o;

@@ -16,8 +16,8 @@ struct ModelFlags {
   std::string dtype = "auto";
   int64_t threads = 0;
   int64_t max_context = 0;
-  int64_t max_seqs = 64;
-  int64_t max_tokens_per_step = 2048;
+  int64_t max_seqs = 0;             // 0: from the device and the KV cache (printed at start-up)
+  int64_t max_tokens_per_step = 0;  // 0: the engine's default
   int64_t kv_cache_blocks = 0;
   double kv_cache_fraction = 0.9;
   double gpu_memory_fraction = 0.9;
@@ -27,7 +27,9 @@ struct ModelFlags {
   std::string layers_per_stage;  // e.g. "10,6": explicit pipeline split
   bool dummy_weights = false;
   bool fixed_kernels = false;
-  bool no_overlap = false;       // one step at a time (EngineBuildOptions::overlap_steps = false)
+  bool no_overlap = false;
+  bool enable_prefix_caching = true;     // on by default; --no-enable-prefix-caching turns it off
+  bool no_enable_prefix_caching = false;       // one step at a time (EngineBuildOptions::overlap_steps = false)
   int64_t output_threads = 1;
   std::string quantization = "none";  // none | fp8
   std::string kv_cache_dtype = "auto";

@@ -199,12 +199,13 @@ int RunServe(int argc, char** argv) {
   endpoints.grpc().SetServing(true);
   std::printf(
       "llm serve: serving %s (%s, %lld layers, vocab %lld, context %lld, %s, tp %lld pp %lld%s) on %s; "
-      "KV cache %d blocks x %d tokens; metrics %s\n",
+      "KV cache %d blocks x %d tokens; up to %d sequences and %d tokens a step; metrics %s\n",
       deployment.model_name.c_str(), info.config.model_type.c_str(),
       static_cast<long long>(info.config.num_layers), static_cast<long long>(info.config.vocab_size),
       static_cast<long long>(info.max_context), model.device.c_str(), static_cast<long long>(model.tp),
       static_cast<long long>(model.pp), (*handle)->tokenizer() ? "" : ", no tokenizer: token ids only",
-      endpoints.grpc().address().c_str(), info.kv_blocks, info.kv_block_size,
+      endpoints.grpc().address().c_str(), info.kv_blocks, info.kv_block_size, info.max_seqs,
+      info.max_tokens_per_step,
       endpoints.MetricsUrl(serve.host).c_str());
   std::fflush(stdout);
 

@@ -113,6 +113,7 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
   FillSampling(request.sampling(), request.top_logprobs(), out);
   if (absl::Status s = FillStopping(request.stopping(), out); !s.ok()) return s;
   out.priority = request.priority();
+  out.cache_salt = request.cache_salt();
   out.deadline = deadline;
   out.detokenize = tokenizer != nullptr;
   return out;
@@ -213,6 +214,7 @@ void AppendOutput(const RequestOutput& output, v1::GenerateResponse* response) {
   usage->set_prompt_tokens(output.prompt_tokens);
   usage->set_completion_tokens(output.completion_tokens);
   usage->set_preemptions(output.preemptions);
+  usage->set_cached_prompt_tokens(output.cached_prompt_tokens);
   v1::Timings* timings = response->mutable_timings();
   timings->set_queue_ms(output.timings.queue_ms);
   timings->set_time_to_first_token_ms(output.timings.ttft_ms);

@@ -171,6 +171,7 @@ TEST_P(CudaOpsTest, Linear) {
       OwnedTensor hout = MakeTensor(cpu_, DType::kF32, {m, c.n});
       LinearWeight hw;
       hw.weight = hwt.t;
+      hw.format = StorageFormat::Float(DType::kF32);
       ASSERT_TRUE(cpu_.Linear(hx.t, hw, hout.t).ok());
       const std::vector<float> ref = Download(cpu_, hout.t);
       std::vector<float> ref_bias = ref;
@@ -196,6 +197,7 @@ TEST_P(CudaOpsTest, Linear) {
             gpu_->mutable_options().autotune_linear = variant == 6;
             LinearWeight dw;
             dw.weight = dwt.t;
+            dw.format = StorageFormat::Float(dtype_);  // declared, as the loader declares it
             if (bias) dw.bias = dbt.t;
             OwnedTensor dout = DevOut({m, c.n}, out_t);
             const auto st = gpu_->Linear(dx.t, dw, dout.t);

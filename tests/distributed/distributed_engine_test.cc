@@ -55,40 +55,50 @@ void ExpectReferenceGreedyTokens(const char* name, const ParallelOptions& parall
   }
   Engine& engine = *(*group)->engine();
   const auto prompts = testing::LoadFixturePrompts(name);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<RequestId, std::vector<int32_t>> tokens;
-  int finished = 0;
-  std::vector<RequestId> ids;
-  for (const auto& p : prompts) {
-    GenerateRequest r;
-    // As in tests/runtime: the reference generated with id 0 masked as padding.
-    for (int32_t id : p.prompt)
-      if (id != 0) r.prompt_tokens.push_back(id);
-    r.sampling.temperature = 0.0f;
-    r.stop.max_tokens = 24;
-    r.stop.ignore_eos = true;
-    r.detokenize = false;
-    auto id = engine.Submit(r, [&](RequestOutput out) {
-      std::lock_guard<std::mutex> lock(mu);
-      auto& t = tokens[out.id];
-      t.insert(t.end(), out.token_ids.begin(), out.token_ids.end());
-      if (out.finished) {
-        EXPECT_EQ(out.finish_reason, FinishReason::kLength) << out.status;
-        ++finished;
-        cv.notify_all();
-      }
-    });
-    ASSERT_TRUE(id.ok()) << id.status();
-    ids.push_back(*id);
+  // Two waves of the same four prompts: the second reads their full blocks from the prefix cache
+  // (block tables that point at blocks computed for other requests, on every rank).
+  for (int wave = 0; wave < 2; ++wave) {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::map<RequestId, std::vector<int32_t>> tokens;
+    std::map<RequestId, int32_t> cached;
+    int finished = 0;
+    std::vector<RequestId> ids;
+    for (const auto& p : prompts) {
+      GenerateRequest r;
+      // As in tests/runtime: the reference generated with id 0 masked as padding.
+      for (int32_t id : p.prompt)
+        if (id != 0) r.prompt_tokens.push_back(id);
+      r.sampling.temperature = 0.0f;
+      r.stop.max_tokens = 24;
+      r.stop.ignore_eos = true;
+      r.detokenize = false;
+      auto id = engine.Submit(r, [&](RequestOutput out) {
+        std::lock_guard<std::mutex> lock(mu);
+        auto& t = tokens[out.id];
+        t.insert(t.end(), out.token_ids.begin(), out.token_ids.end());
+        if (out.finished) {
+          EXPECT_EQ(out.finish_reason, FinishReason::kLength) << out.status;
+          cached[out.id] = out.cached_prompt_tokens;
+          ++finished;
+          cv.notify_all();
+        }
+      });
+      ASSERT_TRUE(id.ok()) << id.status();
+      ids.push_back(*id);
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return finished == 4; }));
+    }
+    int32_t cached_tokens = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(tokens[ids[i]], prompts[i].greedy) << name << " prompt " << i << " at tp " << parallel.tp
+                                                   << " pp " << parallel.pp << " wave " << wave;
+      cached_tokens += cached[ids[i]];
+    }
+    if (wave == 1) EXPECT_GT(cached_tokens, 0) << "the second wave reads its prompts' blocks from the cache";
   }
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return finished == 4; }));
-  }
-  for (size_t i = 0; i < prompts.size(); ++i)
-    EXPECT_EQ(tokens[ids[i]], prompts[i].greedy) << name << " prompt " << i << " at tp " << parallel.tp
-                                                 << " pp " << parallel.pp;
   engine.Shutdown(true);
   group->reset();  // tells the workers to stop
 }

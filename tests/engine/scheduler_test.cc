@@ -31,7 +31,8 @@ class SchedulerTest : public ::testing::Test {
       auto seq = std::make_unique<Sequence>();
       seq->id = static_cast<RequestId>(seqs_.size() + 1);
       seq->arrival_order = seqs_.size();
-      seq->tokens.assign(prompt_len_, 1);
+      // Each prompt its own tokens: no prefix is shared unless a test makes one.
+      seq->tokens.assign(prompt_len_, static_cast<int32_t>(seqs_.size() + 1));
       seq->prompt_len = prompt_len_;
       seq->request.stop.max_tokens = max_tokens_;
       s.AddWaiting(seq.get());
@@ -205,8 +206,39 @@ TEST_F(SchedulerTest, PreemptionOfAnInFlightSequenceKeepsItsPendingToken) {
   ASSERT_TRUE(s.Schedule(plan_, c));
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].seq, second);
+  // Its first block was published when computed and stayed cached when preempted: it resumes
+  // after it.
+  EXPECT_EQ(c[0].start, 16);
+  EXPECT_EQ(c[0].num_tokens, 1);
+  EXPECT_GE(plan_.token_ids[0], 0) << "its token was collected meanwhile";
+}
+
+// The same without prefix caching: everything is recomputed.
+TEST_F(SchedulerTest, PreemptedSequenceRecomputesWithoutPrefixCaching) {
+  prompt_len_ = 16;
+  max_tokens_ = 3;
+  SchedulerOptions o;
+  o.max_tokens_per_step = 4096;
+  o.max_seqs = 256;
+  o.block_size = 16;
+  o.num_blocks = 3;
+  o.block_table_width = 64;
+  o.chain_steps = true;
+  o.prefix_caching = false;
+  Scheduler s(o);
+  AddSequences(s, 2);
+  std::vector<ScheduledSequence> a, b, c;
+  ASSERT_TRUE(s.Schedule(plan_, a));
+  ASSERT_TRUE(s.Schedule(plan_, b));
+  Sequence* second = a[1].seq;
+  EXPECT_EQ(second->preemptions, 1);
+  Collect(a);
+  s.Remove(a[0].seq);
+  Collect(b);
+  ASSERT_TRUE(s.Schedule(plan_, c));
+  ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].num_tokens, 17);
-  EXPECT_GE(plan_.token_ids[16], 0) << "its token was collected meanwhile";
+  EXPECT_GE(plan_.token_ids[16], 0);
 }
 
 // Admission counts the expected growth of the running sequences: a burst of long requests is not

@@ -93,7 +93,7 @@ TEST(LifecycleTest, ModelWithoutTokenizerServesTokenIdsOnly) {
 // 20 blocks of 16 tokens hold at most 320 tokens; 12 requests of up to 220 tokens each need far
 // more at once. Requests are preempted and recomputed, and every output equals its solo run.
 TEST(LifecycleTest, PreemptionUnderSmallKvCacheKeepsOutputs) {
-  auto server = ServerProcess::Start({"--model", ModelDir("llama-tiny"), "--kv-cache-blocks", "20",
+  auto server = ServerProcess::Start({"--model", ModelDir("llama-tiny"), "--kv-cache-blocks", "20", "--max-seqs", "12",
                                       "--block-size", "16", "--max-context", "320"});
   ASSERT_NE(server, nullptr);
   std::vector<v1::GenerateRequest> requests;

@@ -164,7 +164,7 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
   }
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (modes && c.out.dtype() == c.act && ctx.fp8_workspace != nullptr &&
-      !fp8_cublas_refused_.count({c.n, c.k, c.out.dtype() == DType::kF32, static_cast<int>(c.w->format.granularity)}))
+      !fp8_cublas_refused_.count({c.m, c.n, c.k, static_cast<int>(c.w->format.granularity)}))
     return {LinearKernel::kFp8CublasLt, 0};
   return {LinearKernel::kFp8Dequant, 0};
 }
@@ -222,19 +222,47 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
   return absl::OkStatus();
 }
 
+namespace {
+
+// Rows of x that the FP8 workspace holds at once, quantized, with their scales.
+int64_t Fp8ChunkRows(const LinearCall& c, const CublasFp8Modes& modes, const LinearContext& ctx) {
+  const int64_t groups = (c.k + 127) / 128;
+  const int64_t scale_bytes = modes.quantize == cuda::Fp8ActivationScaling::kPerGroup ? 4 * groups
+                              : modes.quantize == cuda::Fp8ActivationScaling::kPerToken ? 4
+                                                                                         : 0;
+  const int64_t reserve = 1024;  // alignment of the scales after the rows
+  return (static_cast<int64_t>(ctx.fp8_workspace_bytes) - reserve) / (c.k + scale_bytes) / 16 * 16;
+}
+
+// The first chunk's FP8 GEMM, planned (cuBLASLt's heuristic asked) but not run.
+absl::Status ProbeFp8Cublas(const LinearCall& c, const LinearContext& ctx) {
+  const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
+  if (!modes) return absl::UnimplementedError("no cuBLASLt scale modes for this format");
+  cuda::Fp8GemmArgs a;
+  a.x = ctx.fp8_workspace;
+  a.w = c.w->weight.data();
+  a.x_scale = a.w_scale = c.w->scale.data_as<const float>();
+  a.x_mode = modes->x;
+  a.w_mode = modes->w;
+  a.bias = BiasOf(c);
+  a.out = c.out.data();
+  a.out_dtype = c.out.dtype();
+  a.m = std::min<int64_t>(c.m, Fp8ChunkRows(c, *modes, ctx));
+  a.n = c.n;
+  a.k = c.k;
+  if (a.m < 1) return absl::UnimplementedError("the FP8 workspace holds no row");
+  return ctx.gemm->PlanFp8(a);
+}
+
+}  // namespace
+
 // Quantizes x a chunk of rows at a time into the FP8 workspace (E4M3 rows, then their scales),
 // each chunk followed by its GEMM. If cuBLASLt has no algorithm for the combination, the shape
 // is remembered and this call (and later ones) take the dequantizing GEMM.
 absl::Status LinearKernels::RunFp8Cublas(const LinearCall& c, const LinearContext& ctx) {
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (!modes) return RunFp8Dequant(c, ctx);
-  const int64_t groups = (c.k + 127) / 128;
-  const int64_t scale_bytes = modes->quantize == cuda::Fp8ActivationScaling::kPerGroup ? 4 * groups
-                              : modes->quantize == cuda::Fp8ActivationScaling::kPerToken ? 4
-                                                                                          : 0;
-  const int64_t reserve = 1024;  // alignment of the scales after the rows
-  const int64_t rows = std::min<int64_t>(
-      c.m, (static_cast<int64_t>(ctx.fp8_workspace_bytes) - reserve) / (c.k + scale_bytes) / 16 * 16);
+  const int64_t rows = std::min<int64_t>(c.m, Fp8ChunkRows(c, *modes, ctx));
   if (rows < 1) return RunFp8Dequant(c, ctx);
   char* q = static_cast<char*>(ctx.fp8_workspace);
   float* scales = reinterpret_cast<float*>(q + (rows * c.k + 255) / 256 * 256);
@@ -260,9 +288,10 @@ absl::Status LinearKernels::RunFp8Cublas(const LinearCall& c, const LinearContex
     a.n = c.n;
     a.k = c.k;
     const absl::Status st = ctx.gemm->RunFp8(a, ctx.stream);
-    if (absl::IsUnimplemented(st) && r0 == 0) {
-      fp8_cublas_refused_.insert(
-          {c.n, c.k, c.out.dtype() == DType::kF32, static_cast<int>(c.w->format.granularity)});
+    if (absl::IsUnimplemented(st)) {
+      // Choose probed the first chunk; a shorter last one can still be refused: the whole call
+      // then takes the dequantizing GEMM (it rewrites every row, so the output stays one kernel's).
+      fp8_cublas_refused_.insert({c.m, c.n, c.k, static_cast<int>(c.w->format.granularity)});
       if (LogLinearChoice())
         std::fprintf(stderr, "FP8 linear %lld x %lld: %s; the dequantizing GEMM takes it\n",
                      static_cast<long long>(c.n), static_cast<long long>(c.k), std::string(st.message()).c_str());
@@ -274,7 +303,19 @@ absl::Status LinearKernels::RunFp8Cublas(const LinearCall& c, const LinearContex
 }
 
 absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, const LinearContext& ctx) {
-  if (c.w->format.element == DType::kF8E4M3) return ChooseFp8(c, ctx);
+  if (c.w->format.element == DType::kF8E4M3) {
+    const LinearKernelChoice choice = ChooseFp8(c, ctx);
+    if (choice.kernel != LinearKernel::kFp8CublasLt) return choice;
+    // cuBLASLt's FP8 rules (shapes, scale modes) vary between versions: ask it now, so that a
+    // refusal is the dequantizing GEMM from the start (and the op is labelled by what runs).
+    const absl::Status probe = ProbeFp8Cublas(c, ctx);
+    if (absl::IsUnimplemented(probe)) {
+      fp8_cublas_refused_.insert({c.m, c.n, c.k, static_cast<int>(c.w->format.granularity)});
+      return LinearKernelChoice{LinearKernel::kFp8Dequant, 0};
+    }
+    RETURN_IF_ERROR(probe);
+    return choice;
+  }
   if (c.w->format.int4()) return ChooseW4A16(c, ctx);
   const CudaBackendOptions& o = options_;
   LinearKernelChoice choice{LinearKernel::kCublasLt, 0};

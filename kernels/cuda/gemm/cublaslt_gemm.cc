@@ -161,8 +161,14 @@ struct CublasLtGemm::Impl {
                                                                 &align_c, sizeof(align_c)));
     cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
     int found = 0;
-    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->c, plan->c, pref,
-                                                          kMaxCandidates, results, &found));
+    const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->c,
+                                                                     plan->c, pref, kMaxCandidates, results, &found);
+    // FP8 GEMMs have shape and scale-mode rules that vary between cuBLASLt versions (an H100 with
+    // cuBLASLt 13.1 refuses e.g. N = 130, or 128x128 weight blocks at M = 2 with NOT_SUPPORTED
+    // or INVALID_VALUE): such a refusal is "no algorithm", which the caller turns into its
+    // dequantizing GEMM, not an error.
+    if (fp8 && (heuristic == CUBLAS_STATUS_NOT_SUPPORTED || heuristic == CUBLAS_STATUS_INVALID_VALUE)) found = 0;
+    else CUBLAS_RETURN_IF_ERROR(heuristic);
     if (found == 0)
       return absl::UnimplementedError(absl::StrCat("Linear: cuBLASLt has no algorithm for m ", m, " n ", n, " k ", k,
                                                    " ", fp8 ? std::string("float8_e4m3fn") : std::string(DTypeName(dtype)),
@@ -189,12 +195,18 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(void* workspa
 
 size_t CublasLtGemm::cached_plans() const { return impl_->plans.size(); }
 
-absl::Status CublasLtGemm::RunFp8(const Fp8GemmArgs& a, Stream stream) {
-  if (a.m == 0) return absl::OkStatus();
-  if (a.m < 0 || a.n <= 0 || a.k <= 0 || a.k % 16 != 0 || !a.x_scale || !a.w_scale ||
+absl::Status CublasLtGemm::PlanFp8(const Fp8GemmArgs& a) {
+  if (a.m < 1 || a.n <= 0 || a.k <= 0 || a.k % 16 != 0 || !a.x_scale || !a.w_scale ||
       (a.out_dtype != DType::kBF16 && a.out_dtype != DType::kF16))
     return absl::UnimplementedError(absl::StrCat("Linear: no FP8 GEMM for m ", a.m, " n ", a.n, " k ", a.k, " -> ",
                                                  std::string(DTypeName(a.out_dtype))));
+  const int modes = static_cast<int>(a.x_mode) * 8 + static_cast<int>(a.w_mode);
+  return impl_->GetPlan(DType::kU8, a.out_dtype, a.x, a.w, a.bias, a.out, a.m, a.n, a.k, modes).status();
+}
+
+absl::Status CublasLtGemm::RunFp8(const Fp8GemmArgs& a, Stream stream) {
+  if (a.m == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(PlanFp8(a));
   const int modes = static_cast<int>(a.x_mode) * 8 + static_cast<int>(a.w_mode);
   ASSIGN_OR_RETURN(Plan* plan, impl_->GetPlan(DType::kU8, a.out_dtype, a.x, a.w, a.bias, a.out, a.m, a.n, a.k, modes));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.w_scale,

@@ -49,6 +49,10 @@ class CublasLtGemm {
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
+  // Plans RunFp8's GEMM for these shapes, modes and operand alignments without running it:
+  // Unimplemented when cuBLASLt has no algorithm (or refuses the combination).
+  absl::Status PlanFp8(const Fp8GemmArgs& args);
+
   // x, w (and bias) of `dtype`; out of `out_dtype` (== dtype, or f32).
   absl::Status Run(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias, void* out, int64_t m,
                    int64_t n, int64_t k, Stream stream);

@@ -13,8 +13,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libpcre2-dev libicu-dev
-  python3 python3-grpcio python3-protobuf python3-jinja2 python3-numpy gnuplot-nox
+  nlohmann-json3-dev libpcre2-dev libicu-dev libboost-dev libssl-dev
+  python3 python3-grpcio python3-protobuf python3-jinja2 python3-numpy gnuplot-nox openssl curl
 )
 
 install=1

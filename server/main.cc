@@ -4,6 +4,7 @@
 #include <string>
 
 #include "server/cli/commands.h"
+#include "server/cli/flags.h"
 
 namespace {
 
@@ -15,7 +16,7 @@ constexpr char kUsage[] =
     "  serve      serve a model over gRPC, with Prometheus metrics\n"
     "  loadtest   load-test a server: latency percentiles, throughput, SLA goodput\n"
     "  chat-template  render a chat template on a conversation: text and token ids\n\n"
-    "Run 'llm <command> --help' for the flags of a command.\n";
+    "Run 'llm <command> --help' for the flags of a command, 'llm --version' for the version.\n";
 
 struct Command {
   const char* name;
@@ -36,6 +37,10 @@ int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "version")) {
+    std::printf("llm %s\n", llm::cli::VersionString().c_str());
+    return 0;
   }
   for (const Command& c : kCommands)
     if (std::strcmp(argv[1], c.name) == 0) return c.run(argc - 1, argv + 1);

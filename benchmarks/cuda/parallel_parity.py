@@ -94,6 +94,17 @@ def main():
 
     models = []
     trained = os.path.join(ROOT, "launch", "model")
+    if os.path.exists(os.path.join(trained, "weights.tar.xz")):
+        # The weights are kept compressed in the repository: assemble the model folder here.
+        import shutil, tarfile
+        assembled = os.path.join(args.workdir, "launch_model")
+        os.makedirs(assembled, exist_ok=True)
+        for f in os.listdir(trained):
+            if f.endswith(".json") or f.endswith(".jinja"):
+                shutil.copy(os.path.join(trained, f), assembled)
+        with tarfile.open(os.path.join(trained, "weights.tar.xz")) as t:
+            t.extractall(assembled)
+        trained = assembled
     if os.path.exists(os.path.join(trained, "heldout_reference.json")):
         ids = json.load(open(os.path.join(trained, "heldout_reference.json")))["token_ids"]
         models.append(("launch/model (trained, held-out text)", trained, np.array(ids, dtype=np.int32), True))

@@ -9,7 +9,7 @@
 source "$(dirname "$0")/lib.sh"
 MODEL=${MODEL:-$REPO/tests/data/models/llama-tiny}
 need_binaries "$LLM" "$LLM_CLIENT"
-start_server serve TERM "$LLM" serve --model "$MODEL" --host 127.0.0.1 --port 0 --metrics-port -1 --threads 2 \
+start_server serve TERM "$LLM" serve --model "$MODEL" --host 127.0.0.1 --port 0 --http-port 0 --metrics-port -1 --threads 2 \
   --max-seqs 16
 wait_serving
 common=(--connections 2 --progress-interval 2 --seed 8)

@@ -17,7 +17,8 @@ class Histogram {
   explicit Histogram(std::vector<double> bounds);
 
   void Observe(double value);
-  void Render(std::string_view name, std::string_view help, std::string* out) const;
+  // `labels`: extra labels for every sample, e.g. `model_name="llama"` (empty: none).
+  void Render(std::string_view name, std::string_view help, std::string* out, std::string_view labels = "") const;
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
   double sum() const { return sum_.load(std::memory_order_relaxed); }
 
@@ -29,6 +30,8 @@ class Histogram {
   static std::vector<double> StepPhaseBounds();
   // 1, 2, 4, ... 16384: fits sequences and tokens per step.
   static std::vector<double> PowersOfTwoBounds();
+  // 1, 2, 5, 10, 20, 50, ... 1e6 tokens: prompt and generation lengths of requests.
+  static std::vector<double> TokenCountBounds();
 
  private:
   std::vector<double> bounds_;

@@ -66,6 +66,10 @@ absl::Status FlagSet::Parse(int argc, char** argv) {
       help_ = true;
       return absl::OkStatus();
     }
+    if (arg == "--version") {
+      version_ = true;
+      return absl::OkStatus();
+    }
     if (arg.rfind("--", 0) != 0)
       return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
     std::string name = arg.substr(2), value;
@@ -101,6 +105,11 @@ std::string FlagSet::Usage() const {
   return out;
 }
 
+std::string VersionString() {
+  const std::string commit = LLM_GIT_COMMIT;
+  return commit.empty() ? std::string(LLM_VERSION) : absl::StrCat(LLM_VERSION, " (commit ", commit, ")");
+}
+
 std::optional<int> HandleParse(FlagSet& flags, int argc, char** argv) {
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) {
     const char* program = flags.program().c_str();
@@ -110,6 +119,10 @@ std::optional<int> HandleParse(FlagSet& flags, int argc, char** argv) {
   }
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
+    return 0;
+  }
+  if (flags.version_requested()) {
+    std::printf("%s %s\n", flags.program().c_str(), VersionString().c_str());
     return 0;
   }
   return std::nullopt;

@@ -29,6 +29,7 @@ class FlagSet {
   // argv[0] is the subcommand. Sets help_requested() on --help/-h.
   absl::Status Parse(int argc, char** argv);
   bool help_requested() const { return help_; }
+  bool version_requested() const { return version_; }
   bool IsSet(const std::string& name) const;
   const std::string& program() const { return program_; }
   std::string Usage() const;
@@ -49,9 +50,14 @@ class FlagSet {
   std::string summary_;
   std::vector<Flag> flags_;
   bool help_ = false;
+  bool version_ = false;
 };
 
-// Runs a subcommand: prints usage on --help (exit 0), the error and a hint on a bad flag (exit 2).
+// "0.1.0 (commit abc1234)": what --version prints after the program's name.
+std::string VersionString();
+
+// Runs a subcommand: prints usage on --help and the version on --version (exit 0), the error and
+// a hint on a bad flag (exit 2).
 // Returns std::nullopt when the command should go on.
 std::optional<int> HandleParse(FlagSet& flags, int argc, char** argv);
 

@@ -61,7 +61,7 @@ int RunGenerate(int argc, char** argv) {
   ModelFlags model;
   model.Register(flags);
   std::string prompt, prompt_ids;
-  int64_t max_tokens = 64, min_tokens = 0, top_k = 0, seed = 0, logprobs = 0;
+  int64_t max_tokens = 16, min_tokens = 0, top_k = 0, seed = 0, logprobs = 0;
   double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, presence = 0.0, frequency = 0.0;
   bool ignore_eos = false, json = false, no_special = false;
   std::vector<std::string> stop;
@@ -71,7 +71,7 @@ int RunGenerate(int argc, char** argv) {
   flags.Int("max-tokens", &max_tokens, "tokens to generate at most");
   flags.Int("min-tokens", &min_tokens, "tokens to generate before EOS or a stop may end the output");
   flags.Float("temperature", &temperature, "sampling temperature; 0 is greedy");
-  flags.Int("top-k", &top_k, "keep the k most likely tokens (0: off)");
+  flags.Int("top-k", &top_k, "keep the k most likely tokens (0 or -1: off)");
   flags.Float("top-p", &top_p, "nucleus sampling mass in (0, 1]");
   flags.Float("min-p", &min_p, "drop tokens below min-p x the top probability");
   flags.Float("repetition-penalty", &repetition_penalty, "penalty on tokens already seen (1: off)");
@@ -111,7 +111,7 @@ int RunGenerate(int argc, char** argv) {
   }
   request.detokenize = tokenizer != nullptr;
   request.sampling.temperature = static_cast<float>(temperature);
-  request.sampling.top_k = static_cast<int32_t>(top_k);
+  request.sampling.top_k = static_cast<int32_t>(top_k == -1 ? 0 : top_k);  // -1: vLLM's "off"
   request.sampling.top_p = static_cast<float>(top_p);
   request.sampling.min_p = static_cast<float>(min_p);
   request.sampling.repetition_penalty = static_cast<float>(repetition_penalty);
@@ -144,6 +144,9 @@ int RunGenerate(int argc, char** argv) {
     if (!json && !out.text.empty()) {
       std::fputs(out.text.c_str(), stdout);
       std::fflush(stdout);
+    } else if (!json && !tokenizer) {  // a model without a tokenizer: its token ids
+      for (int32_t id : out.token_ids) std::printf("[%d]", id);
+      std::fflush(stdout);
     }
     if (!out.finished) continue;
     if (out.finish_reason == FinishReason::kError) return Fail(out.status, 1);
@@ -162,6 +165,8 @@ int RunGenerate(int argc, char** argv) {
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       std::printf("\n");
+      if (logprobs > 0) std::printf("%s\n", nlohmann::json({{"logprobs", logprob_list}}).dump().c_str());
+      std::fflush(stdout);
       std::fprintf(stderr, "[%d prompt + %d generated tokens, finish: %s, %.1f tokens/s]\n", out.prompt_tokens,
                    out.completion_tokens, std::string(FinishReasonName(out.finish_reason)).c_str(),
                    out.timings.decode_ms > 0 ? 1000.0 * (out.completion_tokens - 1) / out.timings.decode_ms : 0.0);

@@ -2,6 +2,7 @@
 // here and passed down as a LoadtestConfig.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <tuple>
 
@@ -117,7 +118,8 @@ absl::Status Finish(const FlagSet& flags, const RawFlags& raw, loadtest::Loadtes
 int RunLoadtest(int argc, char** argv) {
   FlagSet flags(
       "loadtest",
-      "Load-tests an `llm serve` server over its gRPC API (streamed Generate calls): open-loop Poisson or\n"
+      "Load-tests an `llm serve` server over its gRPC API (streamed Generate calls), or any OpenAI-compatible\n"
+      "server over HTTP (--backend openai: streamed /v1/completions; openai-chat: /v1/chat/completions): open-loop Poisson or\n"
       "bursty arrivals (--rate) or closed-loop concurrency (--concurrency), synthetic or dataset prompts;\n"
       "reports TTFT, TPOT, inter-token latency, end-to-end latency (P50/P90/P99/max), throughput and "
       "errors.\n"
@@ -126,14 +128,19 @@ int RunLoadtest(int argc, char** argv) {
       "  llm loadtest --target localhost:50051 --rate 4 --num-requests 500 --input-len 1000 --output-len "
       "1000\n"
       "  llm loadtest --concurrency 1,8,32 --duration 60s --dataset sharegpt.json --plot-dir plots\n"
-      "  llm loadtest --sla mlperf-llama2-70b --sla-search --num-requests 300 --json-out report.json");
+      "  llm loadtest --sla mlperf-llama2-70b --sla-search --num-requests 300 --json-out report.json\n"
+      "  llm loadtest --backend openai --target http://localhost:8000 --concurrency 64 --num-requests 500");
   loadtest::LoadtestConfig c;
   RawFlags raw;
   double max_error_rate = 0;
-  flags.String("target", &c.target, "the server, HOST:PORT");
+  flags.String("backend", &c.backend, "grpc, openai (/v1/completions over HTTP) or openai-chat (/v1/chat/completions)");
+  flags.String("target", &c.target, "the server: HOST:PORT for grpc, http://HOST:PORT for openai");
+  flags.String("server", &c.target, "the same as --target (the clients' name for it)");
+  flags.String("api-key", &c.api_key, "the server's --api-key (default: the LLM_API_KEY environment variable)");
   flags.String("connect-timeout", &raw.connect_timeout,
                "seconds to wait for the server (and its model) at start");
-  flags.Int("connections", &raw.connections, "gRPC connections (HTTP/2) the calls are spread over");
+  flags.Int("connections", &raw.connections,
+            "gRPC connections (HTTP/2) the calls are spread over; openai: the client's I/O threads");
   flags.String("rate", &raw.rate, "open loop: requests/s, comma-separated to sweep; 'inf' sends all at once");
   flags.String("rates", &raw.rate, "the same as --rate");
   flags.Float("burstiness", &c.burstiness, "gamma shape of inter-arrival gaps: 1 Poisson, < 1 bursty");
@@ -150,6 +157,13 @@ int RunLoadtest(int argc, char** argv) {
       "dataset", &c.dataset_path,
       "JSONL or JSON prompts: {\"prompt\",\"output_len\"}, ShareGPT \"conversations\", \"messages\"");
   flags.Float("temperature", &c.temperature, "sampling temperature (0: greedy)");
+  flags.Int("shared-prefix-len", &c.shared_prefix_len,
+            "synthetic: every prompt starts with one of --shared-prefixes fixed random prefixes of this many tokens");
+  flags.Int("shared-prefixes", &c.shared_prefixes, "distinct shared prefixes (with --shared-prefix-len)");
+  flags.Int("turns", &c.turns,
+            "synthetic multi-turn conversations: each turn resends the history (earlier prompts and output-length "
+            "stand-ins for the answers) plus --input-len new tokens; TTFT is reported per turn");
+  flags.Int("conversations", &c.conversations, "conversations replayed round-robin (with --turns)");
   flags.Bool("honor-eos", &c.honor_eos,
              "stop at the model's EOS (default: ignore it, outputs have their length)");
   flags.String("request-timeout", &raw.request_timeout, "gRPC deadline of each request (seconds or 10m)");
@@ -178,6 +192,9 @@ int RunLoadtest(int argc, char** argv) {
                "seconds between progress lines on stderr (0: none)");
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
   if (absl::Status s = Finish(flags, raw, c); !s.ok()) return Fail(s, 2);
+  if (!flags.IsSet("target") && !flags.IsSet("server") && c.backend != "grpc") c.target = "http://localhost:8000";
+  if (c.api_key.empty())
+    if (const char* key = std::getenv("LLM_API_KEY")) c.api_key = key;
   if (c.sla) c.sla->max_error_rate = max_error_rate;
   bool all_ok = false;
   if (absl::Status s = loadtest::RunLoadtest(c, &all_ok); !s.ok())

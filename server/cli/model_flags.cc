@@ -5,12 +5,14 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "engine/backend/backend_factory.h"
+#include "parallel/nccl_communicator.h"
 
 namespace llm::cli {
 
 void ModelFlags::Register(FlagSet& f) {
   f.String("model", &model, "Hugging Face model folder (config.json, *.safetensors, tokenizer.json)");
-  f.String("device", &device, "cpu or cuda");
+  f.String("device", &device, "auto, cpu or cuda (auto: cuda when this build has it and a GPU is usable)");
   f.String("dtype", &dtype, "auto, bf16, fp16 or fp32 (the CPU backend computes in fp32)");
   f.Int("threads", &threads, "CPU backend threads (0: all cores)");
   f.Int("max-context", &max_context, "longest prompt + output in tokens (0: the model's)");
@@ -49,7 +51,14 @@ void ModelFlags::Register(FlagSet& f) {
          "outputs are the same across restarts and layouts (may be a few percent slower)");
 }
 
+std::string ModelFlags::Device() const {
+  if (device != "auto") return device;
+  return CudaBackendBuilt() && CudaDeviceCount() > 0 ? "cuda" : "cpu";
+}
+
 absl::Status ModelFlags::Validate() const {
+  if (device != "auto" && !ParseDeviceKind(device).ok())
+    return absl::InvalidArgumentError(absl::StrCat("--device must be auto, cpu or cuda, got '", device, "'"));
   if (output_threads < 1 || output_threads > 64)
     return absl::InvalidArgumentError(absl::StrCat("--output-threads must be in [1, 64], got ", output_threads));
   if (!(gpu_memory_fraction > 0.0 && gpu_memory_fraction <= 1.0))
@@ -91,7 +100,7 @@ std::string ModelFlags::ModelDir() const {
 EngineBuildOptions ModelFlags::ToBuildOptions() const {
   EngineBuildOptions o;
   o.model_dir = ModelDir();
-  o.device = device;
+  o.device = Device();
   o.dtype = dtype;
   o.num_threads = static_cast<int>(threads);
   o.max_context = max_context;

@@ -12,7 +12,7 @@ namespace llm::cli {
 
 struct ModelFlags {
   std::string model;
-  std::string device = "cpu";
+  std::string device = "auto";  // auto: cuda when this build has it and a GPU is usable
   std::string dtype = "auto";
   int64_t threads = 0;
   int64_t max_context = 0;
@@ -41,6 +41,8 @@ struct ModelFlags {
   absl::Status Validate() const;
   // The model folder to use: --model, else the small model kept in the repository.
   std::string ModelDir() const;
+  // --device with "auto" resolved: "cuda" when this build has CUDA and a GPU is visible.
+  std::string Device() const;
   EngineBuildOptions ToBuildOptions() const;
   absl::StatusOr<ParallelOptions> ToParallelOptions() const;
   // Launched by mpirun, or asked for more than one rank.

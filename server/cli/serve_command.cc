@@ -1,36 +1,95 @@
-// llm serve: serves a model over gRPC (llm.v1.Llm, grpc.health.v1, reflection) with Prometheus
-// metrics over HTTP, until SIGTERM or SIGINT. Then it drains: health turns NOT_SERVING, new
-// generations are refused with UNAVAILABLE, running ones finish (cancelled after
-// --drain-timeout-s, or at once on a second signal), and the process exits 0.
+// llm serve: serves a model over gRPC (llm.v1.Llm, grpc.health.v1, reflection) and over an
+// OpenAI-compatible HTTP API (with /health and Prometheus /metrics), both from one engine, until
+// SIGTERM or SIGINT. Then it drains: health turns NOT_SERVING (HTTP 503), new generations are
+// refused with UNAVAILABLE (503), running ones finish (cancelled after --drain-timeout-s, or at
+// once on a second signal), and the process exits 0.
 //
-// With one rank the gRPC port opens before the model loads (health NOT_SERVING meanwhile); under
+// Safe by default: both APIs listen on 127.0.0.1 unless --host says otherwise, with an API key
+// (--api-key) and TLS (--tls-cert/--tls-key) when asked; a port in use is an error.
+//
+// With one rank the ports open before the model loads (health NOT_SERVING meanwhile); under
 // mpirun the ranks load together first, then world rank 0 serves and the others run steps.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/generation_config.h"
 #include "server/cli/commands.h"
 #include "server/cli/model_flags.h"
 #include "server/grpc/grpc_server.h"
 #include "server/grpc/llm_service.h"
-#include "server/grpc/metrics_http_server.h"
 #include "server/grpc/proto_conversion.h"
 #include "server/grpc/serving_state.h"
+#include "server/http/http_server.h"
+#include "server/http/openai_api.h"
 
 namespace llm::cli {
 namespace {
 
 struct ServeFlags {
-  std::string host = "0.0.0.0";
+  std::string host = "127.0.0.1";
   int64_t port = 50051;
-  int64_t metrics_port = 9090;
+  int64_t http_port = 8000;
+  int64_t metrics_port = -1;
   int64_t max_message_bytes = 4 << 20;
   int64_t drain_timeout_s = 60;
   std::string chat_template;  // overrides the model's chat template
+  std::string api_key;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string served_model_name;
+  std::string generation_config = "auto";
+  int64_t max_priority = 0;
+  int64_t http_threads = 2;
+
+  absl::Status Validate() const {
+    for (const auto& [name, value] : {std::pair{"port", port}, std::pair{"http-port", http_port},
+                                      std::pair{"metrics-port", metrics_port}})
+      if (value < -1 || value > 65535)
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " must be in [0, 65535] (or -1: off), got ", value));
+    if (port < 0) return absl::InvalidArgumentError("--port must be in [0, 65535]");
+    if (tls_cert.empty() != tls_key.empty())
+      return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+    for (const auto& [name, path] : {std::pair{"tls-cert", tls_cert}, std::pair{"tls-key", tls_key}})
+      if (!path.empty() && !std::ifstream(path).good())
+        return absl::InvalidArgumentError(absl::StrCat("--", name, ": cannot read '", path, "'"));
+    if (max_priority < INT32_MIN || max_priority > INT32_MAX)
+      return absl::InvalidArgumentError("--max-priority is out of range");
+    if (http_threads < 1 || http_threads > 64)
+      return absl::InvalidArgumentError("--http-threads must be in [1, 64]");
+    if (served_model_name.find_first_of(" \t\n\"") != std::string::npos)
+      return absl::InvalidArgumentError("--served-model-name must not contain spaces or quotes");
+    return absl::OkStatus();
+  }
 };
+
+// The sampling defaults requests get: generation_config.json of the model folder (or of the
+// folder --generation-config names), none with --generation-config ignore.
+absl::StatusOr<GenerationDefaults> LoadGenerationDefaults(const std::string& choice, const std::string& model_dir) {
+  if (choice == "ignore" || choice == "vllm") return GenerationDefaults();
+  // A folder named by the operator must hold the file (the model's own may lack one).
+  if (choice != "auto" && !std::filesystem::exists(std::filesystem::path(choice) / "generation_config.json"))
+    return absl::InvalidArgumentError(
+        absl::StrCat("--generation-config: no generation_config.json in '", choice, "' (auto, ignore or a folder)"));
+  absl::StatusOr<GenerationDefaults> d = ReadGenerationDefaults(choice == "auto" ? model_dir : choice);
+  if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--generation-config: ", d.status().message()));
+  return d;
+}
+
+// The model's name for clients: --served-model-name, else the folder's name.
+std::string ServedName(const ServeFlags& serve, const std::string& model_dir) {
+  if (!serve.served_model_name.empty()) return serve.served_model_name;
+  const std::filesystem::path dir = std::filesystem::path(model_dir).lexically_normal();
+  std::string name = dir.filename().string();
+  if (name.empty()) name = dir.parent_path().filename().string();
+  return name;
+}
 
 int Fail(const absl::Status& status, int code) {
   std::fprintf(stderr, "llm serve: %s\n", std::string(status.message()).c_str());
@@ -52,6 +111,15 @@ sigset_t BlockShutdownSignals() {
   return set;
 }
 
+// Every HTTP connection and gRPC stream holds a descriptor: thousands of clients need more than
+// the usual soft limit of 1024, so take what the hard limit allows.
+void RaiseOpenFileLimit() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= files.rlim_max) return;
+  files.rlim_cur = files.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &files);
+}
+
 // Waits up to `timeout` (forever when infinite) for a blocked signal in `set`; 0 when none came.
 int WaitForSignal(const sigset_t& set, absl::Duration timeout) {
   for (;;) {
@@ -70,38 +138,64 @@ int WaitForSignal(const sigset_t& set, absl::Duration timeout) {
 
 class Endpoints {
  public:
-  absl::Status Start(const ServeFlags& flags, server::LlmService& service, server::ServingState& state) {
+  absl::Status Start(const ServeFlags& flags, server::LlmService& service, server::ServingState& state,
+                     server::OpenAiApi& api) {
     server::GrpcServerOptions options;
     options.host = flags.host;
     options.port = static_cast<int>(flags.port);
     options.max_message_bytes = flags.max_message_bytes;
+    options.tls_cert_file = flags.tls_cert;
+    options.tls_key_file = flags.tls_key;
     auto grpc = server::GrpcServer::Start(options, &service);
     if (!grpc.ok()) return grpc.status();
     grpc_ = *std::move(grpc);
-    if (flags.metrics_port >= 0) {
-      auto metrics = server::MetricsHttpServer::Start(flags.host, static_cast<int>(flags.metrics_port),
-                                                      [&state] { return state.RenderMetrics(); });
-      if (!metrics.ok()) return metrics.status();
-      metrics_ = *std::move(metrics);
+    server::HttpServerOptions http;
+    http.host = flags.host;
+    http.tls_cert_file = flags.tls_cert;
+    http.tls_key_file = flags.tls_key;
+    http.io_threads = static_cast<int>(flags.http_threads);
+    if (flags.http_port >= 0) {
+      http.port = static_cast<int>(flags.http_port);
+      auto server = server::HttpServer::Start(
+          http, [&api](server::HttpRequest r, std::shared_ptr<server::HttpResponder> w) { api.Handle(std::move(r), std::move(w)); });
+      if (!server.ok()) return absl::Status(server.status().code(), absl::StrCat("--http-port: ", server.status().message()));
+      http_ = *std::move(server);
     }
-    std::printf("llm serve: listening on %s (health NOT_SERVING until the model is loaded)\n",
-                grpc_->address().c_str());
+    if (flags.metrics_port >= 0) {
+      http.port = static_cast<int>(flags.metrics_port);
+      http.io_threads = 1;
+      auto server = server::HttpServer::Start(http, [&api](server::HttpRequest r, std::shared_ptr<server::HttpResponder> w) {
+        api.HandleMetricsOnly(std::move(r), std::move(w));
+      });
+      if (!server.ok())
+        return absl::Status(server.status().code(), absl::StrCat("--metrics-port: ", server.status().message()));
+      metrics_ = *std::move(server);
+    }
+    std::printf("llm serve: listening on %s (gRPC%s), %s (HTTP) (health NOT_SERVING until the model is loaded)\n",
+                grpc_->address().c_str(), grpc_->tls() ? ", TLS" : "", HttpUrl().c_str());
+    if (flags.host == "127.0.0.1" || flags.host == "localhost" || flags.host == "::1")
+      std::printf("llm serve: reachable from this machine only; --host 0.0.0.0 serves other machines%s\n",
+                  flags.api_key.empty() ? " (consider --api-key and --tls-cert/--tls-key then)" : "");
     std::fflush(stdout);
     return absl::OkStatus();
   }
   bool started() const { return grpc_ != nullptr; }
   server::GrpcServer& grpc() { return *grpc_; }
-  std::string MetricsUrl(const std::string& host) const {
-    return metrics_ ? absl::StrCat("http://", host, ":", metrics_->port(), "/metrics") : "off";
+  std::string HttpUrl() const { return http_ ? http_->url() : "off"; }
+  std::string MetricsUrl() const {
+    if (metrics_) return metrics_->url() + "/metrics";
+    return http_ ? http_->url() + "/metrics" : "off";
   }
   void Stop(absl::Duration grace) {
     if (grpc_) grpc_->Shutdown(grace);
+    http_.reset();
     metrics_.reset();
   }
 
  private:
   std::unique_ptr<server::GrpcServer> grpc_;
-  std::unique_ptr<server::MetricsHttpServer> metrics_;
+  std::unique_ptr<server::HttpServer> http_;
+  std::unique_ptr<server::HttpServer> metrics_;
 };
 
 // Drains after the first signal; see the file comment.
@@ -134,14 +228,32 @@ void Drain(const sigset_t& signals, absl::Duration timeout, server::ServingState
 int RunServe(int argc, char** argv) {
   FlagSet flags(
       "serve",
-      "Serves a model over gRPC (llm.v1.Llm, grpc.health.v1, reflection) with Prometheus metrics over\n"
-      "HTTP. SIGTERM/SIGINT/SIGUSR1 drain: new requests are refused, running ones finish, then exit 0 (under mpirun, send SIGUSR1 to mpirun or SIGTERM to rank 0).");
+      "Serves a model over gRPC (llm.v1.Llm, grpc.health.v1, reflection) and over an OpenAI-compatible HTTP\n"
+      "API (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics), on 127.0.0.1 unless --host\n"
+      "says otherwise. SIGTERM/SIGINT/SIGUSR1 drain: new requests are refused, running ones finish, then exit 0\n"
+      "(under mpirun, send SIGUSR1 to mpirun or SIGTERM to rank 0).");
   ModelFlags model;
   model.Register(flags);
   ServeFlags serve;
-  flags.String("host", &serve.host, "address to listen on (gRPC and metrics)");
+  flags.String("host", &serve.host, "address every port listens on (0.0.0.0: all interfaces)");
   flags.Int("port", &serve.port, "gRPC port (0: any free port, printed at start)");
-  flags.Int("metrics-port", &serve.metrics_port, "Prometheus /metrics HTTP port (0: any free port, -1: off)");
+  flags.Int("http-port", &serve.http_port,
+            "OpenAI-compatible HTTP port, also /health and /metrics (0: any free port, -1: off)");
+  flags.Int("metrics-port", &serve.metrics_port,
+            "a separate port for /metrics and /health only (0: any free port, -1: none; /metrics stays on --http-port)");
+  flags.String("api-key", &serve.api_key,
+               "require this key: HTTP 'Authorization: Bearer KEY', gRPC 'authorization: Bearer KEY' metadata "
+               "(health and metrics exempt; default: the LLM_API_KEY environment variable, else none)");
+  flags.String("tls-cert", &serve.tls_cert, "PEM certificate (chain): serve gRPC and HTTP over TLS (with --tls-key)");
+  flags.String("tls-key", &serve.tls_key, "PEM private key of --tls-cert");
+  flags.String("served-model-name", &serve.served_model_name,
+               "the model's name in the APIs (OpenAI 'model', ModelInfo, metrics' model_name; default: the folder's)");
+  flags.String("generation-config", &serve.generation_config,
+               "sampling defaults for unset request fields: auto (the model's generation_config.json), ignore, or a "
+               "folder holding a generation_config.json");
+  flags.Int("max-priority", &serve.max_priority,
+            "the highest scheduling priority a client may ask for (higher is refused; lower is always allowed)");
+  flags.Int("http-threads", &serve.http_threads, "I/O threads of the HTTP server");
   flags.Int("max-queue", &model.max_queue, "waiting requests before new ones get RESOURCE_EXHAUSTED");
   flags.Int("max-message-bytes", &serve.max_message_bytes, "largest gRPC message accepted or sent");
   flags.Int("drain-timeout-s", &serve.drain_timeout_s,
@@ -150,19 +262,27 @@ int RunServe(int argc, char** argv) {
                "chat template for the Chat RPC (Jinja file, or JSON with \"chat_template\"), instead of the model's");
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
   if (absl::Status s = model.Validate(); !s.ok()) return Fail(s, 2);
+  if (absl::Status s = serve.Validate(); !s.ok()) return Fail(s, 2);
+  if (!flags.IsSet("api-key"))
+    if (const char* key = std::getenv("LLM_API_KEY"); key != nullptr) serve.api_key = key;
   if (model.ModelDir().empty())
     return Fail(
         absl::InvalidArgumentError(
             "--model is required: the repository's default model (launch/model) is not in this build"),
         2);
   if (model.max_queue < 1) return Fail(absl::InvalidArgumentError("--max-queue must be at least 1"), 2);
+  // Read before anything listens or loads, so that a bad file is a usage error at once.
+  absl::StatusOr<GenerationDefaults> defaults = LoadGenerationDefaults(serve.generation_config, model.ModelDir());
+  if (!defaults.ok()) return Fail(defaults.status(), 2);
 
   const sigset_t signals = BlockShutdownSignals();
-  server::ServingState state;
+  RaiseOpenFileLimit();
+  server::ServingState state(serve.api_key);
   server::LlmService service(state);
+  server::OpenAiApi api(state);
   Endpoints endpoints;
   if (!model.Distributed()) {
-    if (absl::Status s = endpoints.Start(serve, service, state); !s.ok()) return Fail(s, 1);
+    if (absl::Status s = endpoints.Start(serve, service, state, api); !s.ok()) return Fail(s, 1);
   }
   auto handle = Deploy(model, &argc, &argv);
   if (!handle.ok()) return Fail(handle.status(), 1);
@@ -171,22 +291,24 @@ int RunServe(int argc, char** argv) {
     return s.ok() ? 0 : Fail(s, 1);
   }
   if (!endpoints.started()) {
-    if (absl::Status s = endpoints.Start(serve, service, state); !s.ok()) return Fail(s, 1);
+    if (absl::Status s = endpoints.Start(serve, service, state, api); !s.ok()) return Fail(s, 1);
   }
   Engine& engine = *(*handle)->engine();
   server::Deployment deployment;
-  deployment.model_name = std::filesystem::path(model.ModelDir()).lexically_normal().filename().string();
-  if (deployment.model_name.empty())
-    deployment.model_name =
-        std::filesystem::path(model.ModelDir()).lexically_normal().parent_path().filename().string();
-  deployment.device = model.device;
+  deployment.model_name = ServedName(serve, model.ModelDir());
+  deployment.device = model.Device();
   deployment.tensor_parallel = static_cast<int32_t>(model.tp);
   deployment.pipeline_parallel = static_cast<int32_t>(model.pp);
   deployment.max_queue = static_cast<int32_t>(model.max_queue);
   deployment.max_message_bytes = serve.max_message_bytes;
   const EngineInfo& info = engine.info();
-  server::ServedModel served{&engine, (*handle)->tokenizer(),
-                             server::ToModelInfo(info, (*handle)->tokenizer().get(), deployment)};
+  server::ServedModel served;
+  served.name = deployment.model_name;
+  served.policy.defaults = *defaults;
+  served.policy.max_priority = static_cast<int32_t>(serve.max_priority);
+  served.engine = &engine;
+  served.tokenizer = (*handle)->tokenizer();
+  served.info = server::ToModelInfo(info, (*handle)->tokenizer().get(), deployment);
   // The chat template, parsed once here for every Chat call; a model without one serves no Chat.
   absl::StatusOr<std::unique_ptr<ChatTemplate>> chat_template =
       ChatTemplate::ForModel(model.ModelDir(), serve.chat_template);
@@ -197,16 +319,23 @@ int RunServe(int argc, char** argv) {
   }
   state.Attach(std::move(served));
   endpoints.grpc().SetServing(true);
+  std::printf("llm serve: sampling defaults from %s: %s\n",
+              serve.generation_config == "auto" ? "the model's generation_config.json"
+              : serve.generation_config == "ignore" || serve.generation_config == "vllm"
+                  ? "nowhere (--generation-config ignore)"
+                  : serve.generation_config.c_str(),
+              defaults->ToString().c_str());
+  std::printf("llm serve: API key %s; priorities up to %lld\n", serve.api_key.empty() ? "off" : "required",
+              static_cast<long long>(serve.max_priority));
   std::printf(
       "llm serve: serving %s (%s, %lld layers, vocab %lld, context %lld, %s, tp %lld pp %lld%s) on %s; "
-      "KV cache %d blocks x %d tokens; up to %d sequences and %d tokens a step; metrics %s\n",
+      "HTTP %s; KV cache %d blocks x %d tokens; up to %d sequences and %d tokens a step; metrics %s\n",
       deployment.model_name.c_str(), info.config.model_type.c_str(),
       static_cast<long long>(info.config.num_layers), static_cast<long long>(info.config.vocab_size),
-      static_cast<long long>(info.max_context), model.device.c_str(), static_cast<long long>(model.tp),
+      static_cast<long long>(info.max_context), deployment.device.c_str(), static_cast<long long>(model.tp),
       static_cast<long long>(model.pp), (*handle)->tokenizer() ? "" : ", no tokenizer: token ids only",
-      endpoints.grpc().address().c_str(), info.kv_blocks, info.kv_block_size, info.max_seqs,
-      info.max_tokens_per_step,
-      endpoints.MetricsUrl(serve.host).c_str());
+      endpoints.grpc().address().c_str(), endpoints.HttpUrl().c_str(), info.kv_blocks, info.kv_block_size,
+      info.max_seqs, info.max_tokens_per_step, endpoints.MetricsUrl().c_str());
   std::fflush(stdout);
 
   const int sig = WaitForSignal(signals, absl::InfiniteDuration());

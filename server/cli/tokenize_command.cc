@@ -1,5 +1,5 @@
 // llm tokenize: token ids of text, with a tokenizer.json (or a model folder holding one).
-// --jsonl reads one JSON string per line and writes {"ids": [...]} per line, in order.
+// --jsonl reads one JSON string per line and writes {"token_ids": [...]} per line, in order.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -21,10 +21,11 @@ int Fail(const std::string& message, int code) {
 }  // namespace
 
 int RunTokenize(int argc, char** argv) {
-  FlagSet flags("tokenize", "Prints the token ids of text as JSON ({\"ids\": [...]}).");
-  std::string tokenizer_path, text, text_file, jsonl;
+  FlagSet flags("tokenize", "Prints the token ids of text as JSON ({\"token_ids\": [...]}).");
+  std::string tokenizer_path, model, text, text_file, jsonl;
   bool add_special = false;
   flags.String("tokenizer", &tokenizer_path, "a tokenizer.json file or a model folder holding one");
+  flags.String("model", &model, "a model folder (the same as --tokenizer FOLDER)");
   flags.String("text", &text, "text to encode");
   flags.String("text-file", &text_file, "file whose whole content is encoded");
   flags.String("jsonl", &jsonl, "file of JSON strings, one per line ('-' for stdin)");
@@ -32,14 +33,15 @@ int RunTokenize(int argc, char** argv) {
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
   const int sources = flags.IsSet("text") + flags.IsSet("text-file") + flags.IsSet("jsonl");
   if (sources != 1) return Fail("give exactly one of --text, --text-file and --jsonl", 2);
-  if (tokenizer_path.empty()) return Fail("--tokenizer is required", 2);
+  if (tokenizer_path.empty()) tokenizer_path = model;
+  if (tokenizer_path.empty()) return Fail("--tokenizer (or --model) is required", 2);
 
   auto tokenizer = Tokenizer::Load(tokenizer_path);
   if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()), 1);
   auto encode_line = [&](const std::string& input) -> int {
     auto ids = (*tokenizer)->Encode(input, add_special);
     if (!ids.ok()) return Fail(std::string(ids.status().message()), 2);
-    std::printf("%s\n", nlohmann::json({{"ids", *ids}}).dump().c_str());
+    std::printf("%s\n", nlohmann::json({{"token_ids", *ids}}).dump().c_str());
     return 0;
   };
   if (flags.IsSet("text")) return encode_line(text);

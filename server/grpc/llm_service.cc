@@ -8,6 +8,14 @@
 namespace llm::server {
 namespace {
 
+// The call's `authorization` metadata against the server's API key.
+absl::Status Authorize(const ServingState& state, const grpc::CallbackServerContext* context) {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  return state.Authorize(it == metadata.end() ? std::string_view()
+                                              : std::string_view(it->second.data(), it->second.size()));
+}
+
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
@@ -55,6 +63,7 @@ absl::StatusOr<v1::GenerateRequest> ChatToGenerate(const ServingState& state, co
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* LlmService::Chat(grpc::CallbackServerContext* context,
                                                                  const v1::ChatRequest* request) {
+  if (absl::Status auth = Authorize(state_, context); !auth.ok()) return new RefusedStream(ToGrpcStatus(auth));
   absl::StatusOr<v1::GenerateRequest> generate = ChatToGenerate(state_, *request);
   if (!generate.ok()) return new RefusedStream(ToGrpcStatus(generate.status()));
   return new GenerateStreamReactor(state_, context, *generate);
@@ -62,18 +71,21 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* LlmService::Chat(grpc::CallbackS
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* LlmService::Generate(grpc::CallbackServerContext* context,
                                                                      const v1::GenerateRequest* request) {
+  if (absl::Status auth = Authorize(state_, context); !auth.ok()) return new RefusedStream(ToGrpcStatus(auth));
   return new GenerateStreamReactor(state_, context, *request);
 }
 
 grpc::ServerUnaryReactor* LlmService::Complete(grpc::CallbackServerContext* context,
                                                const v1::GenerateRequest* request,
                                                v1::GenerateResponse* response) {
+  if (absl::Status auth = Authorize(state_, context); !auth.ok()) return FinishNow(context, auth);
   return new CompleteReactor(state_, context, *request, response);
 }
 
 grpc::ServerUnaryReactor* LlmService::Tokenize(grpc::CallbackServerContext* context,
                                                const v1::TokenizeRequest* request,
                                                v1::TokenizeResponse* response) {
+  if (absl::Status auth = Authorize(state_, context); !auth.ok()) return FinishNow(context, auth);
   auto tokenizer = state_.ModelTokenizer();
   if (!tokenizer.ok()) return FinishNow(context, tokenizer.status());
   return FinishNow(context, TokenizeInto(**tokenizer, *request, response));
@@ -82,6 +94,7 @@ grpc::ServerUnaryReactor* LlmService::Tokenize(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* LlmService::Detokenize(grpc::CallbackServerContext* context,
                                                  const v1::DetokenizeRequest* request,
                                                  v1::DetokenizeResponse* response) {
+  if (absl::Status auth = Authorize(state_, context); !auth.ok()) return FinishNow(context, auth);
   auto tokenizer = state_.ModelTokenizer();
   if (!tokenizer.ok()) return FinishNow(context, tokenizer.status());
   return FinishNow(context, DetokenizeInto(**tokenizer, *request, response));
@@ -90,6 +103,7 @@ grpc::ServerUnaryReactor* LlmService::Detokenize(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* LlmService::ModelInfo(grpc::CallbackServerContext* context,
                                                 const v1::ModelInfoRequest* /*request*/,
                                                 v1::ModelInfoResponse* response) {
+  if (absl::Status auth = Authorize(state_, context); !auth.ok()) return FinishNow(context, auth);
   absl::StatusOr<v1::ModelInfoResponse> info = state_.ModelInfo();
   if (info.ok()) *response = *std::move(info);
   return FinishNow(context, info.status());

@@ -59,13 +59,17 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const v1::GenerateRequest& req
   return InvalidArgument("the prompt is empty: set text or token_ids");
 }
 
-void FillSampling(const v1::SamplingParams& in, int32_t top_logprobs, GenerateRequest& out) {
+// Unset fields take the model's defaults, then the engine's.
+void FillSampling(const v1::SamplingParams& in, int32_t top_logprobs, const GenerationDefaults& defaults,
+                  GenerateRequest& out) {
   SamplingParams& s = out.sampling;
-  s.temperature = in.has_temperature() ? in.temperature() : 1.0f;
-  s.top_k = in.top_k();
-  s.top_p = in.has_top_p() ? in.top_p() : 1.0f;
-  s.min_p = in.min_p();
-  s.repetition_penalty = in.has_repetition_penalty() ? in.repetition_penalty() : 1.0f;
+  s.temperature = in.has_temperature() ? in.temperature() : defaults.temperature.value_or(1.0f);
+  s.top_k = in.has_top_k() ? in.top_k() : defaults.top_k.value_or(0);
+  if (s.top_k == -1) s.top_k = 0;  // vLLM's and the OpenAI clients' spelling of "off"
+  s.top_p = in.has_top_p() ? in.top_p() : defaults.top_p.value_or(1.0f);
+  s.min_p = in.has_min_p() ? in.min_p() : defaults.min_p.value_or(0.0f);
+  s.repetition_penalty =
+      in.has_repetition_penalty() ? in.repetition_penalty() : defaults.repetition_penalty.value_or(1.0f);
   s.presence_penalty = in.presence_penalty();
   s.frequency_penalty = in.frequency_penalty();
   s.num_top_logprobs = top_logprobs;
@@ -100,8 +104,8 @@ absl::Status CheckUtf8(std::string_view bytes, std::string_view what) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request,
-                                                const Tokenizer* tokenizer, absl::Time deadline) {
+absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request, const Tokenizer* tokenizer,
+                                                absl::Time deadline, const RequestPolicy& policy) {
   if (request.request_id().size() > kMaxRequestIdBytes)
     return InvalidArgument("request_id is ", request.request_id().size(), " bytes; at most ",
                            kMaxRequestIdBytes, " are allowed");
@@ -110,7 +114,10 @@ absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& reque
   auto prompt = PromptTokens(request, tokenizer);
   if (!prompt.ok()) return prompt.status();
   out.prompt_tokens = std::move(*prompt);
-  FillSampling(request.sampling(), request.top_logprobs(), out);
+  if (request.priority() > policy.max_priority)
+    return InvalidArgument("priority ", request.priority(), " is above this server's limit of ", policy.max_priority,
+                           " (the operator's --max-priority)");
+  FillSampling(request.sampling(), request.top_logprobs(), policy.defaults, out);
   if (absl::Status s = FillStopping(request.stopping(), out); !s.ok()) return s;
   out.priority = request.priority();
   out.cache_salt = request.cache_salt();

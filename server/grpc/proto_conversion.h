@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "engine/chat/chat_template.h"
 #include "engine/engine.h"
+#include "engine/model/generation_config.h"
 #include "engine/request.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "llm/v1/llm.pb.h"
@@ -23,10 +24,16 @@ inline constexpr size_t kMaxRequestIdBytes = 256;
 // InvalidArgument when `bytes` is not valid UTF-8, naming `what` and the byte offset.
 absl::Status CheckUtf8(std::string_view bytes, std::string_view what);
 
+// What the operator decided for every request, whichever API it came through.
+struct RequestPolicy {
+  GenerationDefaults defaults;  // for sampling fields the request leaves unset
+  int32_t max_priority = 0;     // the highest priority a client may ask for
+};
+
 // The engine request for `request`. `tokenizer` (may be null) encodes a text prompt and makes the
-// output carry text. `deadline` is the call's gRPC deadline (absl::InfiniteFuture() for none).
-absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request,
-                                                const Tokenizer* tokenizer, absl::Time deadline);
+// output carry text. `deadline` is the call's deadline (absl::InfiniteFuture() for none).
+absl::StatusOr<GenerateRequest> ToEngineRequest(const v1::GenerateRequest& request, const Tokenizer* tokenizer,
+                                                absl::Time deadline, const RequestPolicy& policy = {});
 
 // A Chat request's conversation in the shapes ChatTemplate takes (JSON fields parsed; text checked
 // to be UTF-8). InvalidArgument naming the field on bad input, or when options has a prompt.
@@ -41,7 +48,7 @@ v1::FinishReason ToProtoFinishReason(FinishReason reason);
 
 // What ModelInfo reports beyond the engine's own EngineInfo.
 struct Deployment {
-  std::string model_name;  // the model folder's name
+  std::string model_name;  // --served-model-name, else the model folder's name
   std::string device;      // cpu | cuda
   int32_t tensor_parallel = 1;
   int32_t pipeline_parallel = 1;

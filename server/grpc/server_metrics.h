@@ -21,17 +21,19 @@ class ServerMetrics {
  public:
   ServerMetrics();
 
-  // A request ended with `reason` (counted by reason; its latencies go to the histograms).
-  void RecordFinished(FinishReason reason, const RequestTimings& timings);
+  // A request ended (`last` is its final update): counted by finish reason; its latencies and
+  // lengths go to the histograms.
+  void RecordFinished(const RequestOutput& last);
   // `tokens` arrived `gap` after the request's previous ones; each counts as gap / tokens.
   void RecordTokenGap(absl::Duration gap, int tokens);
   // A request was refused before it reached the engine's queue (bad input, queue full, draining).
   void RecordRejected(absl::StatusCode code);
 
-  // The text exposition format. `stats`/`info` are absent while the model loads.
-  // `steps` (may be null): the engine's per-step distributions.
-  std::string Render(const std::optional<EngineStats>& stats, const EngineInfo* info,
-                     const EngineStepMetrics* steps = nullptr) const;
+  // The text exposition format, every sample labelled model_name="<model_name>" (no label while
+  // the model loads). `stats`/`info` are absent while the model loads. `steps` (may be null): the
+  // engine's per-step distributions.
+  std::string Render(const std::string& model_name, const std::optional<EngineStats>& stats,
+                     const EngineInfo* info, const EngineStepMetrics* steps = nullptr) const;
 
  private:
   // Generated tokens per second over the last minute (since start for the first scrape).
@@ -45,6 +47,10 @@ class ServerMetrics {
   Histogram inter_token_;
   Histogram end_to_end_;
   Histogram queue_time_;
+  Histogram prefill_time_;
+  Histogram decode_time_;
+  Histogram prompt_tokens_;
+  Histogram generation_tokens_;
 
   struct TokenSample {
     absl::Time time;

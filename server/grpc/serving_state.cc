@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "server/grpc/proto_conversion.h"
+#include "absl/strings/match.h"
 
 namespace llm::server {
 
@@ -41,7 +41,8 @@ absl::StatusOr<RequestId> ServingState::Submit(const v1::GenerateRequest& reques
     if (!model_) return absl::UnavailableError("the model is still loading");
     model = model_;
   }
-  absl::StatusOr<GenerateRequest> converted = ToEngineRequest(request, model->tokenizer.get(), deadline);
+  absl::StatusOr<GenerateRequest> converted =
+      ToEngineRequest(request, model->tokenizer.get(), deadline, model->policy);
   if (!converted.ok()) return converted.status();
   // Runs on the engine thread: bookkeeping and metrics, then the caller's callback.
   OutputCallback callback = [this, deadline, recorder = RequestMetricsRecorder(metrics_),
@@ -55,6 +56,28 @@ absl::StatusOr<RequestId> ServingState::Submit(const v1::GenerateRequest& reques
     if (finished) Finished(id);
   };
   return model->engine->Submit(*std::move(converted), std::move(callback));
+}
+
+absl::Status ServingState::Authorize(std::string_view authorization) const {
+  if (api_key_.empty()) return absl::OkStatus();
+  constexpr std::string_view kScheme = "Bearer ";
+  if (!absl::StartsWithIgnoreCase(absl::string_view(authorization.data(), authorization.size()),
+                                  absl::string_view(kScheme.data(), kScheme.size())))
+    return absl::UnauthenticatedError("this server needs an API key: send the header 'Authorization: Bearer <key>'");
+  std::string_view presented = authorization.substr(kScheme.size());
+  // Compared in time independent of where the first difference is.
+  unsigned char diff = presented.size() == api_key_.size() ? 0 : 1;
+  for (size_t i = 0; i < presented.size(); ++i)
+    diff |= static_cast<unsigned char>(presented[i] ^ api_key_[i % api_key_.size()]);
+  if (diff != 0) return absl::UnauthenticatedError("invalid API key");
+  return absl::OkStatus();
+}
+
+absl::Status ServingState::Health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (draining_) return absl::UnavailableError("the server is shutting down");
+  if (!model_) return absl::UnavailableError("the model is still loading");
+  return absl::OkStatus();
 }
 
 void ServingState::Cancel(RequestId id) {
@@ -134,8 +157,9 @@ absl::StatusOr<std::vector<int32_t>> ServingState::RenderChat(const ChatRequest&
 
 std::string ServingState::RenderMetrics() const {
   auto model = Model();
-  if (!model) return metrics_.Render(std::nullopt, nullptr);
-  return metrics_.Render(model->engine->stats(), &model->engine->info(), &model->engine->step_metrics());
+  if (!model) return metrics_.Render("", std::nullopt, nullptr);
+  return metrics_.Render(model->name, model->engine->stats(), &model->engine->info(),
+                         &model->engine->step_metrics());
 }
 
 }  // namespace llm::server

@@ -2,18 +2,21 @@
 
 namespace llm::loadtest {
 
-GenerateCall::GenerateCall(std::shared_ptr<const v1::GenerateRequest> request, RequestRecord record,
-                           SteadyClock::time_point origin, Owner* owner)
-    : request_(std::move(request)), record_(std::move(record)), origin_(origin), owner_(owner) {}
+GenerateCall::GenerateCall(v1::Llm::Stub* stub, std::shared_ptr<const v1::GenerateRequest> request,
+                           RequestRecord record, SteadyClock::time_point origin, Owner* owner,
+                           const std::string& api_key)
+    : stub_(stub), request_(std::move(request)), record_(std::move(record)), origin_(origin), owner_(owner) {
+  if (!api_key.empty()) context_.AddMetadata("authorization", "Bearer " + api_key);
+}
 
 int64_t GenerateCall::Now() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - origin_).count();
 }
 
-void GenerateCall::Start(v1::Llm::Stub* stub, std::chrono::system_clock::time_point deadline) {
+void GenerateCall::Start(std::chrono::system_clock::time_point deadline) {
   context_.set_deadline(deadline);
   record_.itl_ms.reserve(static_cast<size_t>(std::max<int64_t>(0, record_.expected_output - 1)));
-  stub->async()->Generate(&context_, request_.get(), this);
+  stub_->async()->Generate(&context_, request_.get(), this);
   StartRead(&response_);
   record_.send_ns = Now();
   StartCall();

@@ -16,30 +16,20 @@
 
 #include "llm/v1/llm.grpc.pb.h"
 #include "server/loadtest/request_record.h"
+#include "server/loadtest/target.h"
 
 namespace llm::loadtest {
 
-using SteadyClock = std::chrono::steady_clock;
-
-class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> {
+class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>, public StreamCall {
  public:
-  // Told, on a gRPC thread, when a call ends: first Forget (the call is about to be deleted:
-  // stop using it), then, after the deletion, Record with what it measured.
-  class Owner {
-   public:
-    virtual ~Owner() = default;
-    virtual void Forget(GenerateCall* call) = 0;
-    virtual void Record(RequestRecord record) = 0;
-  };
-
-  // A call not started yet; `origin` is the run's time zero. Start() it once.
-  GenerateCall(std::shared_ptr<const v1::GenerateRequest> request, RequestRecord record,
-               SteadyClock::time_point origin, Owner* owner);
-  // Starts the call (time-stamping record.send_ns).
-  void Start(v1::Llm::Stub* stub, std::chrono::system_clock::time_point deadline);
+  // A call not started yet; `origin` is the run's time zero; `api_key` (may be empty) goes into
+  // the `authorization` metadata. Start() it once.
+  GenerateCall(v1::Llm::Stub* stub, std::shared_ptr<const v1::GenerateRequest> request, RequestRecord record,
+               SteadyClock::time_point origin, Owner* owner, const std::string& api_key = "");
+  void Start(std::chrono::system_clock::time_point deadline) override;
 
   // Asks gRPC to cancel the call (it still ends through OnDone). Thread-safe.
-  void Cancel() { context_.TryCancel(); }
+  void Cancel() override { context_.TryCancel(); }
 
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
@@ -47,6 +37,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
  private:
   int64_t Now() const;
 
+  v1::Llm::Stub* stub_;
   grpc::ClientContext context_;
   std::shared_ptr<const v1::GenerateRequest> request_;
   v1::GenerateResponse response_;

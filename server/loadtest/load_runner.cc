@@ -28,9 +28,10 @@ void LoadRunner::Issue(int64_t index, bool warmup, int64_t scheduled_ns) {
   record.index = index;
   record.warmup = warmup;
   record.prompt_len = spec.prompt_len;
+  record.turn = spec.turn;
   record.expected_output = spec.output_len;
   record.scheduled_ns = scheduled_ns;
-  auto* call = new GenerateCall(std::move(spec.request), std::move(record), origin_, this);
+  StreamCall* call = target_.NewCall(std::move(spec.request), std::move(record), origin_, this);
   {
     std::lock_guard<std::mutex> lock(mu_);
     calls_.insert(call);
@@ -41,10 +42,10 @@ void LoadRunner::Issue(int64_t index, bool warmup, int64_t scheduled_ns) {
     measured_start_ns_.compare_exchange_strong(unset, NowNs());
   }
   sent_.fetch_add(1, std::memory_order_relaxed);
-  call->Start(target_.NextStub(), absl::ToChronoTime(absl::Now() + plan_.request_timeout));
+  call->Start(absl::ToChronoTime(absl::Now() + plan_.request_timeout));
 }
 
-void LoadRunner::Forget(GenerateCall* call) {
+void LoadRunner::Forget(StreamCall* call) {
   std::lock_guard<std::mutex> lock(mu_);
   calls_.erase(call);
 }
@@ -71,7 +72,7 @@ void LoadRunner::Record(RequestRecord record) {
 void LoadRunner::Stop() {
   stop_.store(true);
   std::lock_guard<std::mutex> lock(mu_);
-  for (GenerateCall* call : calls_) call->Cancel();
+  for (StreamCall* call : calls_) call->Cancel();
   stop_cv_.notify_all();
   capacity_cv_.notify_all();
 }

@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "server/loadtest/generate_call.h"
 #include "server/loadtest/request_record.h"
 #include "server/loadtest/target.h"
 #include "server/loadtest/workload.h"
@@ -67,7 +66,7 @@ struct RunProgress {
   bool warming_up = false;
 };
 
-class LoadRunner : private GenerateCall::Owner {
+class LoadRunner : private StreamCall::Owner {
  public:
   LoadRunner(Target& target, Workload& workload)
       : target_(target), workload_(workload), origin_(SteadyClock::now()) {}
@@ -79,7 +78,7 @@ class LoadRunner : private GenerateCall::Owner {
 
  private:
   void Issue(int64_t index, bool warmup, int64_t scheduled_ns);
-  void Forget(GenerateCall* call) override;
+  void Forget(StreamCall* call) override;
   void Record(RequestRecord record) override;
   int64_t NowNs() const;
   bool stopping() const { return stop_.load(std::memory_order_relaxed); }
@@ -92,7 +91,7 @@ class LoadRunner : private GenerateCall::Owner {
   mutable std::mutex mu_;
   std::condition_variable capacity_cv_;      // a call ended (in_flight_ fell)
   std::condition_variable stop_cv_;          // Stop() was called
-  std::unordered_set<GenerateCall*> calls_;  // in flight, for Stop()
+  std::unordered_set<StreamCall*> calls_;  // in flight, for Stop()
   std::vector<RequestRecord> records_;
   std::vector<RequestRecord> warmup_records_;
   int64_t warmup_done_ = 0;

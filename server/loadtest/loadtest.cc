@@ -10,6 +10,7 @@
 #include "kernels/core/status.h"
 #include "nlohmann/json.hpp"
 #include "server/loadtest/load_runner.h"
+#include "server/loadtest/openai_target.h"
 #include "server/loadtest/plots.h"
 #include "server/loadtest/progress_line.h"
 #include "server/loadtest/report_printer.h"
@@ -31,6 +32,8 @@ std::string RateLabel(double rate) {
 }
 
 absl::Status Validate(const LoadtestConfig& c) {
+  if (c.backend != "grpc" && c.backend != "openai" && c.backend != "openai-chat")
+    return absl::InvalidArgumentError("--backend is grpc, openai or openai-chat");
   if (c.num_requests <= 0 && c.duration <= absl::ZeroDuration())
     return absl::InvalidArgumentError("give --num-requests or --duration");
   if (c.rates.size() > 1 && c.concurrencies.size() > 1)
@@ -70,7 +73,18 @@ class Session {
   ~Session() { stopper_.OnSignal(nullptr); }
 
   absl::Status Setup() {
-    ASSIGN_OR_RETURN(target_, Target::Connect(config_.target, config_.connections, config_.connect_timeout));
+    if (config_.backend == "grpc") {
+      ASSIGN_OR_RETURN(target_, Target::Connect(config_.target, config_.connections, config_.connect_timeout,
+                                                config_.api_key));
+    } else {
+      OpenAiTargetOptions o;
+      o.url = config_.target;
+      o.chat = config_.backend == "openai-chat";
+      o.api_key = config_.api_key;
+      o.io_threads = config_.connections;
+      o.timeout = config_.connect_timeout;
+      ASSIGN_OR_RETURN(target_, ConnectOpenAi(o));
+    }
     const v1::ModelInfoResponse& m = target_->model_info();
     WorkloadOptions w;
     w.input_len = config_.input_len;
@@ -79,6 +93,10 @@ class Session {
     w.temperature = config_.temperature;
     w.honor_eos = config_.honor_eos;
     w.seed = config_.seed;
+    w.shared_prefix_len = config_.shared_prefix_len;
+    w.shared_prefixes = config_.shared_prefixes;
+    w.turns = config_.turns;
+    w.conversations = config_.conversations;
     if (!config_.dataset_path.empty()) {
       ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(config_.dataset_path));
       w.dataset = std::move(dataset);
@@ -92,8 +110,8 @@ class Session {
                      }));
     runner_ = std::make_unique<LoadRunner>(*target_, *workload_);
     stopper_.OnSignal([this] { runner_->Stop(); });
-    std::printf("llm loadtest: %s serving %s (%s, %s, tp %d pp %d, context %lld, %s)\n",
-                config_.target.c_str(), m.model().c_str(), m.architecture().c_str(), m.device().c_str(),
+    std::printf("llm loadtest: %s (%s) serving %s (%s, %s, tp %d pp %d, context %lld, %s)\n",
+                config_.target.c_str(), config_.backend.c_str(), m.model().c_str(), m.architecture().c_str(), m.device().c_str(),
                 m.tensor_parallel_size(), m.pipeline_parallel_size(),
                 static_cast<long long>(m.context_length()), m.has_tokenizer() ? "tokenizer" : "no tokenizer");
     std::printf("workload: %s; %s; %d connections\n\n", workload_->Describe().c_str(),
@@ -123,8 +141,8 @@ class Session {
     runs_json_.push_back(std::move(j));
     if (!config_.plot_dir.empty()) {
       const bool by_rate = plan.open_loop && !std::isinf(plan.rate);
-      plot_runs_.push_back(
-          {label, by_rate ? plan.rate : report.request_throughput, report, CollectSamples(result)});
+      plot_runs_.push_back({label, by_rate ? plan.rate : report.request_throughput,
+                            plan.open_loop && std::isinf(plan.rate), report, CollectSamples(result)});
     }
     reports_.push_back(std::move(report));
     return static_cast<int>(reports_.size()) - 1;

@@ -17,7 +17,11 @@
 namespace llm::loadtest {
 
 struct LoadtestConfig {
+  // grpc: llm.v1 Generate at HOST:PORT; openai / openai-chat: the OpenAI-compatible HTTP API at
+  // http://HOST:PORT (/v1/completions or /v1/chat/completions, streamed).
+  std::string backend = "grpc";
   std::string target = "localhost:50051";
+  std::string api_key;
   int connections = 4;
   absl::Duration connect_timeout = absl::Seconds(30);
 
@@ -28,6 +32,10 @@ struct LoadtestConfig {
   bool output_len_set = false;  // with a dataset: --output-len overrides the file's lengths
   double temperature = 0;
   bool honor_eos = false;
+  int64_t shared_prefix_len = 0;  // WorkloadOptions: prefix caching scenarios
+  int64_t shared_prefixes = 1;
+  int64_t turns = 0;
+  int64_t conversations = 16;
 
   // Load: open loop at each rate, else closed loop at each concurrency. With one concurrency and
   // rates, the concurrency caps the open-loop requests in flight.

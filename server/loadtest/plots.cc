@@ -46,7 +46,8 @@ std::string MultiplotScript(const PlotOptions& options, const std::string& stem,
       Terminal(options.format), "set output ", Quote(output), "\n",
       absl::StrFormat("set multiplot layout %d,%d title %s\n", rows, cols, Quote(options.title)), "");
   for (const Panel& p : panels) {
-    absl::StrAppend(&s, "reset\nset grid\nset key top left box opaque\nset style data linespoints\n",
+    // Legends below the panel, never over the data.
+    absl::StrAppend(&s, "reset\nset grid\nset key below horizontal box\nset style data linespoints\n",
                     "set title ", Quote(p.title), "\nset xlabel ", Quote(p.xlabel), "\nset ylabel ",
                     Quote(p.ylabel), "\n", p.extra, "plot ", p.plot, "\n");
   }
@@ -56,14 +57,17 @@ std::string MultiplotScript(const PlotOptions& options, const std::string& stem,
 
 // The SLA limit as a dashed line when it is near the data (up to 2x its largest value);
 // otherwise a note in the panel's title, so that the data is not squashed at the bottom.
-void AddSla(const std::optional<SlaLimits>& sla, std::optional<double> SlaLimits::*limit, double data_max,
-            Panel* panel) {
+void AddSla(const std::optional<SlaLimits>& sla, std::optional<double> SlaLimits::*limit, const char* metric,
+            double data_max, Panel* panel) {
   if (!sla || !((*sla).*limit)) return;
   const double value = *((*sla).*limit);
   if (value <= 2 * data_max) {
-    absl::StrAppendFormat(&panel->plot,
-                          ", %g with lines dashtype 2 linewidth 2 linecolor rgb 'red' title 'SLA P99 limit'",
-                          value);
+    const std::string name = absl::StrFormat("SLA: P99 %s <= %g ms", metric, value);
+    absl::StrAppendFormat(&panel->plot, ", %g with lines dashtype 2 linewidth 2 linecolor rgb 'red' title %s", value,
+                          Quote(name));
+    // Named on the line itself too, so that it reads without the legend.
+    absl::StrAppendFormat(&panel->extra, "set label %s at graph 0.02, first %g offset 0,0.7 textcolor rgb 'red'\n",
+                          Quote(name), value);
   } else {
     absl::StrAppendFormat(&panel->title, " (SLA P99 limit %g ms, off the scale)", value);
   }
@@ -114,9 +118,25 @@ std::string LoadAxisLabel(const std::vector<const PlotRun*>& runs) {
   return closed ? "achieved load (req/s)" : "offered load (req/s)";
 }
 
+// Where "all at once" runs are drawn: a fifth past the highest finite load (0: there are none).
+double AllAtOnceX(const std::vector<const PlotRun*>& runs) {
+  double finite_max = 0;
+  bool any_all = false;
+  for (const PlotRun* r : runs) {
+    if (r->all_at_once) {
+      any_all = true;
+    } else {
+      finite_max = std::max(finite_max, r->x);
+    }
+  }
+  if (!any_all) return 0;
+  return finite_max > 0 ? finite_max * 1.2 : 1;
+}
+
 absl::Status LatencyVsLoad(const PlotOptions& options, const std::vector<const PlotRun*>& runs,
                            const std::optional<SlaLimits>& sla, std::vector<std::string>* written) {
   namespace fs = std::filesystem;
+  const double all_at_once_x = AllAtOnceX(runs);
   {
     std::ofstream out(fs::path(options.dir) / "latency_vs_load.dat");
     out << "# x ttft_p50 ttft_p90 ttft_p99 tpot_p50 tpot_p90 tpot_p99 itl_p50 itl_p99 e2e_p50 e2e_p90 "
@@ -125,7 +145,7 @@ absl::Status LatencyVsLoad(const PlotOptions& options, const std::vector<const P
     for (const PlotRun* r : runs) {
       const RunReport& p = r->report;
       out << absl::StrFormat("%.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g\n",
-                             r->x, p.ttft_ms.p50, p.ttft_ms.p90, p.ttft_ms.p99, p.tpot_ms.p50, p.tpot_ms.p90,
+                             r->all_at_once ? all_at_once_x : r->x, p.ttft_ms.p50, p.ttft_ms.p90, p.ttft_ms.p99, p.tpot_ms.p50, p.tpot_ms.p90,
                              p.tpot_ms.p99, p.itl_ms.p50, p.itl_ms.p99, p.e2e_ms.p50, p.e2e_ms.p90,
                              p.e2e_ms.p99, p.request_throughput, p.output_token_throughput, p.goodput_rps);
     }
@@ -133,9 +153,21 @@ absl::Status LatencyVsLoad(const PlotOptions& options, const std::vector<const P
   const std::string x = LoadAxisLabel(runs), d = "'latency_vs_load.dat'";
   // One load level (or several at the same x): a range around it, as gnuplot cannot pick one.
   std::string yzero = "set yrange [0:*]\n";
-  if (runs.front()->x == runs.back()->x) {
-    const double x0 = runs.front()->x, pad = x0 > 0 ? x0 * 0.5 : 1;
-    yzero += absl::StrFormat("set xrange [%g:%g]\n", x0 - pad, x0 + pad);
+  double x_min = 0, x_max = 0;
+  bool any = false;
+  for (const PlotRun* r : runs) {
+    if (r->all_at_once) continue;
+    x_min = any ? std::min(x_min, r->x) : r->x;
+    x_max = any ? std::max(x_max, r->x) : r->x;
+    any = true;
+  }
+  if (all_at_once_x > 0) {
+    // The unbounded rate is the highest load: past the others, on a tick of its own.
+    yzero += absl::StrFormat("set xrange [%g:%g]\nset xtics add ('all at once' %g)\n", any ? x_min * 0.9 : 0,
+                             all_at_once_x * 1.08, all_at_once_x);
+  } else if (x_min == x_max) {
+    const double pad = x_min > 0 ? x_min * 0.5 : 1;
+    yzero += absl::StrFormat("set xrange [%g:%g]\n", x_min - pad, x_min + pad);
   }
   double ttft_max = 0, tpot_max = 0, e2e_max = 0;
   for (const PlotRun* r : runs) {
@@ -145,15 +177,15 @@ absl::Status LatencyVsLoad(const PlotOptions& options, const std::vector<const P
   }
   Panel ttft{"Time to first token", x, "ms", yzero,
              absl::StrJoin({Curve(d, 2, "P50"), Curve("''", 3, "P90"), Curve("''", 4, "P99")}, ", ")};
-  AddSla(sla, &SlaLimits::ttft_p99_ms, ttft_max, &ttft);
+  AddSla(sla, &SlaLimits::ttft_p99_ms, "TTFT", ttft_max, &ttft);
   Panel tpot{"Time per output token, inter-token latency", x, "ms", yzero,
              absl::StrJoin({Curve(d, 5, "TPOT P50"), Curve("''", 6, "TPOT P90"), Curve("''", 7, "TPOT P99"),
                             Curve("''", 9, "ITL P99")},
                            ", ")};
-  AddSla(sla, &SlaLimits::tpot_p99_ms, tpot_max, &tpot);
+  AddSla(sla, &SlaLimits::tpot_p99_ms, "TPOT", tpot_max, &tpot);
   Panel e2e{"End-to-end latency", x, "ms", yzero,
             absl::StrJoin({Curve(d, 10, "P50"), Curve("''", 11, "P90"), Curve("''", 12, "P99")}, ", ")};
-  AddSla(sla, &SlaLimits::e2e_p99_ms, e2e_max, &e2e);
+  AddSla(sla, &SlaLimits::e2e_p99_ms, "E2E", e2e_max, &e2e);
   std::vector<std::string> throughput = {Curve(d, 13, "completed req/s")};
   if (sla) throughput.push_back(Curve("''", 15, "goodput (req/s within SLA)"));
   throughput.push_back(Curve("''", 14, "output tok/s", "axes x1y2"));
@@ -199,7 +231,7 @@ absl::Status Distributions(const PlotOptions& options, const std::vector<const P
     if (curves.empty()) continue;
     const bool itl = m.samples == &RunSamples::itl;
     // Inter-token gaps have a long thin tail (a prefill batched in): cut the axis at P99.9.
-    std::string extra = "set yrange [0:1]\nset key bottom right box opaque\n";
+    std::string extra = "set yrange [0:1]\n";
     std::string title = m.title;
     if (itl && x_max > 0) {
       extra += absl::StrFormat("set xrange [0:%g]\n", x_max * 1.05);
@@ -241,7 +273,9 @@ absl::Status WritePlots(const PlotOptions& options, const std::vector<PlotRun>& 
   std::vector<const PlotRun*> sorted;
   for (const PlotRun& r : runs) sorted.push_back(&r);
   std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const PlotRun* a, const PlotRun* b) { return a->x < b->x; });
+                   [](const PlotRun* a, const PlotRun* b) {
+                     return std::pair(a->all_at_once, a->x) < std::pair(b->all_at_once, b->x);
+                   });
   if (sorted.empty()) return absl::OkStatus();
   // Both plots' data and scripts are written even when gnuplot fails (e.g. not installed: the
   // scripts can be drawn later elsewhere); the first failure is returned.

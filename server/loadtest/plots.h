@@ -1,7 +1,9 @@
 // Plots of load-test results, drawn by gnuplot (SVG, or PNG): the data (.dat) and the gnuplot script (.gp)
 // are written next to each picture, so a plot can be redrawn or restyled by hand.
 //   latency_vs_load.svg  TTFT, TPOT/ITL and E2E percentiles and throughput against offered load
-//                        (the offered rate; achieved req/s for closed-loop runs), SLA limits dashed
+//                        (the offered rate; achieved req/s for closed-loop runs; an "all at once"
+//                        run at the right end of the axis, as the highest load), SLA limits dashed
+//                        and labelled with their metric and value, legends below the panels
 //   distributions.svg    CDFs of TTFT, TPOT, ITL and E2E, one curve per run (at most 6)
 #pragma once
 
@@ -21,7 +23,8 @@ RunSamples CollectSamples(const RunResult& result);
 
 struct PlotRun {
   std::string label;  // legend: "4 req/s", "32 in flight"
-  double x = 0;       // position on the load axis
+  double x = 0;       // position on the load axis (ignored when all_at_once)
+  bool all_at_once = false;  // an open-loop run with an infinite rate: drawn past the others
   RunReport report;
   RunSamples samples;
 };

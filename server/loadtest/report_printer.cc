@@ -43,8 +43,9 @@ std::string FormatRunTable(const RunReport& r) {
       absl::StrCat("load        ", DescribeLoad(r), r.interrupted ? "  (interrupted)" : "", "\n");
   absl::StrAppendFormat(&out, "requests    %d completed, %d failed (+%d warm-up)   duration %.2f s\n",
                         r.completed, r.failed, r.warmup_requests, r.duration_s);
-  absl::StrAppendFormat(&out, "tokens      %d prompt, %d output (%d asked for), %d preemptions\n",
-                        r.prompt_tokens, r.output_tokens, r.expected_output_tokens, r.preemptions);
+  absl::StrAppendFormat(&out, "tokens      %d prompt (%d from the prefix cache), %d output (%d asked for), %d preemptions\n",
+                        r.prompt_tokens, r.cached_prompt_tokens, r.output_tokens, r.expected_output_tokens,
+                        r.preemptions);
   absl::StrAppendFormat(&out, "throughput  %.2f req/s   %.1f output tok/s   %.1f total tok/s\n",
                         r.request_throughput, r.output_token_throughput, r.total_token_throughput);
   if (r.steady_window_s > 0)
@@ -57,6 +58,7 @@ std::string FormatRunTable(const RunReport& r) {
   out += Row("ITL", r.itl_ms);
   out += Row("E2E", r.e2e_ms);
   out += Row("queue (server)", r.queue_ms);
+  for (const auto& [turn, summary] : r.ttft_ms_by_turn) out += Row(absl::StrCat("TTFT turn ", turn).c_str(), summary);
   out += Row("send lag", r.lag_ms);
   absl::StrAppend(&out, "errors      ", Errors(r), "\n");
   if (r.mode != "closed-loop" && !std::isinf(r.offered_rate) && r.request_throughput < 0.5 * r.offered_rate)

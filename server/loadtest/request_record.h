@@ -16,6 +16,7 @@ struct RequestRecord {
   bool warmup = false;          // excluded from the statistics
   int64_t prompt_len = 0;       // tokens asked for (estimated for text prompts without a tokenizer)
   int64_t expected_output = 0;  // max_tokens
+  int32_t turn = 0;             // 1-based turn of a multi-turn conversation; 0 otherwise
 
   int64_t scheduled_ns = 0;     // when the arrival process wanted it sent
   int64_t send_ns = 0;          // when the call was started

@@ -71,6 +71,7 @@ RunReport BuildReport(const RunResult& result, const std::optional<SlaLimits>& s
   r.interrupted = result.interrupted;
 
   std::vector<double> ttft, tpot, itl, e2e, queue, lag;
+  std::map<int32_t, std::vector<double>> ttft_by_turn;
   for (const RequestRecord& rec : result.records) {
     ++r.requests;
     lag.push_back((rec.send_ns - rec.scheduled_ns) / 1e6);
@@ -86,14 +87,17 @@ RunReport BuildReport(const RunResult& result, const std::optional<SlaLimits>& s
     r.expected_output_tokens += rec.expected_output;
     r.preemptions += rec.usage.preemptions();
     if (!rec.got_final || rec.usage.completion_tokens() != rec.output_tokens) ++r.token_count_mismatches;
-    if (rec.output_tokens > 0) ttft.push_back(rec.ttft_ms());
-    if (rec.output_tokens > 1) tpot.push_back(rec.tpot_ms());
+    if (rec.output_tokens > 0 && rec.first_token_ns >= 0) ttft.push_back(rec.ttft_ms());
+    if (rec.output_tokens > 0 && rec.turn > 0) ttft_by_turn[rec.turn].push_back(rec.ttft_ms());
+    if (rec.got_final) r.cached_prompt_tokens += rec.usage.cached_prompt_tokens();
+    if (rec.output_tokens > 1 && rec.first_token_ns >= 0) tpot.push_back(rec.tpot_ms());
     itl.insert(itl.end(), rec.itl_ms.begin(), rec.itl_ms.end());
     e2e.push_back(rec.e2e_ms());
     if (rec.got_final) queue.push_back(rec.timings.queue_ms());
     if (sla && RequestMeetsSla(*sla, rec)) ++r.requests_meeting_sla;
   }
   r.ttft_ms = Summarize(ttft);
+  for (auto& [turn, v] : ttft_by_turn) r.ttft_ms_by_turn[turn] = Summarize(v);
   r.tpot_ms = Summarize(tpot);
   r.itl_ms = Summarize(itl);
   r.e2e_ms = Summarize(e2e);
@@ -133,6 +137,7 @@ nlohmann::ordered_json ToJson(const RunReport& r) {
                                 {"output", r.output_tokens},
                                 {"expected_output", r.expected_output_tokens},
                                 {"count_mismatches", r.token_count_mismatches},
+                                {"cached_prompt", r.cached_prompt_tokens},
                                 {"preemptions", r.preemptions}}},
                               {"duration_s", r.duration_s},
                               {"throughput",
@@ -149,6 +154,11 @@ nlohmann::ordered_json ToJson(const RunReport& r) {
                                 {"server_queue", ToJson(r.queue_ms)}}},
                               {"generator", {{"send_lag_ms", ToJson(r.lag_ms)}, {"cpu_s", r.client_cpu_s}}},
                               {"interrupted", r.interrupted}};
+  if (!r.ttft_ms_by_turn.empty()) {
+    nlohmann::ordered_json turns = nlohmann::ordered_json::object();
+    for (const auto& [turn, summary] : r.ttft_ms_by_turn) turns[std::to_string(turn)] = ToJson(summary);
+    j["latency_ms"]["ttft_by_turn"] = std::move(turns);
+  }
   if (r.sla_checked)
     j["sla"] = {{"met", r.sla_met},
                 {"failure", r.sla_failure},

@@ -57,6 +57,8 @@ struct RunReport {
   double steady_output_token_throughput = 0;   // output tokens inside it / its length
 
   Summary ttft_ms, tpot_ms, itl_ms, e2e_ms, queue_ms, lag_ms;
+  std::map<int32_t, Summary> ttft_ms_by_turn;  // multi-turn conversations: TTFT of each turn
+  int64_t cached_prompt_tokens = 0;            // of prompt_tokens, read from the server's prefix cache
   double client_cpu_s = 0;
   bool interrupted = false;
 

@@ -1,11 +1,10 @@
-// Target: the server under test. Several gRPC channels (each its own HTTP/2 connection), so that
-// thousands of concurrent streams are not funnelled through one connection's flow control and
-// one I/O thread; calls are spread over them round-robin.
+// Target: the server under test, and how one streamed generation is started on it.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,30 +12,56 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "llm/v1/llm.grpc.pb.h"
+#include "server/loadtest/request_record.h"
 
 namespace llm::loadtest {
 
+using SteadyClock = std::chrono::steady_clock;
+
+// One streamed generation in flight, whichever API carries it.
+class StreamCall {
+ public:
+  // Told, on a client thread, when a call ends: first Forget (the call is about to be deleted:
+  // stop using it), then, after the deletion, Record with what it measured.
+  class Owner {
+   public:
+    virtual ~Owner() = default;
+    virtual void Forget(StreamCall* call) = 0;
+    virtual void Record(RequestRecord record) = 0;
+  };
+  virtual ~StreamCall() = default;
+  // Starts the call (time-stamping its record's send_ns). Once.
+  virtual void Start(std::chrono::system_clock::time_point deadline) = 0;
+  // Asks the call to stop (it still ends through its owner). Thread-safe.
+  virtual void Cancel() = 0;
+};
+
+// The server under test, through gRPC (llm.v1 Generate) or through the OpenAI-compatible HTTP
+// API (/v1/completions or /v1/chat/completions, streamed as server-sent events).
 class Target {
  public:
-  // Connects `connections` channels to `address` (HOST:PORT), waits up to `timeout` for them and
-  // reads the served model's ModelInfo.
+  // gRPC: `connections` channels to `address` (HOST:PORT), each its own HTTP/2 connection, so
+  // that thousands of concurrent streams are not funnelled through one connection's flow
+  // control and one I/O thread; calls are spread over them round-robin. Waits up to `timeout`
+  // for them and reads the served model's ModelInfo.
   static absl::StatusOr<std::unique_ptr<Target>> Connect(const std::string& address, int connections,
-                                                         absl::Duration timeout);
+                                                         absl::Duration timeout, const std::string& api_key = "");
+  virtual ~Target() = default;
 
   const std::string& address() const { return address_; }
+  // What the workload needs (model, context length, vocabulary size, tokenizer), as far as the
+  // API tells it.
   const v1::ModelInfoResponse& model_info() const { return model_info_; }
-  // The next stub, round-robin over the connections. Thread-safe.
-  v1::Llm::Stub* NextStub();
-  int connections() const { return static_cast<int>(stubs_.size()); }
+  virtual int connections() const = 0;
+  // Tokens of `text` (the server must have a tokenizer).
+  virtual absl::StatusOr<int64_t> CountTokens(const std::string& text, bool add_special_tokens) = 0;
+  // One streamed generation of `request`, not started yet; `owner` hears of its end. `origin` is
+  // the run's time zero. Thread-safe.
+  virtual StreamCall* NewCall(std::shared_ptr<const v1::GenerateRequest> request, RequestRecord record,
+                              SteadyClock::time_point origin, StreamCall::Owner* owner) = 0;
 
-  // Tokens of `text` (Tokenize RPC; the server must have a tokenizer).
-  absl::StatusOr<int64_t> CountTokens(const std::string& text, bool add_special_tokens);
-
- private:
+ protected:
   std::string address_;
-  std::vector<std::shared_ptr<grpc::Channel>> channels_;
-  std::vector<std::unique_ptr<v1::Llm::Stub>> stubs_;
-  std::atomic<uint64_t> next_{0};
   v1::ModelInfoResponse model_info_;
 };
 

@@ -28,12 +28,26 @@ absl::StatusOr<std::unique_ptr<Workload>> Workload::Create(WorkloadOptions optio
   auto w = std::unique_ptr<Workload>(new Workload(std::move(options), model));
   if (w->options_.dataset) {
     RETURN_IF_ERROR(w->PrepareDataset(count_tokens));
-  } else if (w->options_.input_len.Max() >= model.context_length) {
+  } else if (w->options_.input_len.Max() + w->options_.shared_prefix_len >= model.context_length) {
     return absl::InvalidArgumentError(absl::StrCat("--input-len ", w->options_.input_len.ToString(),
-                                                   " does not fit the context length ",
-                                                   model.context_length));
+                                                   w->options_.shared_prefix_len > 0
+                                                       ? absl::StrCat(" after a ", w->options_.shared_prefix_len,
+                                                                      "-token shared prefix")
+                                                       : "",
+                                                   " does not fit the context length ", model.context_length));
   }
+  if (w->options_.shared_prefix_len > 0)
+    for (int64_t i = 0; i < std::max<int64_t>(1, w->options_.shared_prefixes); ++i)
+      w->prefixes_.push_back(w->RandomIds(w->options_.shared_prefix_len));
+  if (w->options_.turns > 1) w->conversations_.resize(std::max<int64_t>(1, w->options_.conversations));
   return w;
+}
+
+std::vector<int32_t> Workload::RandomIds(int64_t n) {
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(model_.vocab_size - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t& x : ids) x = id(rng_);
+  return ids;
 }
 
 void Workload::AddRandomIds(int64_t n, v1::GenerateRequest* request) {
@@ -111,13 +125,40 @@ RequestSpec Workload::Next() {
   }
   int64_t in = options_.input_len.Sample(rng_);
   int64_t out = options_.output_len.Sample(rng_);
-  if (in + out > model_.context_length) {
+  if (!conversations_.empty()) {
+    Conversation& c = conversations_[next_conversation_];
+    next_conversation_ = (next_conversation_ + 1) % conversations_.size();
+    if (c.turns_done >= options_.turns ||
+        static_cast<int64_t>(c.history.size()) + in + out > model_.context_length)
+      c = Conversation();  // all its turns done (or the context full): a new conversation
+    if (c.turns_done > 0) {  // the previous turn's answer, as far as the generator knows it
+      const std::vector<int32_t> answer = RandomIds(options_.output_len.Sample(rng_));
+      c.history.insert(c.history.end(), answer.begin(), answer.end());
+    }
+    const std::vector<int32_t> question = RandomIds(in);
+    c.history.insert(c.history.end(), question.begin(), question.end());
+    ++c.turns_done;
+    const int64_t prompt_len = static_cast<int64_t>(c.history.size());
+    if (prompt_len + out > model_.context_length) {
+      ++clipped_;
+      out = std::max<int64_t>(1, model_.context_length - prompt_len);
+    }
+    std::shared_ptr<v1::GenerateRequest> r = NewRequest(out);
+    r->mutable_token_ids()->mutable_ids()->Add(c.history.begin(), c.history.end());
+    return {std::move(r), prompt_len, out, c.turns_done};
+  }
+  const int64_t prefix = prefixes_.empty() ? 0 : options_.shared_prefix_len;
+  if (prefix + in + out > model_.context_length) {
     ++clipped_;
-    out = std::max<int64_t>(1, model_.context_length - in);
+    out = std::max<int64_t>(1, model_.context_length - prefix - in);
   }
   std::shared_ptr<v1::GenerateRequest> r = NewRequest(out);
+  if (!prefixes_.empty()) {
+    const std::vector<int32_t>& p = prefixes_[rng_() % prefixes_.size()];
+    r->mutable_token_ids()->mutable_ids()->Add(p.begin(), p.end());
+  }
   AddRandomIds(in, r.get());
-  return {std::move(r), in, out};
+  return {std::move(r), prefix + in, out};
 }
 
 std::string Workload::Describe() const {
@@ -126,8 +167,15 @@ std::string Workload::Describe() const {
         "dataset: ", prepared_.size(), " prompts (", skipped_, " skipped), ",
         model_.has_tokenizer ? "text" : "random token ids of the prompts' estimated length",
         options_.override_output_len ? absl::StrCat(", output ", options_.output_len.ToString()) : "");
-  return absl::StrCat("synthetic: input ", options_.input_len.ToString(), " tokens (random ids), output ",
-                      options_.output_len.ToString(), " tokens");
+  std::string shape;
+  if (options_.turns > 1)
+    shape = absl::StrCat(", ", options_.turns, "-turn conversations (", conversations_.size(),
+                         " at a time) resending their history");
+  else if (!prefixes_.empty())
+    shape = absl::StrCat(", after one of ", prefixes_.size(), " shared prefixes of ", options_.shared_prefix_len,
+                         " tokens");
+  return absl::StrCat("synthetic: input ", options_.input_len.ToString(), " tokens (random ids)", shape,
+                      ", output ", options_.output_len.ToString(), " tokens");
 }
 
 }  // namespace llm::loadtest

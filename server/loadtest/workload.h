@@ -26,6 +26,17 @@ struct WorkloadOptions {
   std::optional<Dataset> dataset;    // when set, prompts (and output lengths) come from it
   bool override_output_len = false;  // with a dataset: use output_len instead of the file's
   int64_t max_dataset_entries = 0;   // prepare at most this many (shuffled) entries; 0: all
+  // Synthetic prompts that share prefixes (prefix caching scenarios): each request starts with
+  // one of `shared_prefixes` fixed random prefixes of `shared_prefix_len` tokens (chosen at
+  // random), then input_len tokens of its own.
+  int64_t shared_prefix_len = 0;
+  int64_t shared_prefixes = 1;
+  // Multi-turn conversations (turns > 1): `conversations` of them, replayed round-robin; turn t's
+  // prompt resends the whole conversation so far (earlier prompts, output_len random ids standing
+  // in for each answer, which the load generator does not read back) plus input_len new tokens.
+  // A conversation that has had all its turns starts over as a new one.
+  int64_t turns = 0;
+  int64_t conversations = 16;
   double temperature = 0;            // 0: greedy
   bool honor_eos = false;
   uint64_t seed = 1;
@@ -42,6 +53,7 @@ struct RequestSpec {
   std::shared_ptr<const v1::GenerateRequest> request;
   int64_t prompt_len = 0;  // tokens (estimated for text prompts without a tokenizer)
   int64_t output_len = 0;  // max_tokens
+  int32_t turn = 0;        // 1-based turn of a multi-turn conversation; 0 otherwise
 };
 
 class Workload {
@@ -74,6 +86,14 @@ class Workload {
   ModelLimits model_;
   std::mt19937_64 rng_;
   std::vector<RequestSpec> prepared_;  // the dataset's requests, shuffled, reused in turn
+  std::vector<std::vector<int32_t>> prefixes_;  // shared prefixes (shared_prefix_len > 0)
+  struct Conversation {
+    std::vector<int32_t> history;
+    int32_t turns_done = 0;
+  };
+  std::vector<Conversation> conversations_;
+  size_t next_conversation_ = 0;
+  std::vector<int32_t> RandomIds(int64_t n);
   size_t next_prepared_ = 0;
   int64_t skipped_ = 0;
   int64_t clipped_ = 0;

@@ -77,6 +77,30 @@ TEST(CliGenerateTest, SameSeedSameOutputAndSeedsDiffer) {
   EXPECT_NE(LastJsonLine(a.out)["token_ids"], LastJsonLine(c.out)["token_ids"]);
 }
 
+// --top-k -1 is vLLM's spelling of "off": the same tokens as 0. A model without a tokenizer prints
+// its token ids without --json, and --logprobs is printed, not dropped.
+TEST(CliGenerateTest, TopKMinusOneIsOffAndPlainOutputKeepsIdsAndLogprobs) {
+  const std::string base = absl::StrCat("generate --model ", Model("qwen2-tiny"),
+                                        " --prompt-ids 3,14,15,92 --max-tokens 6 --temperature 1.0 --seed 3 ");
+  RunResult off = RunLlm(base + "--top-k -1 --json"), zero = RunLlm(base + "--top-k 0 --json");
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(LastJsonLine(off.out)["token_ids"], LastJsonLine(zero.out)["token_ids"]);
+  RunResult plain = RunLlm(base + "--logprobs 2");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  std::string ids;
+  for (int id : LastJsonLine(zero.out)["token_ids"]) absl::StrAppend(&ids, "[", id, "]");
+  EXPECT_EQ(plain.out.substr(0, ids.size()), ids) << plain.out;
+  EXPECT_EQ(LastJsonLine(plain.out)["logprobs"].size(), 6u) << plain.out;
+}
+
+TEST(CliTest, VersionEverywhere) {
+  for (const char* args : {"--version", "serve --version", "generate --version", "loadtest --version"}) {
+    RunResult r = RunLlm(args);
+    EXPECT_EQ(r.exit_code, 0) << args;
+    EXPECT_EQ(r.out.rfind("llm 0.", 0), 0u) << args << ": " << r.out;
+  }
+}
+
 // --fixed-kernels only changes how the CUDA backend picks its decode linears: accepted everywhere,
 // and on the CPU the output is unchanged.
 TEST(CliGenerateTest, FixedKernelsFlagIsAcceptedAndKeepsTheOutput) {
@@ -169,7 +193,7 @@ TEST(CliErrorsTest, BadUsageExitsTwoWithMessage) {
        "--quantization: unknown quantization 'int3'"},
       {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --kv-cache-dtype fp4",
        "--kv-cache-dtype: unknown KV cache dtype 'fp4'"},
-      {"tokenize --text hi", "--tokenizer is required"},
+      {"tokenize --text hi", "--tokenizer (or --model) is required"},
       {"tokenize --tokenizer x", "exactly one of --text"},
   };
   for (const Case& c : cases) {
@@ -214,7 +238,7 @@ TEST(CliTest, HelpOnEverySubcommand) {
   EXPECT_EQ(RunLlm("--help").exit_code, 0);
 }
 
-// tokenize --jsonl over every Llama-3 case: one {"ids": [...]} line per input line, in order.
+// tokenize --jsonl over every Llama-3 case: one {"token_ids": [...]} line per input line, in order.
 TEST(CliTokenizeTest, JsonlMatchesReferenceCases) {
   std::ifstream in(std::string(LLM_TEST_DATA_DIR) + "/tokenizers/llama3-cases.json");
   nlohmann::json cases = nlohmann::json::parse(in)["cases"];
@@ -228,12 +252,12 @@ TEST(CliTokenizeTest, JsonlMatchesReferenceCases) {
   std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), cases.size());
   for (size_t i = 0; i < cases.size(); ++i)
-    EXPECT_EQ(nlohmann::json::parse(lines[i])["ids"], cases[i]["ids"]) << i;
+    EXPECT_EQ(nlohmann::json::parse(lines[i])["token_ids"], cases[i]["ids"]) << i;
 
   r = RunLlm(absl::StrCat("tokenize --tokenizer ", LLM_TOKENIZER_DATA_DIR,
                        "/llama2-tokenizer.json --text 'Hello world' --add-special-tokens"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(nlohmann::json::parse(r.out)["ids"][0], 1);  // <s>
+  EXPECT_EQ(nlohmann::json::parse(r.out)["token_ids"][0], 1);  // <s>
 }
 
 

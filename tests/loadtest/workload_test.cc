@@ -98,5 +98,55 @@ TEST(WorkloadTest, DatasetWithoutATokenizerSendsRandomIdsOfTheEstimatedLength) {
   EXPECT_EQ((*w)->skipped_entries(), 1);  // with output 3, the long prompt fits
 }
 
+std::vector<int32_t> Ids(const RequestSpec& s) {
+  return std::vector<int32_t>(s.request->token_ids().ids().begin(), s.request->token_ids().ids().end());
+}
+
+TEST(WorkloadTest, SharedPrefixesStartEveryPrompt) {
+  WorkloadOptions o;
+  o.input_len = LengthDistribution::Fixed(5);
+  o.output_len = LengthDistribution::Fixed(3);
+  o.shared_prefix_len = 20;
+  o.shared_prefixes = 3;
+  auto w = Workload::Create(o, {/*vocab_size=*/1000, /*context_length=*/64, false}, CountWords);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::map<std::vector<int32_t>, int> prefixes;
+  for (int i = 0; i < 300; ++i) {
+    const RequestSpec s = (*w)->Next();
+    ASSERT_EQ(s.prompt_len, 25);
+    const std::vector<int32_t> ids = Ids(s);
+    ASSERT_EQ(ids.size(), 25u);
+    ++prefixes[std::vector<int32_t>(ids.begin(), ids.begin() + 20)];
+  }
+  EXPECT_EQ(prefixes.size(), 3u);
+  for (const auto& [p, n] : prefixes) EXPECT_GT(n, 50) << "chosen at random, about 100 each";
+  o.shared_prefix_len = 60;  // 60 + 5 + 3 does not fit 64
+  EXPECT_FALSE(Workload::Create(o, {1000, 64, false}, CountWords).ok());
+}
+
+TEST(WorkloadTest, ConversationTurnsResendTheirHistory) {
+  WorkloadOptions o;
+  o.input_len = LengthDistribution::Fixed(4);
+  o.output_len = LengthDistribution::Fixed(3);
+  o.turns = 3;
+  o.conversations = 2;
+  auto w = Workload::Create(o, {1000, 256, false}, CountWords);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::vector<RequestSpec> s;
+  for (int i = 0; i < 8; ++i) s.push_back((*w)->Next());
+  // Round-robin over two conversations: requests 0, 2, 4 are turns 1-3 of the first; 6 starts anew.
+  const std::vector<int32_t> turns = {1, 1, 2, 2, 3, 3, 1, 1};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(s[i].turn, turns[i]) << i;
+  for (int c = 0; c < 2; ++c) {
+    const std::vector<int32_t> t1 = Ids(s[c]), t2 = Ids(s[c + 2]), t3 = Ids(s[c + 4]);
+    ASSERT_EQ(t1.size(), 4u);
+    ASSERT_EQ(t2.size(), 4u + 3u + 4u) << "turn 1, an answer of the output length, 4 new tokens";
+    ASSERT_EQ(t3.size(), t2.size() + 7u);
+    EXPECT_TRUE(std::equal(t1.begin(), t1.end(), t2.begin()));
+    EXPECT_TRUE(std::equal(t2.begin(), t2.end(), t3.begin()));
+    EXPECT_EQ(Ids(s[c + 6]).size(), 4u) << "a new conversation";
+  }
+}
+
 }  // namespace
 }  // namespace llm::loadtest

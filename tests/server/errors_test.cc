@@ -43,7 +43,8 @@ std::vector<BadInput> BadInputs() {
        "top_p must be in (0, 1]"},
       {"top_p above one", [](Req& r) { r.mutable_sampling()->set_top_p(1.5f); }, kInvalid,
        "top_p must be in (0, 1]"},
-      {"negative top_k", [](Req& r) { r.mutable_sampling()->set_top_k(-1); }, kInvalid, "top_k"},
+      // -1 is "off" (vLLM's spelling); other negative values are refused.
+      {"negative top_k", [](Req& r) { r.mutable_sampling()->set_top_k(-2); }, kInvalid, "top_k"},
       {"min_p above one", [](Req& r) { r.mutable_sampling()->set_min_p(2.0f); }, kInvalid, "min_p"},
       {"zero repetition penalty", [](Req& r) { r.mutable_sampling()->set_repetition_penalty(0.0f); },
        kInvalid, "repetition_penalty"},

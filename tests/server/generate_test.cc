@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.pb.h"
+#include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -336,6 +337,50 @@ TEST_F(GenerateTest, ReflectionDescribesTheApi) {
   EXPECT_EQ(descriptor.service(0).method_size(), 6);  // Generate, Complete, Chat, Tokenize, Detokenize, ModelInfo
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+// Reflection v1 (what grpcurl asks first) answers as v1alpha does: the same service list, and the
+// same descriptor of the file holding llm.v1.Llm.
+TEST_F(GenerateTest, ReflectionV1AnswersAsV1alpha) {
+  namespace alpha = grpc::reflection::v1alpha;
+  namespace v1r = grpc::reflection::v1;
+  auto alpha_stub = alpha::ServerReflection::NewStub(server_->channel());
+  auto v1_stub = v1r::ServerReflection::NewStub(server_->channel());
+  grpc::ClientContext alpha_context, v1_context;
+  auto alpha_stream = alpha_stub->ServerReflectionInfo(&alpha_context);
+  auto v1_stream = v1_stub->ServerReflectionInfo(&v1_context);
+  v1r::ServerReflectionRequest list;
+  list.set_list_services("*");
+  v1r::ServerReflectionResponse v1_response;
+  ASSERT_TRUE(v1_stream->Write(list));
+  ASSERT_TRUE(v1_stream->Read(&v1_response));
+  std::vector<std::string> services;
+  for (const auto& service : v1_response.list_services_response().service()) services.push_back(service.name());
+  for (const char* name : {"llm.v1.Llm", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                           "grpc.reflection.v1alpha.ServerReflection"})
+    EXPECT_NE(std::find(services.begin(), services.end(), name), services.end()) << name;
+  alpha::ServerReflectionRequest alpha_file;
+  alpha_file.set_file_containing_symbol("llm.v1.GenerateRequest");
+  alpha::ServerReflectionResponse alpha_response;
+  ASSERT_TRUE(alpha_stream->Write(alpha_file));
+  ASSERT_TRUE(alpha_stream->Read(&alpha_response));
+  v1r::ServerReflectionRequest v1_file;
+  v1_file.set_file_containing_symbol("llm.v1.GenerateRequest");
+  ASSERT_TRUE(v1_stream->Write(v1_file));
+  ASSERT_TRUE(v1_stream->Read(&v1_response));
+  ASSERT_GT(alpha_response.file_descriptor_response().file_descriptor_proto_size(), 0);
+  const auto& v1_files = v1_response.file_descriptor_response().file_descriptor_proto();
+  EXPECT_NE(std::find(v1_files.begin(), v1_files.end(), alpha_response.file_descriptor_response().file_descriptor_proto(0)),
+            v1_files.end());
+  v1r::ServerReflectionRequest missing;
+  missing.set_file_containing_symbol("no.such.Symbol");
+  ASSERT_TRUE(v1_stream->Write(missing));
+  ASSERT_TRUE(v1_stream->Read(&v1_response));
+  EXPECT_EQ(v1_response.error_response().error_code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  alpha_stream->WritesDone();
+  v1_stream->WritesDone();
+  EXPECT_TRUE(alpha_stream->Finish().ok());
+  EXPECT_TRUE(v1_stream->Finish().ok());
 }
 
 // Runs `command` and returns its exit code and stdout.

@@ -162,7 +162,7 @@ TEST(LifecycleTest, SigtermDrains) {
 }
 
 TEST(LifecycleTest, BadStartupFailsWithMessage) {
-  const std::string llm = std::string(LLM_BINARY_DIR) + "/bin/llm serve --port 0 --metrics-port -1 ";
+  const std::string llm = std::string(LLM_BINARY_DIR) + "/bin/llm serve --port 0 --metrics-port -1 --http-port -1 ";
   const auto run = [](const std::string& cmd) {
     FILE* p = popen((cmd + " 2>&1").c_str(), "r");
     std::string out;

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -54,7 +55,8 @@ std::string HttpGet(int port, const std::string& path) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string response;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string request = absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    const std::string request =
+        absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     (void)!write(fd, request.data(), request.size());
     char buf[8192];
     ssize_t n;
@@ -119,6 +121,10 @@ std::unique_ptr<ServerProcess> ServerProcess::StartMpi(int ranks, const std::vec
                                           "0",
                                           "--metrics-port",
                                           "0",
+                                          "--http-port",
+                                          "0",
+                                          "--max-priority",
+                                          "1",
                                           "--threads",
                                           ranks > 0 ? "1" : "2"};
   argv.insert(argv.end(), serve.begin(), serve.end());
@@ -184,8 +190,12 @@ std::map<std::string, double> ServerProcess::Metrics() const {
     if (line.empty() || line[0] == '#') continue;
     const size_t space = line.rfind(' ');
     double value;
-    if (space != absl::string_view::npos && absl::SimpleAtod(line.substr(space + 1), &value))
-      metrics[std::string(line.substr(0, space))] = value;
+    if (space == absl::string_view::npos || !absl::SimpleAtod(line.substr(space + 1), &value)) continue;
+    // Every sample carries the model's name; the tests name metrics without it.
+    static const std::regex model_label("model_name=\"[^\"]*\",?");
+    std::string name = std::regex_replace(std::string(line.substr(0, space)), model_label, "");
+    if (absl::EndsWith(name, "{}")) name.resize(name.size() - 2);
+    metrics[name] = value;
   }
   return metrics;
 }

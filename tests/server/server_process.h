@@ -19,7 +19,8 @@ namespace llm::testing {
 
 class ServerProcess {
  public:
-  // Starts `llm serve --host 127.0.0.1 --port 0 --metrics-port 0 --threads 2 <args>` and waits
+  // Starts `llm serve --host 127.0.0.1 --port 0 --metrics-port 0 --http-port 0 --max-priority 1
+  // --threads 2 <args>` and waits
   // for its "serving" line. Fails the test (and returns null) when it does not come up.
   static std::unique_ptr<ServerProcess> Start(const std::vector<std::string>& args);
   // The same under `mpirun -np ranks` (tensor/pipeline parallel serving; rank 0 serves gRPC).
@@ -31,7 +32,7 @@ class ServerProcess {
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   std::unique_ptr<v1::Llm::Stub> NewStub() const { return v1::Llm::NewStub(channel_); }
 
-  // GET /metrics, parsed: "name{labels}" -> value.
+  // GET /metrics, parsed: "name{labels}" -> value (the model_name label left out).
   std::map<std::string, double> Metrics() const;
   double Metric(const std::string& name) const;
   // grpc.health.v1 Check("").

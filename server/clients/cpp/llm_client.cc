@@ -9,7 +9,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,11 +41,28 @@ constexpr char kUsage[] =
     "  health       the grpc.health.v1 status\n\n"
     "Run 'llm_client <command> --help' for the flags of a command.\n";
 
-std::shared_ptr<grpc::Channel> Connect(const std::string& server) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args);
-}
+// How every command reaches the server: the address, the API key (`authorization` metadata) and
+// TLS. The same flag names as `llm loadtest` and the Python client.
+struct Connection {
+  std::string server = "localhost:50051";
+  std::string api_key;  // default: LLM_API_KEY
+  std::string tls_ca;   // PEM roots: connect with TLS
+
+  void Register(FlagSet& flags) {
+    flags.String("server", &server, "the server's gRPC address, HOST:PORT");
+    flags.String("api-key", &api_key, "the server's --api-key (default: the LLM_API_KEY environment variable)");
+    flags.String("tls-ca", &tls_ca, "connect with TLS, trusting this PEM certificate (the server's, or its CA's)");
+  }
+  // Fills the defaults that come from the environment; a usage error when a file is unreadable.
+  std::optional<int> Finish();
+  std::shared_ptr<grpc::Channel> Channel() const;
+  // Adds the API key to a call.
+  void Prepare(grpc::ClientContext& context) const {
+    if (!api_key.empty()) context.AddMetadata("authorization", "Bearer " + api_key);
+  }
+
+  std::string ca_pem;
+};
 
 int CallFailed(const grpc::Status& status) {
   static const char* kCodes[] = {
@@ -58,6 +79,31 @@ int CallFailed(const grpc::Status& status) {
 int Usage(const std::string& message) {
   std::fprintf(stderr, "%s: %s\n", kProgram, message.c_str());
   return 2;
+}
+
+std::optional<int> Connection::Finish() {
+  if (api_key.empty())
+    if (const char* key = std::getenv("LLM_API_KEY")) api_key = key;
+  if (!tls_ca.empty()) {
+    std::ifstream in(tls_ca, std::ios::binary);
+    if (!in) return Usage("--tls-ca: cannot read '" + tls_ca + "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    ca_pem = ss.str();
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<grpc::Channel> Connection::Channel() const {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!tls_ca.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = ca_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  return grpc::CreateCustomChannel(server, credentials, args);
 }
 
 bool ParseIds(const std::string& text, std::vector<int32_t>* ids) {
@@ -92,7 +138,8 @@ nlohmann::json ToJson(const v1::GenerateResponse& r) {
           {"usage",
            {{"prompt_tokens", r.usage().prompt_tokens()},
             {"completion_tokens", r.usage().completion_tokens()},
-            {"preemptions", r.usage().preemptions()}}},
+            {"preemptions", r.usage().preemptions()},
+            {"cached_prompt_tokens", r.usage().cached_prompt_tokens()}}},
           {"timings_ms",
            {{"queue", r.timings().queue_ms()},
             {"time_to_first_token", r.timings().time_to_first_token_ms()},
@@ -117,19 +164,20 @@ void Accumulate(const v1::GenerateResponse& part, v1::GenerateResponse* total) {
 
 int RunGenerate(int argc, char** argv) {
   FlagSet flags("generate", "Generates a continuation of a prompt on an `llm serve` server.", kProgram);
-  std::string server = "localhost:50051", prompt, prompt_ids, request_id, stop_ids;
+  Connection connection;
+  std::string prompt, prompt_ids, request_id, stop_ids;
   int64_t max_tokens = 16, min_tokens = 0, top_k = 0, seed = 0, logprobs = 0, priority = 0, timeout_ms = 0;
   double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition = 1.0, presence = 0.0, frequency = 0.0;
   bool ignore_eos = false, unary = false, json = false, no_special = false;
   std::vector<std::string> stop;
-  flags.String("server", &server, "the server's address");
+  connection.Register(flags);
   flags.String("prompt", &prompt, "prompt text (the server's model needs a tokenizer)");
   flags.String("prompt-ids", &prompt_ids, "prompt as comma-separated token ids");
   flags.Bool("no-special-tokens", &no_special, "do not add special tokens (e.g. BOS) to --prompt");
   flags.Int("max-tokens", &max_tokens, "tokens to generate at most");
   flags.Int("min-tokens", &min_tokens, "tokens to generate before EOS or a stop may end the output");
   flags.Float("temperature", &temperature, "sampling temperature; 0 is greedy");
-  flags.Int("top-k", &top_k, "keep the k most likely tokens (0: off)");
+  flags.Int("top-k", &top_k, "keep the k most likely tokens (0 or -1: off)");
   flags.Float("top-p", &top_p, "nucleus sampling mass in (0, 1]");
   flags.Float("min-p", &min_p, "drop tokens below min-p x the top probability");
   flags.Float("repetition-penalty", &repetition, "penalty on tokens already seen (1: off)");
@@ -146,6 +194,7 @@ int RunGenerate(int argc, char** argv) {
   flags.Bool("unary", &unary, "call Complete (one response) instead of streaming Generate");
   flags.Bool("json", &json, "print the result as one JSON object instead of streaming text");
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
+  if (auto exit_code = connection.Finish()) return *exit_code;
   if (flags.IsSet("prompt") == flags.IsSet("prompt-ids"))
     return Usage("give exactly one of --prompt and --prompt-ids");
 
@@ -160,11 +209,12 @@ int RunGenerate(int argc, char** argv) {
     request.mutable_token_ids()->mutable_ids()->Add(ids.begin(), ids.end());
   }
   v1::SamplingParams* s = request.mutable_sampling();
-  s->set_temperature(static_cast<float>(temperature));
-  s->set_top_k(static_cast<int32_t>(top_k));
-  s->set_top_p(static_cast<float>(top_p));
-  s->set_min_p(static_cast<float>(min_p));
-  s->set_repetition_penalty(static_cast<float>(repetition));
+  // Fields left unset take the server's defaults (the model's generation_config.json).
+  if (flags.IsSet("temperature")) s->set_temperature(static_cast<float>(temperature));
+  if (flags.IsSet("top-k")) s->set_top_k(static_cast<int32_t>(top_k));
+  if (flags.IsSet("top-p")) s->set_top_p(static_cast<float>(top_p));
+  if (flags.IsSet("min-p")) s->set_min_p(static_cast<float>(min_p));
+  if (flags.IsSet("repetition-penalty")) s->set_repetition_penalty(static_cast<float>(repetition));
   s->set_presence_penalty(static_cast<float>(presence));
   s->set_frequency_penalty(static_cast<float>(frequency));
   if (flags.IsSet("seed")) s->set_seed(static_cast<uint64_t>(seed));
@@ -180,17 +230,19 @@ int RunGenerate(int argc, char** argv) {
   request.set_top_logprobs(static_cast<int32_t>(logprobs));
   request.set_priority(static_cast<int32_t>(priority));
 
-  auto stub = v1::Llm::NewStub(Connect(server));
+  auto stub = v1::Llm::NewStub(connection.Channel());
   // A model without a tokenizer answers token ids only: print those instead of text.
   bool show_ids = false;
   if (!json) {
     grpc::ClientContext info_context;
+    connection.Prepare(info_context);
     v1::ModelInfoResponse info;
     const grpc::Status s = stub->ModelInfo(&info_context, v1::ModelInfoRequest(), &info);
     if (!s.ok()) return CallFailed(s);
     show_ids = !info.has_tokenizer();
   }
   grpc::ClientContext context;
+  connection.Prepare(context);
   if (timeout_ms > 0)
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
   v1::GenerateResponse total;
@@ -225,6 +277,9 @@ int RunGenerate(int argc, char** argv) {
     std::printf("%s\n", ToJson(total).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
+    // Asked-for log-probabilities are printed, not dropped: one JSON line after the text.
+    if (logprobs > 0) std::printf("%s\n", nlohmann::json({{"logprobs", ToJson(total)["logprobs"]}}).dump().c_str());
+    std::fflush(stdout);
     std::fprintf(stderr,
                  "[finish: %s; %d prompt + %d generated tokens; first token %.1f ms, total %.1f ms]\n",
                  FinishReasonName(total.finish_reason()).c_str(), total.usage().prompt_tokens(),
@@ -236,18 +291,21 @@ int RunGenerate(int argc, char** argv) {
 
 int RunTokenize(int argc, char** argv) {
   FlagSet flags("tokenize", "Prints the server model's token ids of a text as JSON.", kProgram);
-  std::string server = "localhost:50051", text;
+  Connection connection;
+  std::string text;
   bool no_special = false;
-  flags.String("server", &server, "the server's address");
+  connection.Register(flags);
   flags.String("text", &text, "the text");
   flags.Bool("no-special-tokens", &no_special, "do not add special tokens (e.g. BOS)");
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
+  if (auto exit_code = connection.Finish()) return *exit_code;
   v1::TokenizeRequest request;
   request.set_text(text);
   if (no_special) request.set_add_special_tokens(false);
   v1::TokenizeResponse response;
   grpc::ClientContext context;
-  const grpc::Status status = v1::Llm::NewStub(Connect(server))->Tokenize(&context, request, &response);
+  connection.Prepare(context);
+  const grpc::Status status = v1::Llm::NewStub(connection.Channel())->Tokenize(&context, request, &response);
   if (!status.ok()) return CallFailed(status);
   std::printf("%s\n", nlohmann::json({{"token_ids", std::vector<int32_t>(response.token_ids().begin(),
                                                                          response.token_ids().end())}})
@@ -258,12 +316,14 @@ int RunTokenize(int argc, char** argv) {
 
 int RunDetokenize(int argc, char** argv) {
   FlagSet flags("detokenize", "Prints the text of token ids.", kProgram);
-  std::string server = "localhost:50051", ids_text;
+  Connection connection;
+  std::string ids_text;
   bool skip_special = false;
-  flags.String("server", &server, "the server's address");
+  connection.Register(flags);
   flags.String("ids", &ids_text, "comma-separated token ids");
   flags.Bool("skip-special-tokens", &skip_special, "leave special tokens out");
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
+  if (auto exit_code = connection.Finish()) return *exit_code;
   std::vector<int32_t> ids;
   if (!ParseIds(ids_text, &ids)) return Usage("--ids: expected comma-separated integers");
   v1::DetokenizeRequest request;
@@ -271,7 +331,8 @@ int RunDetokenize(int argc, char** argv) {
   request.set_skip_special_tokens(skip_special);
   v1::DetokenizeResponse response;
   grpc::ClientContext context;
-  const grpc::Status status = v1::Llm::NewStub(Connect(server))->Detokenize(&context, request, &response);
+  connection.Prepare(context);
+  const grpc::Status status = v1::Llm::NewStub(connection.Channel())->Detokenize(&context, request, &response);
   if (!status.ok()) return CallFailed(status);
   std::printf("%s\n", response.text().c_str());
   return 0;
@@ -279,13 +340,15 @@ int RunDetokenize(int argc, char** argv) {
 
 int RunInfo(int argc, char** argv) {
   FlagSet flags("info", "Prints what the server serves (ModelInfo) as text.", kProgram);
-  std::string server = "localhost:50051";
-  flags.String("server", &server, "the server's address");
+  Connection connection;
+  connection.Register(flags);
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
+  if (auto exit_code = connection.Finish()) return *exit_code;
   v1::ModelInfoResponse response;
   grpc::ClientContext context;
+  connection.Prepare(context);
   const grpc::Status status =
-      v1::Llm::NewStub(Connect(server))->ModelInfo(&context, v1::ModelInfoRequest(), &response);
+      v1::Llm::NewStub(connection.Channel())->ModelInfo(&context, v1::ModelInfoRequest(), &response);
   if (!status.ok()) return CallFailed(status);
   std::printf("%s", response.DebugString().c_str());
   return 0;
@@ -293,13 +356,14 @@ int RunInfo(int argc, char** argv) {
 
 int RunHealth(int argc, char** argv) {
   FlagSet flags("health", "Prints the server's grpc.health.v1 status; exit 0 only when SERVING.", kProgram);
-  std::string server = "localhost:50051";
-  flags.String("server", &server, "the server's address");
+  Connection connection;
+  connection.Register(flags);
   if (auto exit_code = HandleParse(flags, argc, argv)) return *exit_code;
+  if (auto exit_code = connection.Finish()) return *exit_code;
   grpc::health::v1::HealthCheckResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  const grpc::Status status = grpc::health::v1::Health::NewStub(Connect(server))
+  const grpc::Status status = grpc::health::v1::Health::NewStub(connection.Channel())
                                   ->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
   if (!status.ok()) return CallFailed(status);
   std::printf("%s\n", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()).c_str());
@@ -322,6 +386,10 @@ int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("%s %s\n", kProgram, llm::cli::VersionString().c_str());
+    return 0;
   }
   for (const Command& c : kCommands)
     if (std::strcmp(argv[1], c.name) == 0) return c.run(argc - 1, argv + 1);

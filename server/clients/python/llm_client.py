@@ -31,7 +31,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-import grpc
+try:
+    import grpc
+except ImportError as _missing:  # a Python without grpcio (e.g. a virtualenv or pyenv beside Debian's)
+    _MESSAGE = (f"llm_client.py needs grpcio, which {sys.executable} does not have: "
+                "`pip install grpcio` for this Python, or run Debian's /usr/bin/python3 with "
+                "`apt install python3-grpcio`. (Without grpc, any OpenAI SDK or plain HTTP client works "
+                "against `llm serve --http-port`.)")
+    if __name__ == "__main__":
+        print(_MESSAGE, file=sys.stderr)
+        sys.exit(2)
+    raise ImportError(_MESSAGE) from _missing
 
 PROTO = "llm/v1/llm.proto"
 
@@ -79,16 +89,24 @@ def _generate(root, out):
 class LlmClient:
     """One channel to a server; each method is one call."""
 
-    def __init__(self, address="localhost:50051"):
+    def __init__(self, address="localhost:50051", api_key=None, tls_ca=None):
+        """api_key: the server's --api-key (default: $LLM_API_KEY); tls_ca: a PEM file to trust (TLS)."""
         self.pb, grpc_stubs = load_stubs()
-        self.channel = grpc.insecure_channel(address)
+        if tls_ca:
+            with open(tls_ca, "rb") as f:
+                self.channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(f.read()))
+        else:
+            self.channel = grpc.insecure_channel(address)
         self.stub = grpc_stubs.LlmStub(self.channel)
+        api_key = api_key or os.environ.get("LLM_API_KEY")
+        self.metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
 
-    def request(self, prompt=None, prompt_ids=None, max_tokens=16, temperature=1.0, top_k=0, top_p=1.0,
-                min_p=0.0, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, seed=None,
+    def request(self, prompt=None, prompt_ids=None, max_tokens=16, temperature=None, top_k=None, top_p=None,
+                min_p=None, repetition_penalty=None, presence_penalty=0.0, frequency_penalty=0.0, seed=None,
                 stop=(), stop_token_ids=(), ignore_eos=False, min_tokens=0, logprobs=0, priority=0,
                 request_id=""):
-        """Builds a GenerateRequest: give exactly one of prompt (text) and prompt_ids."""
+        """Builds a GenerateRequest: give exactly one of prompt (text) and prompt_ids. Sampling fields
+        left None take the server's defaults (the model's generation_config.json); top_k -1 is off."""
         if (prompt is None) == (prompt_ids is None):
             raise ValueError("give exactly one of prompt and prompt_ids")
         r = self.pb.GenerateRequest(request_id=request_id, top_logprobs=logprobs, priority=priority)
@@ -96,11 +114,10 @@ class LlmClient:
             r.text = prompt.encode("utf-8")
         else:
             r.token_ids.ids.extend(prompt_ids)
-        r.sampling.temperature = temperature
-        r.sampling.top_k = top_k
-        r.sampling.top_p = top_p
-        r.sampling.min_p = min_p
-        r.sampling.repetition_penalty = repetition_penalty
+        for field, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
+                             ("repetition_penalty", repetition_penalty)):
+            if value is not None:
+                setattr(r.sampling, field, value)
         r.sampling.presence_penalty = presence_penalty
         r.sampling.frequency_penalty = frequency_penalty
         if seed is not None:
@@ -114,24 +131,24 @@ class LlmClient:
 
     def generate(self, timeout=None, **kwargs):
         """Streams GenerateResponse messages; the last has finish_reason, usage and timings."""
-        return self.stub.Generate(self.request(**kwargs), timeout=timeout)
+        return self.stub.Generate(self.request(**kwargs), timeout=timeout, metadata=self.metadata)
 
     def complete(self, timeout=None, **kwargs):
         """The whole result in one GenerateResponse (unary Complete)."""
-        return self.stub.Complete(self.request(**kwargs), timeout=timeout)
+        return self.stub.Complete(self.request(**kwargs), timeout=timeout, metadata=self.metadata)
 
     def tokenize(self, text, add_special_tokens=True):
         request = self.pb.TokenizeRequest(text=text.encode("utf-8"), add_special_tokens=add_special_tokens)
-        return list(self.stub.Tokenize(request).token_ids)
+        return list(self.stub.Tokenize(request, metadata=self.metadata).token_ids)
 
     def detokenize(self, token_ids, skip_special_tokens=False):
         request = self.pb.DetokenizeRequest(token_ids=token_ids, skip_special_tokens=skip_special_tokens)
-        return self.stub.Detokenize(request).text
+        return self.stub.Detokenize(request, metadata=self.metadata).text
 
     def model_info(self):
-        return self.stub.ModelInfo(self.pb.ModelInfoRequest())
+        return self.stub.ModelInfo(self.pb.ModelInfoRequest(), metadata=self.metadata)
 
-    def health(self):
+    def health(self):  # exempt from the API key, as on the server
         """The grpc.health.v1 overall status: "SERVING", "NOT_SERVING" or "UNKNOWN".
 
         Called without generated stubs: the request is an empty message and the answer has one
@@ -154,7 +171,7 @@ def _as_json(pb, r):
         "text": r.text,
         "finish_reason": _finish_reason(pb, r.finish_reason),
         "usage": {"prompt_tokens": r.usage.prompt_tokens, "completion_tokens": r.usage.completion_tokens,
-                  "preemptions": r.usage.preemptions},
+                  "preemptions": r.usage.preemptions, "cached_prompt_tokens": r.usage.cached_prompt_tokens},
         "timings_ms": {"queue": r.timings.queue_ms, "time_to_first_token": r.timings.time_to_first_token_ms,
                        "decode": r.timings.decode_ms, "total": r.timings.total_ms},
         "logprobs": [{"token_id": lp.token_id, "logprob": lp.logprob,
@@ -169,7 +186,9 @@ def _ids(text):
 
 def _run_generate(client, args):
     kwargs = dict(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                  min_p=args.min_p, repetition_penalty=args.repetition_penalty, seed=args.seed, stop=args.stop,
+                  min_p=args.min_p, repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
+                  frequency_penalty=args.frequency_penalty, min_tokens=args.min_tokens,
+                  stop_token_ids=_ids(args.stop_token_ids), seed=args.seed, stop=args.stop,
                   ignore_eos=args.ignore_eos, logprobs=args.logprobs, priority=args.priority,
                   request_id=args.request_id)
     if args.prompt is not None:
@@ -202,6 +221,8 @@ def _run_generate(client, args):
     if args.json:
         print(json.dumps(_as_json(pb, total), ensure_ascii=False))
     else:
+        if args.logprobs:  # asked for: printed, never dropped
+            print(json.dumps({"logprobs": _as_json(pb, total)["logprobs"]}))
         print(f"[finish: {_finish_reason(pb, total.finish_reason)}; {total.usage.prompt_tokens} prompt + "
               f"{total.usage.completion_tokens} generated tokens; first token "
               f"{total.timings.time_to_first_token_ms:.1f} ms, total {total.timings.total_ms:.1f} ms]",
@@ -210,18 +231,24 @@ def _run_generate(client, args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Client of `llm serve` (llm.v1.Llm over gRPC).")
-    parser.add_argument("--server", default="localhost:50051", help="the server's address")
+    parser.add_argument("--server", default="localhost:50051", help="the server's gRPC address, HOST:PORT")
+    parser.add_argument("--api-key", help="the server's --api-key (default: $LLM_API_KEY)")
+    parser.add_argument("--tls-ca", help="connect with TLS, trusting this PEM certificate")
     commands = parser.add_subparsers(dest="command", required=True)
     g = commands.add_parser("generate", help="generate from a prompt (streamed; --unary for one response)")
     prompt = g.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="prompt text (the model needs a tokenizer)")
     prompt.add_argument("--prompt-ids", help="prompt as comma-separated token ids")
     g.add_argument("--max-tokens", type=int, default=16)
-    g.add_argument("--temperature", type=float, default=1.0, help="0 is greedy")
-    g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--min-p", type=float, default=0.0)
-    g.add_argument("--repetition-penalty", type=float, default=1.0)
+    g.add_argument("--temperature", type=float, help="0 is greedy (unset: the model's default)")
+    g.add_argument("--top-k", type=int, help="keep the k most likely tokens (0 or -1: off)")
+    g.add_argument("--top-p", type=float)
+    g.add_argument("--min-p", type=float)
+    g.add_argument("--repetition-penalty", type=float)
+    g.add_argument("--presence-penalty", type=float, default=0.0)
+    g.add_argument("--frequency-penalty", type=float, default=0.0)
+    g.add_argument("--min-tokens", type=int, default=0)
+    g.add_argument("--stop-token-ids", default="", help="comma-separated token ids that end generation")
     g.add_argument("--seed", type=int)
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--ignore-eos", action="store_true")
@@ -229,6 +256,7 @@ def main(argv=None):
     g.add_argument("--priority", type=int, default=0)
     g.add_argument("--request-id", default="")
     g.add_argument("--timeout", type=float, help="the call's deadline in seconds")
+    g.add_argument("--timeout-ms", type=int, help="the call's deadline in milliseconds (as llm_client's)")
     g.add_argument("--unary", action="store_true", help="call Complete instead of streaming Generate")
     g.add_argument("--json", action="store_true", help="print the result as one JSON object")
     t = commands.add_parser("tokenize", help="token ids of a text")
@@ -241,7 +269,9 @@ def main(argv=None):
     commands.add_parser("health", help="the grpc.health.v1 status; exit 0 only when SERVING")
     args = parser.parse_args(argv)
 
-    client = LlmClient(args.server)
+    client = LlmClient(args.server, api_key=args.api_key, tls_ca=args.tls_ca)
+    if getattr(args, "timeout_ms", None):
+        args.timeout = args.timeout_ms / 1000
     try:
         if args.command == "generate":
             _run_generate(client, args)

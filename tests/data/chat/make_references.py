@@ -160,7 +160,7 @@ def render_with_transformers(tokenizer_file, source, special, request, add_gener
                                        add_generation_prompt=add_generation_prompt, tokenize=False, **kwargs)
         ids = tok.apply_chat_template(normalize(request), tools=request.get("tools"), chat_template=source,
                                       add_generation_prompt=add_generation_prompt, tokenize=True, **kwargs)
-        if isinstance(ids, dict):
+        if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding (a UserDict, not a dict)
             ids = ids["input_ids"]
         return {"text": text, "ids": list(ids)}
     except Exception as e:  # noqa: BLE001

@@ -18,10 +18,10 @@ quantized model computes the same function as the float one up to the 4-bit roun
 quantization goes into any layout (AWQ's has no act-order).
 
 Usage:
-  python3 tools/w4a16/quantize.py --model launch/model --out /tmp/m-awq --layout awq --group 128 \
+  python3 tools/w4a16/quantize.py --model build/launch/model --out /tmp/m-awq --layout awq --group 128 \
       [--awq-search --calib-ids ids.jsonl] [--sym] [--desc-act] [--gptq-v2] [--shard-mb 16]
 Calibration ids: one JSON list of token ids per line, e.g. from
-  build/bin/llm tokenize --tokenizer launch/model/tokenizer.json --jsonl texts.jsonl
+  build/bin/llm tokenize --tokenizer build/launch/model/tokenizer.json --jsonl texts.jsonl
 (texts.jsonl: one JSON string per line).
 """
 import argparse

@@ -14,7 +14,7 @@ packages=(
   libabsl-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libpcre2-dev libicu-dev libboost-dev libssl-dev
-  python3 python3-grpcio python3-protobuf python3-jinja2 gnuplot-nox openssl curl
+  python3 python3-grpcio python3-protobuf python3-jinja2 python3-numpy gnuplot-nox openssl curl
 )
 
 install=1

@@ -37,6 +37,8 @@ MPI_Datatype MpiType(DType dtype) {
     case DType::kU8:
     case DType::kF8E4M3:  // moved as bytes, never reduced
       return MPI_UINT8_T;
+    case DType::kU4:  // never a tensor's dtype
+      break;
   }
   return MPI_DATATYPE_NULL;
 }

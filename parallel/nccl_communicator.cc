@@ -37,6 +37,8 @@ ncclDataType_t NcclType(DType dtype) {
     case DType::kU8:
     case DType::kF8E4M3:  // moved as bytes, never reduced
       return ncclUint8;
+    case DType::kU4:  // never a tensor's dtype
+      break;
   }
   return ncclUint8;
 }

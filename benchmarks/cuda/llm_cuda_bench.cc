@@ -31,7 +31,8 @@ struct Args {
   std::string out;
   int steps = 64;
   bool quick = false;
-  std::string quantization;             // --quantization fp8: FP8 dummy weights (per channel)
+  std::string quantization;             // --quantization fp8 / int4: FP8 (per channel) or 4-bit dummy weights
+  std::vector<int> batches;             // --batches 1,16,128: decode batches (context 128 at 1, else 1024)
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype fp8
 };
 
@@ -46,10 +47,17 @@ Args Parse(int argc, char** argv) {
     else if (k == "--quick") a.quick = true;
     else if (k == "--quantization") a.quantization = next();
     else if (k == "--kv-cache-dtype") a.kv_cache_dtype = next();
-    else {
+    else if (k == "--batches") {
+      std::string list = next();
+      for (size_t at = 0; at < list.size();) {
+        const size_t end = std::min(list.find(',', at), list.size());
+        a.batches.push_back(std::stoi(list.substr(at, end - at)));
+        at = end + 1;
+      }
+    } else {
       std::fprintf(stderr,
-                   "usage: %s --model DIR [--out FILE.md] [--steps N] [--quick] [--quantization fp8] "
-                   "[--kv-cache-dtype auto|bf16|fp8]\n",
+                   "usage: %s --model DIR [--out FILE.md] [--steps N] [--quick] [--quantization fp8|int4] "
+                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -271,7 +279,10 @@ int main(int argc, char** argv) {
                 "%.2f GB, KV cache %s.\n\n",
                 m.config.model_type.c_str(), long(m.config.hidden_size), long(m.config.num_layers),
                 long(m.config.num_heads), long(m.config.num_kv_heads), long(m.config.intermediate_size),
-                long(m.config.vocab_size), args.quantization == "fp8" ? "FP8 (per-channel linears, bf16 LM head)" : "bf16",
+                long(m.config.vocab_size),
+                args.quantization == "fp8"    ? "FP8 (per-channel linears, bf16 LM head)"
+                : args.quantization == "int4" ? "int4 (W4A16 linears in groups of 128, fp16 scales, bf16 LM head)"
+                                              : "bf16",
                 weight_bytes / 1e9, std::string(DTypeName(m.runner->kv_shape().dtype)).c_str());
   md += line;
 
@@ -283,6 +294,10 @@ int main(int argc, char** argv) {
   };
   std::vector<DecodeCase> cases = {{1, 128}, {8, 1024}, {32, 1024}, {128, 1024}};
   if (args.quick) cases = {{1, 128}, {32, 1024}};
+  if (!args.batches.empty()) {
+    cases.clear();
+    for (int b : args.batches) cases.push_back({b, b == 1 ? 128 : 1024});
+  }
   for (const DecodeCase& c : cases) {
     const int steps = c.batch >= 32 ? std::max(16, args.steps / 2) : args.steps;
     const DecodeTiming t = RunDecode(m, c.batch, c.ctx, steps);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched call on the GPU machine: CUDA tests, benchmark, transformers parity; logs in $OUT,
 # a short table last. Usage (from the repo root, binaries in .device/bin, libraries in
-# .device/bundle.tgz): benchmarks/cuda/run_device.sh [tests] [bench] [kernels] [parity]
+# .device/bundle.tgz): benchmarks/cuda/run_device.sh [tests] [bench] [kernels] [int4] [parity]
 set -uo pipefail
 source "$(dirname "$0")/../device_prelude.sh"
 modes="${*:-tests bench parity}"
@@ -33,6 +33,19 @@ for m in $modes; do
       start=$(date +%s)
       timeout 200 $BIN/gemv_bench --out "$OUT/gemv_bench.md" > "$OUT/gemv_bench.log" 2>&1
       summary+="gemv_bench rc=$? ($(( $(date +%s) - start )) s)\n" ;;
+    int4)
+      # Issue 17: the W4A16 kernels against the CPU oracle, then the 8B shape in bf16 and in 4 bits
+      # (decode at batch 1, 16 and 128, 2048-token prefill) for the speed targets.
+      start=$(date +%s)
+      timeout 500 $BIN/cuda_int4_test --gtest_brief=1 > "$OUT/cuda_int4_test.log" 2>&1
+      summary+="cuda_int4_test rc=$? ($(( $(date +%s) - start )) s): $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_int4_test.log" | tr '\n' ' ')\n"
+      grep -E "^\[int4|Failure|Expected|Which is" "$OUT/cuda_int4_test.log" | head -40
+      for q in none int4; do
+        start=$(date +%s)
+        timeout 180 $BIN/llm_cuda_bench --model benchmarks/cuda/configs/llama3-8b --quantization $q --batches 1,16,128 \
+          --out "$OUT/bench_$q.md" > "$OUT/bench_$q.log" 2>&1
+        summary+="bench $q rc=$? ($(( $(date +%s) - start )) s)\n"
+      done ;;
     parity)
       start=$(date +%s)
       PYTHONUNBUFFERED=1 timeout 150 python3 benchmarks/cuda/hf_parity.py --binary $BIN/llm_cuda_logits \
@@ -45,4 +58,4 @@ echo "==== summary"
 printf "$summary"
 [ -f "$OUT/parity_fixtures.txt" ] && cat "$OUT/parity_fixtures.txt"
 [ -f "$OUT/bench.md" ] && cat "$OUT/bench.md" | head -60
-for f in attention_bench.md gemv_bench.md; do [ -f "$OUT/$f" ] && cat "$OUT/$f"; done
+for f in attention_bench.md gemv_bench.md bench_none.md bench_int4.md; do [ -f "$OUT/$f" ] && cat "$OUT/$f"; done

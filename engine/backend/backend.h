@@ -10,6 +10,7 @@
 //  - Ops are asynchronous on the backend's stream; Synchronize() waits.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "engine/core/int4_layout.h"
 #include "engine/core/sampling.h"
 #include "engine/core/storage_format.h"
 #include "engine/core/tensor.h"
@@ -28,20 +30,37 @@ namespace llm {
 
 // y = x · Wᵀ + b, W stored [out_features, in_features] as in Hugging Face checkpoints, in the
 // storage format it declares (engine/core/storage_format.h): float weights in the activation
-// dtype, or FP8 E4M3 with float32 scales (W = element * scale, by `format`'s granularity).
+// dtype, FP8 E4M3 with float32 scales (W = element * scale, by `format`'s granularity), or int4
+// codes with per-row group scales and zeros (W = (code - zero) * scale) in the repacked layout
+// that storage_format.h describes.
 struct LinearWeight {
-  Tensor weight;  // [N, K] of format.element
+  Tensor weight;  // [N, K] of format.element; int4: u8 [N, Kp / 2]
   Tensor bias;    // [N] in the activation dtype, or empty
   StorageFormat format = StorageFormat::Float(DType::kF32);
-  Tensor scale;   // f32, ScaleGridFor(format, N, K).numel() elements; empty when unscaled
+  Tensor scale;   // f32, ScaleGridFor(format, N, K).numel() elements; int4: [N, G] of format.scale_dtype;
+                  // empty when unscaled
+  // Int4 only (storage_format.h): zero points u8 [N, G] (empty: 8), the group of each 32-column
+  // chunk i32 [Kp / 32], the input column of each storage column i32 [Kp] (empty: the same), K.
+  Tensor zero;
+  Tensor chunk_group;
+  Tensor input_perm;
+  int64_t int4_in_features = 0;
   // How a W8A8 kernel quantizes this linear's input (scaled formats only). Backends that keep
   // activations in 16 bits may ignore it (W8A16); the CPU oracle emulates it when asked.
   ActivationQuant input_quant = ActivationQuant::kNone;
   int32_t input_group = 0;  // kDynamicPerGroup: columns per scale
   Tensor input_scale;       // kStaticPerTensor: f32 [1]
   int64_t out_features() const { return weight.dim(0); }
-  int64_t in_features() const { return weight.dim(1); }
+  int64_t in_features() const { return format.int4() ? int4_in_features : weight.dim(1); }
+  // Int4: the storage columns Kp (K plus act-order / group padding) and the groups G.
+  int64_t int4_storage_columns() const { return weight.dim(1) * 2; }
+  int64_t int4_groups() const { return scale.rank() == 2 ? scale.dim(1) : 0; }
   ScaleGrid scale_grid() const { return ScaleGridFor(format, out_features(), in_features()); }
+  // Int4: the tensors checked against the format and each other; a view of them (host memory).
+  absl::Status ValidateInt4(const char* op) const {
+    return ::llm::ValidateInt4(format, weight, scale, zero, chunk_group, input_perm, int4_in_features, op);
+  }
+  Int4View int4_view() const { return MakeInt4View(weight, scale, zero, chunk_group, input_perm, int4_in_features); }
 };
 
 // One layer's paged KV cache. Block b of the layer holds, for each KV head, `block_size`
@@ -288,9 +307,17 @@ class Backend {
   // dst[i] = low + (high - low) * UniformFloat(seed, i) (kernels/core/philox.h): random weights for
   // benchmarks (--dummy-weights). The default draws on the host and uploads; device backends
   // generate in place.
+  // A kU8 destination (int4 codes) gets each draw truncated to an integer (low = 0, high = 256:
+  // uniform bytes).
   virtual absl::Status FillUniform(Tensor dst, uint64_t seed, float low, float high) {
     std::vector<float> host(static_cast<size_t>(dst.numel()));
     for (size_t i = 0; i < host.size(); ++i) host[i] = low + (high - low) * UniformFloat(seed, i);
+    if (dst.dtype() == DType::kU8) {
+      std::vector<uint8_t> bytes(host.size());
+      for (size_t i = 0; i < host.size(); ++i) bytes[i] = static_cast<uint8_t>(std::clamp(host[i], 0.0f, 255.0f));
+      RETURN_IF_ERROR(CopyToDevice(dst, bytes.data()));
+      return Synchronize();
+    }
     RETURN_IF_ERROR(UploadConverted(host.data(), DType::kF32, dst));
     return Synchronize();
   }

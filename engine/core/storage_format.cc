@@ -13,6 +13,7 @@ std::string_view ScaleGranularityName(ScaleGranularity g) {
     case ScaleGranularity::kChannel: return "channel";
     case ScaleGranularity::kBlock: return "block";
     case ScaleGranularity::kGroup: return "group";
+    case ScaleGranularity::kChunkGroup: return "chunk group";
   }
   return "unknown";
 }
@@ -25,6 +26,9 @@ std::string StorageFormat::ToString() const {
     case ScaleGranularity::kChannel: return e + " per-channel";
     case ScaleGranularity::kBlock: return absl::StrCat(e, " ", block_rows, "x", block_cols, " blocks");
     case ScaleGranularity::kGroup: return absl::StrCat(e, " per-row groups of ", block_cols);
+    case ScaleGranularity::kChunkGroup:
+      return absl::StrCat(e, " per-row groups (", std::string(DTypeName(scale_dtype)), " scales",
+                          zero_points ? ", zero points)" : ", zero 8)");
   }
   return e;
 }
@@ -55,6 +59,8 @@ ScaleGrid ScaleGridFor(const StorageFormat& f, int64_t n, int64_t k) {
       g.rows = n;
       g.cols = ceil_div(k, f.block_cols);
       g.cols_per = f.block_cols;
+      return g;
+    case ScaleGranularity::kChunkGroup:
       return g;
   }
   return g;

@@ -175,6 +175,22 @@ absl::StatusOr<const TensorRecord*> Checkpoint::FindFp8(std::string_view name,
   return r;
 }
 
+absl::StatusOr<const TensorRecord*> Checkpoint::FindTyped(std::string_view name, absl::Span<const int64_t> shape,
+                                                          DType dtype) const {
+  ASSIGN_OR_RETURN(const TensorRecord* r, Find(name));
+  const std::string file = (impl_->directory / r->file).string();
+  if (r->dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", r->name, "' in file '", file, "' has dtype ",
+                                                   std::string(DTypeName(r->dtype)), ", expected ",
+                                                   std::string(DTypeName(dtype))));
+  }
+  if (absl::Span<const int64_t>(r->shape) != shape) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", r->name, "' in file '", file, "' has shape ",
+                                                   r->ShapeString(), ", expected ", FormatShape(shape)));
+  }
+  return r;
+}
+
 absl::StatusOr<const TensorRecord*> Checkpoint::FindScale(std::string_view name,
                                                           absl::Span<const int64_t> shape) const {
   ASSIGN_OR_RETURN(const TensorRecord* r, Find(name));

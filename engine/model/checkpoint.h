@@ -50,6 +50,9 @@ class Checkpoint {
                                                 absl::Span<const int64_t> shape) const;
   // Find + checks: F8_E4M3 of exactly `shape`.
   absl::StatusOr<const TensorRecord*> FindFp8(std::string_view name, absl::Span<const int64_t> shape) const;
+  // Find + checks: `dtype` (an integer type: the packed words of 4-bit checkpoints) of exactly `shape`.
+  absl::StatusOr<const TensorRecord*> FindTyped(std::string_view name, absl::Span<const int64_t> shape,
+                                                DType dtype) const;
   // Find + checks for a scale tensor: floating, and `shape` once dimensions of size 1 are dropped
   // on both sides (checkpoints write a per-tensor scale as [] or [1], per-channel as [N] or [N, 1]).
   absl::StatusOr<const TensorRecord*> FindScale(std::string_view name, absl::Span<const int64_t> shape) const;

@@ -30,7 +30,12 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> CreateDummyWeights(const ModelConf
     // Uniform(-a, a) has variance a^2 / 3 = 1 / fan_in.
     const float a = std::sqrt(3.0f / static_cast<float>(std::max<int64_t>(fan_in, 1)));
     float low, high;
-    if (dst.dtype() == DType::kF8E4M3) {  // E4M3 elements over their whole range
+    if (name.ends_with(".int4_codes")) {  // two uniform codes a byte
+      low = 0.0f;
+      high = 256.0f;
+    } else if (name.ends_with(".int4_scales")) {
+      low = high = 1.0f / std::sqrt(21.25f * static_cast<float>(std::max<int64_t>(fan_in, 1)));
+    } else if (dst.dtype() == DType::kF8E4M3) {  // E4M3 elements over their whole range
       low = -kFp8E4M3Max;
       high = kFp8E4M3Max;
     } else if (name.ends_with("input_scale")) {

@@ -19,7 +19,10 @@ namespace llm {
 // `seed`. FP8 linears (`options.quantization` kFp8, or a config whose quantization_config declares
 // FP8) hold E4M3 values uniform in [-448, 448] with scales sqrt(3 / in_features) / 448, the same
 // distribution once dequantized, in the storage format a real checkpoint would load into, and
-// static input scales of 0.01.
+// static input scales of 0.01. Int4 linears (`options.quantization` kInt4, or a config that
+// declares 4-bit weights) hold uniform random codes, zero 8, and scales 1 / sqrt(21.25 *
+// in_features) (codes - 8 have variance 21.25), in groups of 128 columns (the config's size where
+// it divides K), in the repacked layout a real checkpoint would load into (no act-order).
 absl::StatusOr<std::unique_ptr<ModelWeights>> CreateDummyWeights(const ModelConfig& config, const ShardSpec& shard,
                                                                   Backend& backend, uint64_t seed = 1234,
                                                                   const LoadOptions& options = {});

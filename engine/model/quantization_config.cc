@@ -19,8 +19,8 @@ constexpr int32_t kBlock = 128;  // the only block / group size the kernels take
 constexpr char kRegexPrefix[] = "re:";
 constexpr char kGlobPrefix[] = "glob:";
 constexpr char kSupported[] =
-    "supported: quant_method 'fp8' (128x128 blocks or per-tensor), 'compressed-tensors' (float-quantized FP8) "
-    "and 'modelopt' (FP8)";
+    "supported: quant_method 'fp8' (128x128 blocks or per-tensor), 'compressed-tensors' (float-quantized FP8, "
+    "pack-quantized 4-bit integers), 'modelopt' (FP8), 'awq' (4-bit GEMM) and 'gptq' (4-bit)";
 
 // A module matches a plain name when it is that name or a run of its dotted components
 // ("lm_head", "mlp.down_proj", "model.layers.0").
@@ -118,22 +118,79 @@ absl::Status ParseFp8(const JsonObjectReader& r, QuantizationConfig* q) {
 
 // --- compressed-tensors, format float-quantized ---
 
+constexpr char kPackQuantized[] = "pack-quantized";
+
 absl::Status CheckFormat(const JsonObjectReader& r, std::string_view key, const std::string& format) {
-  if (format == "float-quantized") return absl::OkStatus();
-  if (format == "pack-quantized" || format == "nvfp4-pack-quantized" || format == "marlin-24")
-    return Unsupported(r, key, absl::StrCat("is '", format, "': 4-bit weights are not supported yet"));
+  if (format == "float-quantized" || format == kPackQuantized) return absl::OkStatus();
+  if (format == "nvfp4-pack-quantized" || format == "mxfp4-pack-quantized")
+    return Unsupported(r, key, absl::StrCat("is '", format, "': 4-bit float weights are not supported"));
+  if (format == "marlin-24")
+    return Unsupported(r, key, absl::StrCat("is '", format, "': 2:4-sparse weights are not supported"));
   if (format == "naive-quantized" || format == "int-quantized")
-    return Unsupported(r, key, absl::StrCat("is '", format, "': integer weights are not supported (FP8 only)"));
-  return Unsupported(r, key, absl::StrCat("is '", format, "'; only 'float-quantized' (FP8) is supported"));
+    return Unsupported(r, key, absl::StrCat("is '", format, "': unpacked integer weights are not supported "
+                                                            "(FP8 'float-quantized' and 4-bit 'pack-quantized' are)"));
+  return Unsupported(r, key, absl::StrCat("is '", format, "'; only 'float-quantized' (FP8) and 'pack-quantized' "
+                                                          "(4-bit integers) are supported"));
 }
 
 absl::Status CheckBitsAndType(const JsonObjectReader& r, const std::string& what) {
   ASSIGN_OR_RETURN(std::optional<int64_t> bits, r.OptionalInt("num_bits"));
   ASSIGN_OR_RETURN(std::string type, LowerString(r, "type", "float"));
-  if (bits.value_or(8) == 4) return Unsupported(r, "num_bits", absl::StrCat("is 4: 4-bit ", what, " are not supported yet"));
+  if (bits.value_or(8) == 4)
+    return Unsupported(r, "num_bits", absl::StrCat("is 4: 4-bit ", what, " are supported only as integer weights "
+                                                   "in the 'pack-quantized' format"));
   if (bits.value_or(8) != 8) return Unsupported(r, "num_bits", absl::StrCat("is ", *bits, "; only 8-bit FP8 ", what));
   if (type != "float")
     return Unsupported(r, "type", absl::StrCat("is '", type, "'; only float (FP8 E4M3) ", what, " are supported"));
+  return absl::OkStatus();
+}
+
+// A group size of 4-bit weights: a positive number of columns, or -1 (one group: all of K), as 0.
+absl::StatusOr<int64_t> Int4GroupSize(const JsonObjectReader& r, std::string_view key, bool required) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> g, r.OptionalInt(key));
+  if (!g) {
+    if (required) return r.KeyError(key, "is missing");
+    return 0;
+  }
+  if (*g == -1) return 0;
+  if (*g <= 0 || *g % 8 != 0)
+    return Unsupported(r, key, absl::StrCat("is ", *g, "; 4-bit groups must be -1 (one group) or a positive "
+                                                       "multiple of 8 columns"));
+  return *g;
+}
+
+std::string GroupText(int64_t g) { return g > 0 ? absl::StrCat("group_size ", g) : std::string("one group"); }
+
+// compressed-tensors "pack-quantized" weights: 4-bit integers, per group or per channel.
+absl::Status ParseCtInt4Weights(const JsonObjectReader& w, LinearScheme* s) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> bits, w.OptionalInt("num_bits"));
+  ASSIGN_OR_RETURN(std::string type, LowerString(w, "type", "int"));
+  if (type != "int")
+    return Unsupported(w, "type", absl::StrCat("is '", type, "'; pack-quantized weights must be integers"));
+  if (bits.value_or(0) != 4)
+    return Unsupported(w, "num_bits", absl::StrCat("is ", bits ? absl::StrCat(*bits) : "missing",
+                                                   "; only 4-bit pack-quantized weights are supported"));
+  ASSIGN_OR_RETURN(std::optional<bool> dynamic, w.OptionalBool("dynamic"));
+  if (dynamic.value_or(false)) return Unsupported(w, "dynamic", "is true: weights must carry static scales");
+  ASSIGN_OR_RETURN(std::string strategy, LowerString(w, "strategy", "group"));
+  if (strategy == "group") {
+    ASSIGN_OR_RETURN(s->group_size, Int4GroupSize(w, "group_size", /*required=*/true));
+  } else if (strategy == "channel") {
+    s->group_size = 0;
+  } else {
+    return Unsupported(w, "strategy", absl::StrCat("is '", strategy, "'; 4-bit weights take 'group' or 'channel'"));
+  }
+  ASSIGN_OR_RETURN(std::optional<bool> symmetric, w.OptionalBool("symmetric"));
+  s->zero_points = !symmetric.value_or(true);
+  ASSIGN_OR_RETURN(std::string actorder, LowerString(w, "actorder", ""));
+  if (actorder == "group" || actorder == "dynamic") {
+    if (strategy != "group") return Unsupported(w, "actorder", "is 'group' without group quantization");
+    s->act_order = true;  // weight_g_idx maps columns to groups
+  } else if (!actorder.empty() && actorder != "weight" && actorder != "static") {
+    // "weight" / "static" only changed the calibration order: the groups stay in column order.
+    return Unsupported(w, "actorder", absl::StrCat("is '", actorder, "'; expected group, weight or null"));
+  }
+  s->int4 = Int4Packing::kCompressedTensors;
   return absl::OkStatus();
 }
 
@@ -209,11 +266,14 @@ absl::Status ParseCompressedTensors(const JsonObjectReader& r, QuantizationConfi
     for (const auto& [name, value] : groups->value().items()) {
       ASSIGN_OR_RETURN(JsonObjectReader g, JsonObjectReader::Create(value, r.source(), groups->KeyPath(name)));
       ASSIGN_OR_RETURN(std::optional<std::string> group_format, g.OptionalString("format"));
+      std::string group_packing;
       if (group_format) {
-        RETURN_IF_ERROR(CheckFormat(g, "format", absl::AsciiStrToLower(*group_format)));
+        group_packing = absl::AsciiStrToLower(*group_format);
+        RETURN_IF_ERROR(CheckFormat(g, "format", group_packing));
       } else {
-        if (!format) return r.KeyError("format", "is missing (required: 'float-quantized')");
-        RETURN_IF_ERROR(CheckFormat(r, "format", absl::AsciiStrToLower(*format)));
+        if (!format) return r.KeyError("format", "is missing (required: 'float-quantized' or 'pack-quantized')");
+        group_packing = absl::AsciiStrToLower(*format);
+        RETURN_IF_ERROR(CheckFormat(r, "format", group_packing));
       }
       QuantizationConfig::Group group;
       group.name = name;
@@ -221,15 +281,26 @@ absl::Status ParseCompressedTensors(const JsonObjectReader& r, QuantizationConfi
       if (group.targets.empty()) return g.KeyError("targets", "must list the modules the group quantizes");
       ASSIGN_OR_RETURN(std::optional<JsonObjectReader> weights, g.OptionalObject("weights"));
       if (!weights) return Unsupported(g, "weights", "is missing: activation-only quantization is not supported");
-      RETURN_IF_ERROR(ParseCtWeights(*weights, &group.scheme));
       ASSIGN_OR_RETURN(std::optional<JsonObjectReader> inputs, g.OptionalObject("input_activations"));
-      if (inputs) RETURN_IF_ERROR(ParseCtInputs(*inputs, &group.scheme));
+      if (group_packing == kPackQuantized) {
+        RETURN_IF_ERROR(ParseCtInt4Weights(*weights, &group.scheme));
+        if (inputs)
+          return Unsupported(g, "input_activations", "is set: 4-bit weights take 16-bit activations only (W4A16)");
+      } else {
+        RETURN_IF_ERROR(ParseCtWeights(*weights, &group.scheme));
+        if (inputs) RETURN_IF_ERROR(ParseCtInputs(*inputs, &group.scheme));
+      }
       if (g.Find("output_activations") != nullptr)
         return Unsupported(g, "output_activations", "is set: output quantization is not supported");
+      const LinearScheme& sc = group.scheme;
       group.scheme.description =
-          absl::StrCat(r.source(), " compressed-tensors ", groups->KeyPath(name), " (weights ",
-                       std::string(ScaleGranularityName(group.scheme.weight_scales)), ", activations ",
-                       std::string(ActivationQuantName(group.scheme.activation)), ")");
+          sc.int4 != Int4Packing::kNone
+              ? absl::StrCat(r.source(), " compressed-tensors ", groups->KeyPath(name), " (pack-quantized 4-bit, ",
+                             GroupText(sc.group_size), sc.zero_points ? ", asymmetric" : ", symmetric",
+                             sc.act_order ? ", actorder group" : "", ")")
+              : absl::StrCat(r.source(), " compressed-tensors ", groups->KeyPath(name), " (weights ",
+                             std::string(ScaleGranularityName(sc.weight_scales)), ", activations ",
+                             std::string(ActivationQuantName(sc.activation)), ")");
       q->groups.push_back(std::move(group));
     }
   }
@@ -282,7 +353,98 @@ absl::Status ParseModelOpt(const JsonObjectReader& top, QuantizationConfig* q) {
   return absl::OkStatus();
 }
 
+// --- AutoAWQ (quant_method "awq") ---
+
+// transformers' AwqConfig / AutoAWQ's quant_config: bits (AutoAWQ: w_bit), group_size
+// (q_group_size), zero_point, version, modules_to_not_convert.
+absl::Status ParseAwq(const JsonObjectReader& r, QuantizationConfig* q) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> bits, r.OptionalInt("bits"));
+  if (!bits) {
+    ASSIGN_OR_RETURN(bits, r.OptionalInt("w_bit"));
+  }
+  if (bits.value_or(0) != 4)
+    return Unsupported(r, "bits", absl::StrCat("is ", bits ? absl::StrCat(*bits) : "missing",
+                                               "; only 4-bit AWQ weights are supported"));
+  ASSIGN_OR_RETURN(std::string version, LowerString(r, "version", "gemm"));
+  if (version != "gemm")
+    return Unsupported(r, "version", absl::StrCat("is '", version, "'; only AutoAWQ's 'gemm' packing is supported "
+                                                                   "(gemv, gemv_fast, marlin, exllama and ipex are not)"));
+  ASSIGN_OR_RETURN(std::optional<bool> zero_point, r.OptionalBool("zero_point"));
+  if (!zero_point.value_or(true))
+    return Unsupported(r, "zero_point", "is false: AutoAWQ's GEMM packing stores zero points (zero_point true)");
+  LinearScheme s;
+  s.int4 = Int4Packing::kAwqGemm;
+  s.zero_points = true;
+  const char* group_key = r.Find("group_size") ? "group_size" : "q_group_size";
+  ASSIGN_OR_RETURN(s.group_size, Int4GroupSize(r, group_key, /*required=*/true));
+  s.description = absl::StrCat(q->source, " (AutoAWQ GEMM 4-bit, ", GroupText(s.group_size), ")");
+  q->groups.push_back({"awq", {"Linear"}, s});
+  ASSIGN_OR_RETURN(q->ignore, StringList(r, "modules_to_not_convert"));
+  return absl::OkStatus();
+}
+
+// --- GPTQ (quant_method "gptq": AutoGPTQ, GPTQModel, optimum) ---
+
+absl::Status ParseGptq(const JsonObjectReader& r, QuantizationConfig* q) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> bits, r.OptionalInt("bits"));
+  if (bits.value_or(0) != 4)
+    return Unsupported(r, "bits", absl::StrCat("is ", bits ? absl::StrCat(*bits) : "missing",
+                                               "; only 4-bit GPTQ weights are supported"));
+  LinearScheme s;
+  s.int4 = Int4Packing::kGptq;
+  s.zero_points = true;  // GPTQ stores zeros even when symmetric (8); the loader drops all-8 ones
+  ASSIGN_OR_RETURN(s.group_size, Int4GroupSize(r, "group_size", /*required=*/true));
+  ASSIGN_OR_RETURN(std::optional<bool> desc_act, r.OptionalBool("desc_act"));
+  s.act_order = desc_act.value_or(false);
+  ASSIGN_OR_RETURN(std::optional<bool> sym, r.OptionalBool("sym"));
+  // AutoGPTQ writes checkpoint_format, GPTQModel both checkpoint_format and format; older
+  // checkpoints have neither (v1).
+  const char* format_key = r.Find("checkpoint_format") ? "checkpoint_format" : "format";
+  ASSIGN_OR_RETURN(std::string format, LowerString(r, format_key, "gptq"));
+  if (format == "gptq") {
+    s.zeros_minus_one = true;
+  } else if (format != "gptq_v2") {
+    return Unsupported(r, format_key, absl::StrCat("is '", format, "'; only 'gptq' (v1) and 'gptq_v2' packings are "
+                                                                   "supported"));
+  }
+  ASSIGN_OR_RETURN(std::optional<bool> marlin, r.OptionalBool("is_marlin_format"));
+  if (marlin.value_or(false)) return Unsupported(r, "is_marlin_format", "is true: Marlin-packed GPTQ is not supported");
+  ASSIGN_OR_RETURN(std::optional<std::string> pack_dtype, r.OptionalString("pack_dtype"));
+  if (pack_dtype && absl::AsciiStrToLower(*pack_dtype) != "int32")
+    return Unsupported(r, "pack_dtype", absl::StrCat("is '", *pack_dtype, "'; only int32 words are supported"));
+  ASSIGN_OR_RETURN(std::optional<bool> lm_head, r.OptionalBool("lm_head"));
+  if (lm_head.value_or(false))
+    return Unsupported(r, "lm_head", "is true: a quantized LM head is not supported (it stays in 16 bits)");
+  if (const nlohmann::json* dynamic = r.Find("dynamic"); dynamic != nullptr && !dynamic->empty())
+    return Unsupported(r, "dynamic", "sets per-module overrides, which are not supported");
+  ASSIGN_OR_RETURN(std::optional<bool> static_groups, r.OptionalBool("static_groups"));
+  (void)static_groups;  // only changes which groups g_idx names, which the loader reads anyway
+  s.description = absl::StrCat(q->source, " (GPTQ ", s.zeros_minus_one ? "v1" : "v2", " 4-bit, ",
+                               GroupText(s.group_size), s.act_order ? ", desc_act" : "",
+                               sym.value_or(true) ? ", sym" : ", asym", ")");
+  q->groups.push_back({"gptq", {"Linear"}, s});
+  ASSIGN_OR_RETURN(q->ignore, StringList(r, "modules_to_not_convert"));
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string_view Int4PackingName(Int4Packing p) {
+  switch (p) {
+    case Int4Packing::kNone: return "none";
+    case Int4Packing::kAwqGemm: return "AutoAWQ GEMM";
+    case Int4Packing::kGptq: return "GPTQ";
+    case Int4Packing::kCompressedTensors: return "compressed-tensors pack-quantized";
+  }
+  return "unknown";
+}
+
+bool LinearScheme::SameStorage(const LinearScheme& o) const {
+  return fp8 == o.fp8 && weight_scales == o.weight_scales && block_cols == o.block_cols &&
+         activation == o.activation && scale_name == o.scale_name && int4 == o.int4 &&
+         group_size == o.group_size && zero_points == o.zero_points && zeros_minus_one == o.zeros_minus_one &&
+         act_order == o.act_order;
+}
 
 std::string_view QuantMethodName(QuantMethod m) {
   switch (m) {
@@ -290,11 +452,14 @@ std::string_view QuantMethodName(QuantMethod m) {
     case QuantMethod::kFp8: return "fp8";
     case QuantMethod::kCompressedTensors: return "compressed-tensors";
     case QuantMethod::kModelOpt: return "modelopt";
+    case QuantMethod::kAwq: return "awq";
+    case QuantMethod::kGptq: return "gptq";
   }
   return "unknown";
 }
 
 StorageFormat LinearScheme::format() const {
+  if (int4 != Int4Packing::kNone) return StorageFormat::Int4(zero_points, DType::kF32);
   if (!fp8) return StorageFormat::Float(DType::kF32);
   return StorageFormat::Fp8(weight_scales, block_rows, block_cols);
 }
@@ -329,6 +494,12 @@ absl::StatusOr<QuantizationConfig> ParseQuantizationConfig(const nlohmann::json&
     } else if (method == "modelopt") {
       q.method = QuantMethod::kModelOpt;
       RETURN_IF_ERROR(ParseModelOpt(r, &q));
+    } else if (method == "awq") {
+      q.method = QuantMethod::kAwq;
+      RETURN_IF_ERROR(ParseAwq(r, &q));
+    } else if (method == "gptq") {
+      q.method = QuantMethod::kGptq;
+      RETURN_IF_ERROR(ParseGptq(r, &q));
     } else if (method.empty()) {
       return r.KeyError("quant_method", "is missing");
     } else {

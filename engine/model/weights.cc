@@ -9,6 +9,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "engine/model/int4_checkpoint.h"
+#include "engine/model/int4_repack.h"
 #include "kernels/core/fp8_scale.h"
 
 namespace llm {
@@ -52,7 +54,19 @@ struct LinearSource {
   std::vector<LinearPart> parts;
   LinearScheme scheme;
   std::vector<const TensorRecord*> weights, scales, input_scales;  // one per part (scales: fp8 only)
+  std::vector<std::unique_ptr<Int4Module>> int4;                   // one per part (4-bit checkpoints)
+  // 4-bit: the repacking planned from them (or column order, for dummy weights).
+  Int4Plan int4_plan;
+  std::vector<Int4Part> int4_parts;
 };
+
+// The group size of 4-bit dummy weights (--dummy-weights with an int4 config or --quantization
+// int4): the config's when the kernels' column order takes it, else 128, else 32.
+int64_t DummyInt4GroupSize(int64_t k, int64_t wanted) {
+  for (int64_t g : {wanted, int64_t{128}, int64_t{32}})
+    if (g > 0 && g % 32 == 0 && k % g == 0) return g;
+  return 0;
+}
 
 int64_t RecordCols(const TensorRecord& r) { return r.shape.size() == 2 ? r.shape[1] : r.numel(); }
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -98,6 +112,10 @@ class Loader {
   absl::Status PlanLinear(LinearWeight* w, std::string label, std::vector<LinearPart> parts, int64_t n, int64_t k);
   absl::StatusOr<LinearSource> ResolveLinear(std::string label, std::vector<LinearPart> parts);
   absl::StatusOr<StorageFormat> ChooseFormat(const LinearSource& src, bool online_fp8) const;
+  // 4-bit linears: the repacked tensors, or their dequantized values where the backend takes no
+  // int4 format.
+  absl::Status PlanInt4(LinearWeight* w, std::shared_ptr<LinearSource> src, int64_t n, int64_t k);
+  absl::Status FillInt4Dequantized(const LinearSource& src, Tensor dst);
   absl::Status LoadKvScales(int64_t layer, LayerWeights& w);
 
   // Fills: the scale every weight element of a part gets, per format.
@@ -159,14 +177,20 @@ absl::StatusOr<LinearSource> Loader::ResolveLinear(std::string label, std::vecto
   src.scheme = q.SchemeFor(src.parts.front().module);
   for (const LinearPart& p : src.parts) {
     const LinearScheme s = q.SchemeFor(p.module);
-    if (s.fp8 != src.scheme.fp8 || s.weight_scales != src.scheme.weight_scales ||
-        s.block_cols != src.scheme.block_cols || s.activation != src.scheme.activation ||
-        s.scale_name != src.scheme.scale_name)
+    if (!s.SameStorage(src.scheme))
       return absl::InvalidArgumentError(absl::StrCat(
           src.label, ": '", src.parts.front().module, "' and '", p.module, "' are quantized differently (",
           src.scheme.description, " vs ", s.description, "); the parts of a fused projection need one scheme"));
   }
   const LinearScheme& s = src.scheme;
+  if (s.int4 != Int4Packing::kNone) {
+    if (source_.fill) return src;  // dummy weights: nothing to read
+    for (const LinearPart& p : src.parts) {
+      ASSIGN_OR_RETURN(Int4Module m, Int4Module::Resolve(source_.lookup, source_.exists, p.module, p.src_n, p.src_k, s));
+      src.int4.push_back(std::make_unique<Int4Module>(std::move(m)));
+    }
+    return src;
+  }
   for (const LinearPart& p : src.parts) {
     const std::string weight = p.module + ".weight";
     if (!s.fp8) {
@@ -187,7 +211,8 @@ absl::StatusOr<LinearSource> Loader::ResolveLinear(std::string label, std::vecto
         break;
       case ScaleGranularity::kGroup: scale_shape = {p.src_n, CeilDiv(p.src_k, s.block_cols)}; break;
       case ScaleGranularity::kNone:
-        return absl::InternalError(absl::StrCat(src.label, ": FP8 scheme without weight scales"));
+      case ScaleGranularity::kChunkGroup:
+        return absl::InternalError(absl::StrCat(src.label, ": FP8 scheme without FP8 weight scales"));
     }
     absl::StatusOr<const TensorRecord*> scale =
         Get(p.module + "." + s.scale_name, scale_shape, internal::TensorKind::kScale);
@@ -242,7 +267,8 @@ absl::StatusOr<StorageFormat> Loader::ChooseFormat(const LinearSource& src, bool
         break;
       }
       case ScaleGranularity::kNone:
-        return absl::InternalError("FP8 scheme without scales");
+      case ScaleGranularity::kChunkGroup:
+        return absl::InternalError("FP8 scheme without FP8 scales");
     }
   }
   if (!backend_.SupportsLinearFormat(f)) return StorageFormat::Float(backend_.activation_dtype());  // dequantized
@@ -272,7 +298,8 @@ float CheckpointScale(const LinearSource& src, size_t part_index, int64_t local_
     case ScaleGranularity::kBlock:
       return ReadFloat(r, (row / s.block_rows) * CeilDiv(p.src_k, s.block_cols) + col / s.block_cols);
     case ScaleGranularity::kGroup: return ReadFloat(r, row * CeilDiv(p.src_k, s.block_cols) + col / s.block_cols);
-    case ScaleGranularity::kNone: break;
+    case ScaleGranularity::kNone:
+    case ScaleGranularity::kChunkGroup: break;
   }
   return 1.0f;
 }
@@ -347,15 +374,116 @@ absl::Status Loader::FillLinearScale(const LinearSource& src, const StorageForma
             staging_[grid.Index(p.dst_row + row, col)] = CheckpointScale(src, i, row, col);
         break;
       case ScaleGranularity::kNone:
+      case ScaleGranularity::kChunkGroup:  // int4: PlanInt4
         break;
     }
   }
   return Upload(staging_, dst);
 }
 
+absl::Status Loader::PlanInt4(LinearWeight* w, std::shared_ptr<LinearSource> src, int64_t n, int64_t k) {
+  const LinearScheme& s = src->scheme;
+  if (source_.fill) {
+    const int64_t g = DummyInt4GroupSize(k, s.group_size);
+    if (g == 0)
+      return absl::InvalidArgumentError(absl::StrCat(src->label, ": 4-bit dummy weights need input columns (", k,
+                                                     ") in whole groups of a multiple of 32"));
+    src->int4_plan = ColumnOrderInt4Plan(n, k, g, /*zero_points=*/false);
+  } else {
+    for (size_t i = 0; i < src->parts.size(); ++i) {
+      const LinearPart& p = src->parts[i];
+      src->int4_parts.push_back({src->int4[i].get(), p.src_row, p.rows, p.src_col, p.cols, p.dst_row});
+    }
+    ASSIGN_OR_RETURN(src->int4_plan, PlanInt4Linear(src->label, src->int4_parts));
+  }
+  const Int4Plan& plan = src->int4_plan;
+  // Float32 scales where the backend takes them (exact for any checkpoint), else float16.
+  StorageFormat format = StorageFormat::Int4(plan.zero_points, DType::kF32);
+  if (!backend_.SupportsLinearFormat(format)) format.scale_dtype = DType::kF16;
+  if (!backend_.SupportsLinearFormat(format)) {  // dequantized into the activation dtype
+    if (source_.fill)
+      return absl::UnimplementedError(absl::StrCat(src->label, ": this backend takes no 4-bit weights"));
+    w->format = StorageFormat::Float(backend_.activation_dtype());
+    plan_.push_back({&w->weight, w->format.element, Shape({n, k}),
+                     [=, this](Tensor t) { return FillInt4Dequantized(*src, t); }});
+    return absl::OkStatus();
+  }
+  w->format = format;
+  w->int4_in_features = k;
+  const std::string& module = src->parts.front().module;
+  plan_.push_back({&w->weight, DType::kU8, Shape({n, plan.kp / 2}), [=, this](Tensor t) -> absl::Status {
+                     if (source_.fill) return source_.fill(t, module + ".int4_codes", k);
+                     bytes_.resize(static_cast<size_t>(t.numel()));
+                     FillInt4Codes(src->int4_plan, src->int4_parts, bytes_.data());
+                     RETURN_IF_ERROR(backend_.CopyToDevice(t, bytes_.data()));
+                     return backend_.Synchronize();
+                   }});
+  plan_.push_back({&w->scale, format.scale_dtype, Shape({n, plan.groups}), [=, this](Tensor t) -> absl::Status {
+                     if (source_.fill) return source_.fill(t, module + ".int4_scales", k);
+                     bytes_.resize(t.bytes());
+                     FillInt4Scales(src->int4_plan, src->int4_parts, t.dtype(), bytes_.data());
+                     RETURN_IF_ERROR(backend_.CopyToDevice(t, bytes_.data()));
+                     return backend_.Synchronize();
+                   }});
+  if (plan.zero_points) {
+    plan_.push_back({&w->zero, DType::kU8, Shape({n, plan.groups}), [=, this](Tensor t) -> absl::Status {
+                       bytes_.resize(t.bytes());
+                       FillInt4Zeros(src->int4_plan, src->int4_parts, bytes_.data());
+                       RETURN_IF_ERROR(backend_.CopyToDevice(t, bytes_.data()));
+                       return backend_.Synchronize();
+                     }});
+  }
+  plan_.push_back({&w->chunk_group, DType::kI32, Shape({plan.kp / 32}), [=, this](Tensor t) -> absl::Status {
+                     RETURN_IF_ERROR(backend_.CopyToDevice(t, src->int4_plan.chunk_group.data()));
+                     return backend_.Synchronize();
+                   }});
+  if (!plan.input_perm.empty()) {
+    plan_.push_back({&w->input_perm, DType::kI32, Shape({plan.kp}), [=, this](Tensor t) -> absl::Status {
+                       RETURN_IF_ERROR(backend_.CopyToDevice(t, src->int4_plan.input_perm.data()));
+                       return backend_.Synchronize();
+                     }});
+  }
+  return absl::OkStatus();
+}
+
+// The repacked values, dequantized on the host and put back in input-column order (the same
+// values a backend that takes int4 computes with, at float32 scales).
+absl::Status Loader::FillInt4Dequantized(const LinearSource& src, Tensor dst) {
+  const Int4Plan& plan = src.int4_plan;
+  std::vector<uint8_t> codes(static_cast<size_t>(plan.n * plan.kp / 2));
+  std::vector<float> scales(static_cast<size_t>(plan.n * plan.groups));
+  std::vector<uint8_t> zeros(plan.zero_points ? scales.size() : 0);
+  FillInt4Codes(plan, src.int4_parts, codes.data());
+  FillInt4Scales(plan, src.int4_parts, DType::kF32, scales.data());
+  if (plan.zero_points) FillInt4Zeros(plan, src.int4_parts, zeros.data());
+  Int4View v;
+  v.weight = codes.data();
+  v.scale = scales.data();
+  v.zero = plan.zero_points ? zeros.data() : nullptr;
+  v.chunk_group = plan.chunk_group.data();
+  v.input_perm = plan.input_perm.empty() ? nullptr : plan.input_perm.data();
+  v.n = plan.n;
+  v.k = plan.k;
+  v.kp = plan.kp;
+  v.groups = plan.groups;
+  staging_.resize(static_cast<size_t>(plan.n * plan.k));
+  DequantizeInt4(v, staging_.data());
+  return Upload(staging_, dst);
+}
+
 absl::Status Loader::PlanLinear(LinearWeight* w, std::string label, std::vector<LinearPart> parts, int64_t n,
                                 int64_t k) {
   ASSIGN_OR_RETURN(LinearSource resolved, ResolveLinear(std::move(label), std::move(parts)));
+  if (resolved.scheme.int4 == Int4Packing::kNone && options_.quantization == OnlineQuantization::kInt4) {
+    if (!source_.fill)
+      return absl::UnimplementedError(absl::StrCat(
+          resolved.label, ": --quantization int4 makes 4-bit dummy weights only; quantize a checkpoint with "
+                          "tools/w4a16/quantize.py (AutoAWQ, GPTQ or compressed-tensors layouts)"));
+    resolved.scheme.int4 = Int4Packing::kGptq;  // any packing: dummy weights read none
+    resolved.scheme.group_size = 128;
+  }
+  if (resolved.scheme.int4 != Int4Packing::kNone)
+    return PlanInt4(w, std::make_shared<LinearSource>(std::move(resolved)), n, k);
   auto src = std::make_shared<const LinearSource>(std::move(resolved));
   const bool online_fp8 = !src->scheme.fp8 && options_.quantization == OnlineQuantization::kFp8;
   ASSIGN_OR_RETURN(const StorageFormat format, ChooseFormat(*src, online_fp8));
@@ -481,6 +609,11 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> Loader::Run() {
     RETURN_IF_ERROR(Whole(&w.final_norm, "model.norm.weight", {d_.hidden}));
     if (!c_.tie_word_embeddings) {
       // The LM head stays in floats: an FP8 one (a checkpoint that quantized it) is refused by name.
+      for (const char* packed : {"lm_head.qweight", "lm_head.weight_packed"})
+        if (!source_.fill && source_.exists(packed) && !source_.exists("lm_head.weight"))
+          return absl::UnimplementedError(absl::StrCat(
+              "tensor '", packed, "': a 4-bit LM head is not supported; the LM head must be stored in bf16, fp16 "
+              "or fp32 (quantization: ", c_.quantization.SchemeFor("lm_head").description, ")"));
       ASSIGN_OR_RETURN(const TensorRecord* head, Get("lm_head.weight", {d_.vocab, d_.hidden}, internal::TensorKind::kAny));
       if (head->dtype == DType::kF8E4M3)
         return absl::UnimplementedError(absl::StrCat(
@@ -522,7 +655,9 @@ absl::StatusOr<OnlineQuantization> ParseOnlineQuantization(std::string_view name
   const std::string n = absl::AsciiStrToLower(std::string(name));
   if (n.empty() || n == "none") return OnlineQuantization::kNone;
   if (n == "fp8") return OnlineQuantization::kFp8;
-  return absl::InvalidArgumentError(absl::StrCat("unknown quantization '", std::string(name), "' (none or fp8)"));
+  if (n == "int4" || n == "w4a16") return OnlineQuantization::kInt4;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown quantization '", std::string(name), "' (none, fp8 or int4)"));
 }
 
 absl::StatusOr<LocalDims> ComputeLocalDims(const ModelConfig& c, const ShardSpec& s) {
@@ -568,6 +703,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const ModelConfig& con
       case internal::TensorKind::kFp8: return checkpoint.FindFp8(name, shape);
       case internal::TensorKind::kScale: return checkpoint.FindScale(name, shape);
       case internal::TensorKind::kAny: return checkpoint.Find(name);
+      case internal::TensorKind::kI32: return checkpoint.FindTyped(name, shape, DType::kI32);
+      case internal::TensorKind::kI64: return checkpoint.FindTyped(name, shape, DType::kI64);
     }
     return absl::InternalError("unknown tensor kind");
   };

@@ -20,7 +20,13 @@
 //    activations (vLLM's online FP8).
 //  - A backend that does not take an FP8 format gets the weights dequantized to its activation
 //    dtype (Backend::SupportsLinearFormat).
-// The LM head and the embedding are never FP8: an FP8 LM head in a checkpoint is an error.
+//  - 4-bit checkpoints (AutoAWQ GEMM, GPTQ, compressed-tensors pack-quantized) are read as their
+//    producers pack them (int4_checkpoint.h) and repacked into the int4 layout of
+//    engine/core/storage_format.h (int4_repack.h): float32 scales where the backend takes them,
+//    else float16, else the values dequantized. Row-parallel slices of K keep whole groups (an
+//    error names the layer otherwise) unless act-order sorts them by group.
+// The LM head and the embedding are never FP8 or 4-bit: a quantized LM head in a checkpoint is an
+// error.
 #pragma once
 
 #include <functional>
@@ -65,9 +71,11 @@ struct LocalDims {
 
 absl::StatusOr<LocalDims> ComputeLocalDims(const ModelConfig& config, const ShardSpec& shard);
 
-// Quantization applied while loading a float checkpoint (--quantization).
-enum class OnlineQuantization { kNone, kFp8 };
-// "" / "none" -> kNone, "fp8" -> kFp8.
+// Quantization applied while loading a float checkpoint (--quantization). kInt4 makes 4-bit
+// (W4A16, symmetric, groups of 128) dummy weights only: 4-bit checkpoints come from their
+// producers (or tools/w4a16/quantize.py) and load as published.
+enum class OnlineQuantization { kNone, kFp8, kInt4 };
+// "" / "none" -> kNone, "fp8" -> kFp8, "int4" / "w4a16" -> kInt4.
 absl::StatusOr<OnlineQuantization> ParseOnlineQuantization(std::string_view name);
 
 struct LoadOptions {
@@ -120,6 +128,8 @@ enum class TensorKind {
   kFp8,    // F8_E4M3 of exactly `shape`
   kScale,  // floating, `shape` up to dimensions of size 1 ([] and [1], [N] and [N, 1] alike)
   kAny,    // any dtype and shape (the loader checks)
+  kI32,    // int32 of exactly `shape` (packed 4-bit words, g_idx)
+  kI64,    // int64 of exactly `shape`
 };
 struct WeightSource {
   // The checkpoint record of a tensor checked against `shape` and `kind`; errors name it.

@@ -17,6 +17,7 @@ std::string_view DTypeName(DType t) {
     case DType::kI64: return "int64";
     case DType::kU8: return "uint8";
     case DType::kF8E4M3: return "float8_e4m3fn";
+    case DType::kU4: return "uint4";
   }
   return "unknown";
 }

@@ -13,7 +13,10 @@ namespace llm {
 // kF8E4M3: OCP FP8 E4M3 ("e4m3fn": no infinities, one NaN pattern, largest finite 448), the
 // element type of FP8 checkpoints' weights and of an FP8 KV cache. It is a storage type only:
 // nothing computes in it without a scale (see engine/core/storage_format.h).
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kF8E4M3 };
+// kU4: unsigned 4-bit codes, the element of packed int4 (W4A16) weights. Sub-byte, so no tensor
+// has it as its dtype: a storage format declares it, and the tensor holding the codes is kU8,
+// two codes a byte (see engine/core/storage_format.h). DTypeSize gives 0.
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kF8E4M3, kU4 };
 
 constexpr size_t DTypeSize(DType t) {
   switch (t) {
@@ -24,6 +27,7 @@ constexpr size_t DTypeSize(DType t) {
     case DType::kI64: return 8;
     case DType::kU8: return 1;
     case DType::kF8E4M3: return 1;
+    case DType::kU4: return 0;
   }
   return 0;
 }

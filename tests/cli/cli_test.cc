@@ -129,6 +129,26 @@ TEST(CliGenerateTest, Fp8CheckpointsGiveReferenceTokens) {
   }
 }
 
+// Each 4-bit layout through `llm generate`: the reference's greedy tokens; and --quantization int4
+// takes dummy weights only, refusing a float checkpoint with a runtime error naming the quantizer.
+TEST(CliGenerateTest, Int4CheckpointsGiveReferenceTokens) {
+  for (const char* model : testing::kInt4FixtureModels) {
+    auto prompts = testing::LoadFixturePrompts(model);
+    SCOPED_TRACE(model);
+    RunResult r = RunLlm(absl::StrCat("generate --model ", Model(model), " --prompt-ids ",
+                                      absl::StrJoin(prompts[2].prompt, ","),
+                                      " --max-tokens 24 --temperature 0 --ignore-eos --json --threads 2"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(LastJsonLine(r.out)["token_ids"].get<std::vector<int32_t>>(), prompts[2].greedy);
+  }
+  RunResult r = RunLlm(absl::StrCat("generate --model ", Model("llama-tiny"), " --prompt-ids 1,2 --quantization int4"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("tools/w4a16/quantize.py"), std::string::npos) << r.err;
+  r = RunLlm(absl::StrCat("generate --model ", Model("llama-tiny"),
+                          " --prompt-ids 1,2 --max-tokens 3 --quantization int4 --dummy-weights --json"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 // --quantization fp8, --kv-cache-dtype fp8 and --emulate-fp8 on the CPU: accepted, and they do
 // change the arithmetic (the logprob of the greedy token moves).
 TEST(CliGenerateTest, Fp8FlagsRunOnTheCpu) {
@@ -170,8 +190,8 @@ TEST(CliErrorsTest, BadUsageExitsTwoWithMessage) {
       {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --gpu-memory-fraction 1.5",
        "--gpu-memory-fraction must be in (0, 1]"},
       {"serve --gpu-memory-fraction -0.1", "--gpu-memory-fraction must be in (0, 1]"},
-      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --quantization int4",
-       "--quantization: unknown quantization 'int4'"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --quantization int3",
+       "--quantization: unknown quantization 'int3'"},
       {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --kv-cache-dtype fp4",
        "--kv-cache-dtype: unknown KV cache dtype 'fp4'"},
       {"tokenize --text hi", "--tokenizer (or --model) is required"},

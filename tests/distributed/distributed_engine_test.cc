@@ -136,6 +136,27 @@ TEST_P(DistributedFp8Test, GreedyTokensMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Fp8Fixtures, DistributedFp8Test, ::testing::ValuesIn(testing::kFp8FixtureModels), ParamName);
 
+// The 4-bit layouts, each rank repacking only its slices (row-parallel slices of act-order
+// fixtures sorted and padded by group), at every layout the shape allows: 3 layers (PP <= 3), and
+// without act-order TP slices of K (o_proj 128, down_proj 384) in whole groups (groups of 64: TP 2
+// only; int4_loading_test checks that the loader refuses the others by name).
+class DistributedInt4Test : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DistributedInt4Test, GreedyTokensMatchReference) {
+  const ParallelOptions parallel = TestLayout();
+  auto config = LoadModelConfig(testing::ModelDir(GetParam()));
+  ASSERT_TRUE(config.ok()) << config.status();
+  const LinearScheme s = config->quantization.SchemeFor("model.layers.0.self_attn.o_proj");
+  const int64_t o_columns = config->num_heads * config->head_dim / parallel.tp;
+  const bool whole_groups = s.act_order || s.group_size == 0 || o_columns % s.group_size == 0;
+  if (parallel.pp > config->num_layers || !ComputeLocalDims(*config, ShardSpec{0, parallel.tp}).ok() || !whole_groups)
+    GTEST_SKIP() << GetParam() << " cannot be split at tp " << parallel.tp << " pp " << parallel.pp;
+  ExpectReferenceGreedyTokens(GetParam(), parallel);
+}
+
+INSTANTIATE_TEST_SUITE_P(Int4Fixtures, DistributedInt4Test, ::testing::ValuesIn(testing::kInt4FixtureModels),
+                         ParamName);
+
 // Synthetic checkpoints (every rank writes the same deterministic files) checked against the
 // float64 reference's greedy tokens: MQA with KV heads replicated over TP ranks, and a vocabulary
 // that does not split evenly (padded shards).

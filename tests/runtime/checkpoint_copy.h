@@ -28,6 +28,7 @@ inline std::string SafetensorsDTypeName(DType t) {
     case DType::kI64: return "I64";
     case DType::kU8: return "U8";
     case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kU4: break;  // never a tensor's dtype
   }
   return "?";
 }

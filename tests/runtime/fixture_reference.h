@@ -63,5 +63,9 @@ inline const char* kFixtureModels[] = {"llama-tiny", "llama3-tiny-bf16", "qwen2-
 // The FP8 checkpoints, one per published layout (tests/data/FIXTURES.md): their references are
 // float32 over the dequantized weights.
 inline const char* kFp8FixtureModels[] = {"llama-fp8-block", "qwen3-fp8-channel", "llama-fp8-tensor-kv"};
+// The 4-bit (W4A16) checkpoints, one per published packing and variant (tests/data/FIXTURES.md):
+// references float64 over the weights as the producers' readers dequantize them.
+inline const char* kInt4FixtureModels[] = {"llama-w4-awq", "qwen2-w4-gptq-actorder", "llama-w4-gptq-sym",
+                                           "llama-w4-ct", "llama-w4-ct-asym-actorder"};
 
 }  // namespace llm::testing

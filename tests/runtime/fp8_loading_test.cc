@@ -383,10 +383,10 @@ TEST_F(Fp8MalformedTest, UnsupportedModelOptAlgorithm) {
 
 TEST_F(Fp8MalformedTest, UnknownMethod) {
   const absl::Status s = LoadEdited("llama-fp8-tensor-kv", [](CheckpointCopy& c) {
-    c.config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};
+    c.config["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}};
   });
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(s.message(), AllOf(HasSubstr("quant_method"), HasSubstr("'awq'")));
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("quant_method"), HasSubstr("'bitsandbytes'")));
 }
 
 TEST_F(Fp8MalformedTest, DeclaredKvScalesMissing) {

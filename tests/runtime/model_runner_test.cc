@@ -163,6 +163,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureModelTest, ::testing::ValuesIn(testing
 // Every FP8 layout, loaded as published (E4M3 weights and their scales) and computed on the
 // dequantized weights with float32 inputs and a float32 KV cache: the references' own math.
 INSTANTIATE_TEST_SUITE_P(Fp8Fixtures, FixtureModelTest, ::testing::ValuesIn(testing::kFp8FixtureModels), ParamName);
+// Every 4-bit layout (AutoAWQ, GPTQ with act-order and symmetric, compressed-tensors symmetric and
+// asymmetric with act-order), repacked at load and computed on the dequantized codes.
+INSTANTIATE_TEST_SUITE_P(Int4Fixtures, FixtureModelTest, ::testing::ValuesIn(testing::kInt4FixtureModels),
+                         ParamName);
 
 }  // namespace
 }  // namespace llm

@@ -42,6 +42,9 @@ CpuBackend::CpuBackend(const CpuBackendOptions& options)
 
 bool CpuBackend::SupportsLinearFormat(const StorageFormat& f) const {
   if (f == StorageFormat::Float(DType::kF32)) return true;
+  if (f.int4())
+    return f == StorageFormat::Int4(f.zero_points, DType::kF16) ||
+           (!options_.int4_fp16_scales && f == StorageFormat::Int4(f.zero_points, DType::kF32));
   if (f.element != DType::kF8E4M3) return false;
   switch (f.granularity) {
     case ScaleGranularity::kNone: return false;
@@ -49,6 +52,7 @@ bool CpuBackend::SupportsLinearFormat(const StorageFormat& f) const {
     case ScaleGranularity::kChannel: return true;
     case ScaleGranularity::kBlock: return f.block_rows > 0 && f.block_cols > 0;
     case ScaleGranularity::kGroup: return f.block_cols > 0;
+    case ScaleGranularity::kChunkGroup: return false;
   }
   return false;
 }
@@ -142,7 +146,7 @@ absl::Status CpuBackend::Add(Tensor x, Tensor y) {
 
 absl::Status CpuBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
   RETURN_IF_ERROR(ExpectF32("Linear", {&x, &w.bias, &out}));
-  RETURN_IF_ERROR(Expect(SupportsLinearFormat(w.format) && w.weight.dtype() == w.format.element &&
+  RETURN_IF_ERROR(Expect(SupportsLinearFormat(w.format) && w.weight.dtype() == StoredDType(w.format.element) &&
                              w.weight.device().kind == DeviceKind::kCpu,
                          "Linear", absl::StrCat("weights of format ", w.format.ToString(), " stored as ",
                                                 std::string(DTypeName(w.weight.dtype())))));
@@ -154,6 +158,18 @@ absl::Status CpuBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
                                       " -> out ", out.shape().ToString())));
   const int64_t m = x.numel() / k;
   const float* bias = w.bias.empty() ? nullptr : w.bias.data_as<const float>();
+  if (w.format.int4()) {
+    RETURN_IF_ERROR(w.ValidateInt4("Linear"));
+    const Int4View v = w.int4_view();
+    const float* input = x.data_as<const float>();
+    if (v.input_perm != nullptr) {
+      if (permuted_input_.size() < static_cast<size_t>(m * v.kp)) permuted_input_.resize(m * v.kp);
+      cpu::GatherInt4Input(pool_, input, v.input_perm, m, k, v.kp, permuted_input_.data());
+      input = permuted_input_.data();
+    }
+    cpu::MatmulInt4(pool_, input, v, bias, out.data_as<float>(), m);
+    return absl::OkStatus();
+  }
   if (!w.format.scaled()) {
     cpu::Matmul(pool_, x.data_as<const float>(), w.weight.data_as<const float>(), bias, out.data_as<float>(), m, n,
                 k);

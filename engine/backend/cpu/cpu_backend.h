@@ -20,6 +20,9 @@ struct CpuBackendOptions {
   // float32 product, so that the CUDA path can be compared with an emulation of itself. Off, the
   // oracle computes on the dequantized weights with float32 inputs, as the fixtures' references do.
   bool emulate_fp8_activations = false;
+  // Take int4 weights with float16 scales only, as the CUDA backend stores them, so that the GPU's
+  // storage runs through the oracle (the default, float32 scales, is exact for every checkpoint).
+  bool int4_fp16_scales = false;
 };
 
 class CpuBackend final : public Backend {
@@ -51,7 +54,8 @@ class CpuBackend final : public Backend {
   absl::Status ReadSampleResults(int slot, absl::Span<SampleResult> results) override;
   absl::Status ResolvePendingTokens(Tensor ids, Tensor sampled) override;
 
-  // Float32 weights, or FP8 E4M3 at any scale granularity (dequantized tile by tile in Linear).
+  // Float32 weights, FP8 E4M3 at any scale granularity, or int4 with float32 or float16 scales
+  // (dequantized tile by tile in Linear).
   bool SupportsLinearFormat(const StorageFormat& format) const override;
   // Float32, or FP8 E4M3 (quantized on write with the layer's scale, dequantized on read).
   bool SupportsKvCacheDType(DType dtype) const override;
@@ -63,6 +67,7 @@ class CpuBackend final : public Backend {
   CpuBackendOptions options_;
   ThreadPool pool_;
   std::vector<float> quantized_input_;  // Linear's emulated FP8 input, grown on first use
+  std::vector<float> permuted_input_;   // an act-order int4 Linear's input in storage order
   std::vector<cpu::SamplerScratch> sampler_scratch_;
   // Each slot's results; and rows whose pending output token is appended to their outputs.
   std::array<std::vector<SampleResult>, kSampleSlots> sample_slots_;

@@ -21,6 +21,14 @@ void Matmul(ThreadPool& pool, const float* x, const float* w, const float* bias,
 void MatmulFp8(ThreadPool& pool, const float* x, const uint8_t* w, const float* scale, const ScaleGrid& grid,
                const float* bias, float* y, int64_t m, int64_t n, int64_t k);
 
+// The same with int4 weights in the repacked layout (engine/core/int4_layout.h): each weight row
+// is dequantized to float32 in storage order ((code - zero) * scale) before the product. `x` has
+// the storage's columns: the caller applies an act-order permutation first (GatherInt4Input).
+void MatmulInt4(ThreadPool& pool, const float* x, const Int4View& w, const float* bias, float* y, int64_t m);
+// out[r, j] = x[r, perm[j]] (0 where perm[j] < 0) for x [m, k], out [m, kp].
+void GatherInt4Input(ThreadPool& pool, const float* x, const int32_t* perm, int64_t m, int64_t k, int64_t kp,
+                     float* out);
+
 // out = e4m3(x / s) * s for x [rows, cols]: what a W8A8 kernel's input quantization keeps, in
 // float32. The scale s per `quant`: Fp8ScaleForAmax of each row (kDynamicPerToken) or of each
 // row's `group`-column groups (kDynamicPerGroup), or `static_scale` (kStaticPerTensor).

@@ -96,6 +96,23 @@ void MatmulFp8(ThreadPool& pool, const float* x, const uint8_t* w, const float* 
   });
 }
 
+void MatmulInt4(ThreadPool& pool, const float* x, const Int4View& w, const float* bias, float* y, int64_t m) {
+  std::vector<std::vector<float>> tiles(pool.num_threads(), std::vector<float>(4 * w.kp));
+  MatmulTiles(pool, x, bias, y, m, w.n, w.kp, [&](int64_t j0, int cols, int thread) {
+    float* tile = tiles[thread].data();
+    for (int j = 0; j < cols; ++j) DequantizeInt4StorageRow(w, j0 + j, tile + j * w.kp);
+    return static_cast<const float*>(tile);
+  });
+}
+
+void GatherInt4Input(ThreadPool& pool, const float* x, const int32_t* perm, int64_t m, int64_t k, int64_t kp,
+                     float* out) {
+  pool.ParallelFor(m, 8, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t j = 0; j < kp; ++j) out[r * kp + j] = perm[j] >= 0 ? x[r * k + perm[j]] : 0.0f;
+  });
+}
+
 void FakeQuantizeFp8(ThreadPool& pool, const float* x, float* out, int64_t rows, int64_t cols, ActivationQuant quant,
                      int32_t group, float static_scale) {
   const int64_t span = quant == ActivationQuant::kDynamicPerGroup && group > 0 ? group : cols;

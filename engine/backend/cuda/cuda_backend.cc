@@ -368,13 +368,20 @@ absl::Status CudaBackend::Add(Tensor x, Tensor y) {
 absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
   const DType dt = activation_dtype();
   RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), dt, {&x, &w.bias}));
-  RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), DType::kF32, {&w.scale, &w.input_scale}));
-  RETURN_IF_ERROR(Expect(!w.format.scaled() || w.scale.numel() == w.scale_grid().numel(), "Linear",
+  if (w.format.int4()) {  // f16 scales, u8 zeros and codes, i32 chunk groups and permutation
+    RETURN_IF_ERROR(w.ValidateInt4("Linear"));
+    RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), DType::kF16, {&w.scale}));
+    RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), DType::kU8, {&w.zero}));
+    RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), DType::kI32, {&w.chunk_group, &w.input_perm}));
+  } else {
+    RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), DType::kF32, {&w.scale, &w.input_scale}));
+  }
+  RETURN_IF_ERROR(Expect(!w.format.scaled() || w.format.int4() || w.scale.numel() == w.scale_grid().numel(), "Linear",
                          absl::StrCat("scale of ", w.scale.numel(), " elements for ", w.format.ToString(), " weights ",
                                       w.weight.shape().ToString())));
   RETURN_IF_ERROR(Expect(w.input_quant != ActivationQuant::kStaticPerTensor || w.input_scale.numel() == 1, "Linear",
                          "static activation quantization without an input scale"));
-  RETURN_IF_ERROR(Expect(SupportsLinearFormat(w.format) && w.weight.dtype() == w.format.element &&
+  RETURN_IF_ERROR(Expect(SupportsLinearFormat(w.format) && w.weight.dtype() == StoredDType(w.format.element) &&
                              w.weight.device() == device(),
                          "Linear",
                          absl::StrCat("weights of format ", w.format.ToString(), " stored as ",
@@ -417,13 +424,16 @@ void CudaBackend::SetTuningPass(bool on) { impl_->tuning_pass = on; }
 bool CudaBackend::SupportsLinearFormat(const StorageFormat& f) const {
   const DType dt = activation_dtype();
   if (f == StorageFormat::Float(dt)) return true;
+  // Int4 with float16 scales (exact for AWQ's and GPTQ's), 16-bit activations (W4A16).
+  if (f.int4()) return dt != DType::kF32 && f == StorageFormat::Int4(f.zero_points, DType::kF16);
   if (f.element != DType::kF8E4M3 || dt == DType::kF32) return false;
   switch (f.granularity) {
     case ScaleGranularity::kTensor:
     case ScaleGranularity::kChannel: return true;
     case ScaleGranularity::kBlock: return f.block_rows == 128 && f.block_cols == 128;
     case ScaleGranularity::kGroup: return f.block_cols == 128;
-    case ScaleGranularity::kNone: return false;
+    case ScaleGranularity::kNone:
+    case ScaleGranularity::kChunkGroup: return false;
   }
   return false;
 }

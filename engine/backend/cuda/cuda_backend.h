@@ -30,7 +30,8 @@ struct CudaBackendOptions {
   double memory_fraction = 0.9;
   size_t gemm_workspace_bytes = size_t{32} << 20;
   // FP8 linears on cuBLASLt: the activations quantized to E4M3 and their scales, a chunk of rows
-  // at a time (32 MiB: 2048 rows of Llama-3-8B's widest input, 14336 columns, in one chunk).
+  // at a time (32 MiB: 2048 rows of Llama-3-8B's widest input, 14336 columns, in one chunk). Int4
+  // linears with act-order use it for their inputs in storage-column order (1170 rows of 14336).
   size_t fp8_workspace_bytes = size_t{32} << 20;
   size_t attention_workspace_bytes = size_t{32} << 20;  // bounds the decode split-K partials
   // Linear with M <= this may take the GEMV kernel (timed per shape against cuBLASLt, see

@@ -15,7 +15,10 @@
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/gemm/gemm_fp8_dequant.h"
 #include "kernels/cuda/gemm/gemv.h"
+#include "kernels/cuda/gemm/gemm_w4a16.h"
 #include "kernels/cuda/gemm/gemv_fp8.h"
+#include "kernels/cuda/gemm/gemv_w4a16.h"
+#include "kernels/cuda/gemm/w4a16_permute.h"
 #include "kernels/cuda/norm/rms_norm.h"
 #include "kernels/cuda/quant/fp8_quantize.h"
 
@@ -117,6 +120,16 @@ absl::Status RunFp8Dequant(const LinearCall& c, const LinearContext& ctx) {
                                     BiasOf(c), c.out.data(), c.m, c.n, c.k, ctx.stream);
 }
 
+cuda::W4A16Weights W4Weights(const LinearWeight& w) {
+  cuda::W4A16Weights d;
+  d.codes = w.weight.data_as<const uint8_t>();
+  d.scales = w.scale.data();
+  d.zeros = w.zero.empty() ? nullptr : w.zero.data_as<const uint8_t>();
+  d.chunk_group = w.chunk_group.data_as<const int32_t>();
+  d.groups = w.int4_groups();
+  return d;
+}
+
 }  // namespace
 
 std::string_view LinearKernelChoice::Name() const {
@@ -128,6 +141,9 @@ std::string_view LinearKernelChoice::Name() const {
     case LinearKernel::kFp8GemvRing: return "fp8 gemv ring";
     case LinearKernel::kFp8CublasLt: return "fp8 cublasLt";
     case LinearKernel::kFp8Dequant: return "fp8 dequant gemm";
+    case LinearKernel::kW4A16Gemv: return "w4a16 gemv";
+    case LinearKernel::kW4A16GemvRing: return "w4a16 gemv ring";
+    case LinearKernel::kW4A16Gemm: return "w4a16 gemm";
   }
   return "unknown";
 }
@@ -151,6 +167,59 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
       !fp8_cublas_refused_.count({c.m, c.n, c.k, static_cast<int>(c.w->format.granularity)}))
     return {LinearKernel::kFp8CublasLt, 0};
   return {LinearKernel::kFp8Dequant, 0};
+}
+
+// Int4 weights: the GEMV forms up to gemv_max_rows (forced forms and the ring rule as for 16-bit
+// weights; not timed), then the tensor-core GEMM. Where the GEMV cannot stage a shape's scales the
+// GEMM takes every row count.
+LinearKernelChoice LinearKernels::ChooseW4A16(const LinearCall& c, const LinearContext& ctx) const {
+  const CudaBackendOptions& o = options_;
+  const int64_t kp = c.w->int4_storage_columns(), groups = c.w->int4_groups();
+  if (c.m <= o.gemv_max_rows && c.m <= cuda::kGemvMaxRows && cuda::GemvW4A16Supported(c.act, c.n, kp, groups)) {
+    const int wpr = o.gemv_warps_per_row;
+    if (!o.autotune_linear && wpr != 0)
+      return wpr > 0 ? LinearKernelChoice{LinearKernel::kW4A16Gemv, wpr}
+                     : LinearKernelChoice{LinearKernel::kW4A16GemvRing, 0};
+    if (o.gemv_smem_ring && c.m <= o.gemv_ring_max_rows &&
+        cuda::GemvW4A16RingFits(c.act, c.m, c.n, kp, groups, o.gemv_ring_bytes, ctx.num_sms))
+      return {LinearKernel::kW4A16GemvRing, 0};
+    return {LinearKernel::kW4A16Gemv, 0};
+  }
+  return {LinearKernel::kW4A16Gemm, 0};
+}
+
+// An act-order weight's input goes through the workspace in storage-column order, a chunk of rows
+// at a time, each chunk followed by its kernel.
+absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) {
+  const cuda::W4A16Weights w = W4Weights(*c.w);
+  const int64_t kp = c.w->int4_storage_columns();
+  const size_t in_bytes = DTypeSize(c.act), out_bytes = DTypeSize(c.out.dtype());
+  const char* bias = static_cast<const char*>(BiasOf(c));
+  auto run = [&](const void* x, int64_t r0, int64_t rows) -> absl::Status {
+    void* out = static_cast<char*>(c.out.data()) + r0 * c.n * out_bytes;
+    if (choice.kernel == LinearKernel::kW4A16Gemm)
+      return cuda::LaunchGemmW4A16(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, ctx.stream);
+    cuda::GemvOptions go;
+    go.pdl = options_.programmatic_launch;
+    go.num_sms = ctx.num_sms;
+    go.warps_per_row = choice.kernel == LinearKernel::kW4A16Gemv ? choice.warps_per_row : 0;
+    go.smem_ring = choice.kernel == LinearKernel::kW4A16GemvRing;
+    go.ring_bytes = options_.gemv_ring_bytes;
+    return cuda::LaunchGemvW4A16(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, go, ctx.stream);
+  };
+  if (c.w->input_perm.empty()) return run(c.x.data(), 0, c.m);
+  const int64_t rows = std::min<int64_t>(c.m, static_cast<int64_t>(ctx.fp8_workspace_bytes) / (kp * in_bytes));
+  if (ctx.fp8_workspace == nullptr || rows < 1)
+    return absl::ResourceExhaustedError(absl::StrCat("Linear: an act-order int4 weight of ", kp,
+                                                     " storage columns needs a larger fp8_workspace_bytes"));
+  for (int64_t r0 = 0; r0 < c.m; r0 += rows) {
+    const int64_t mc = std::min(rows, c.m - r0);
+    RETURN_IF_ERROR(cuda::LaunchW4A16PermuteColumns(c.act, static_cast<const char*>(c.x.data()) + r0 * c.k * in_bytes,
+                                                    c.w->input_perm.data_as<const int32_t>(), ctx.fp8_workspace, mc,
+                                                    c.k, kp, ctx.stream, options_.programmatic_launch));
+    RETURN_IF_ERROR(run(ctx.fp8_workspace, r0, mc));
+  }
+  return absl::OkStatus();
 }
 
 namespace {
@@ -247,6 +316,7 @@ absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, co
     RETURN_IF_ERROR(probe);
     return choice;
   }
+  if (c.w->format.int4()) return ChooseW4A16(c, ctx);
   const CudaBackendOptions& o = options_;
   LinearKernelChoice choice{LinearKernel::kCublasLt, 0};
   if (c.m <= o.gemv_max_rows && c.m <= cuda::kGemvMaxRows) {
@@ -292,6 +362,9 @@ absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, 
     case LinearKernel::kFp8GemvRing: return RunFp8Gemv(c, choice, options_, ctx);
     case LinearKernel::kFp8CublasLt: return RunFp8Cublas(c, ctx);
     case LinearKernel::kFp8Dequant: return RunFp8Dequant(c, ctx);
+    case LinearKernel::kW4A16Gemv:
+    case LinearKernel::kW4A16GemvRing:
+    case LinearKernel::kW4A16Gemm: return RunW4A16(c, choice, ctx);
   }
   return absl::InternalError("Linear: unknown kernel");
 }

@@ -34,6 +34,10 @@ enum class LinearKernel : uint8_t {
   kFp8GemvRing,  // its shared-memory ring form
   kFp8CublasLt,  // x quantized to FP8 as the weight declares (fp8_quantize.h), then cuBLASLt's FP8 GEMM (W8A8)
   kFp8Dequant,   // tensor-core GEMM on weights widened in shared memory, 16-bit x (W8A16): what cuBLASLt refuses
+  // Int4 weights, 16-bit x (W4A16: gemv_w4a16.h, gemm_w4a16.h); act-order inputs permuted first.
+  kW4A16Gemv,      // register GEMV dequantizing in registers, up to gemv_max_rows rows
+  kW4A16GemvRing,  // its shared-memory ring form, up to gemv_ring_max_rows rows
+  kW4A16Gemm,      // tensor-core GEMM on codes turned into MMA fragments in registers: the rest
 };
 
 struct LinearKernelChoice {
@@ -59,7 +63,8 @@ struct LinearContext {
   int num_sms = 0;
   int l2_bytes = 0;
   cuda::CublasLtGemm* gemm = nullptr;
-  // kFp8CublasLt's quantized activations and their scales, a chunk of rows at a time.
+  // kFp8CublasLt's quantized activations and their scales, a chunk of rows at a time; int4
+  // act-order linears' permuted inputs.
   void* fp8_workspace = nullptr;
   size_t fp8_workspace_bytes = 0;
   bool capturing = false;    // a graph capture is open: nothing may be timed
@@ -84,6 +89,8 @@ class LinearKernels {
   absl::StatusOr<LinearKernelChoice> TimeGemvAgainstCublas(const LinearCall& call, const LinearContext& ctx);
   absl::Status TuneCublas(const LinearCall& call, const LinearContext& ctx);
   LinearKernelChoice ChooseFp8(const LinearCall& call, const LinearContext& ctx) const;
+  LinearKernelChoice ChooseW4A16(const LinearCall& call, const LinearContext& ctx) const;
+  absl::Status RunW4A16(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx);
   absl::Status RunFp8Cublas(const LinearCall& call, const LinearContext& ctx);
 
   const CudaBackendOptions& options_;

@@ -6,6 +6,17 @@
 #include "kernels/cuda/common/fp8.cuh"
 
 namespace llm::cuda {
+
+// A byte destination of the random fill: the draw truncated to an integer (int4 dummy codes:
+// low 0, high 256), as the host's default Backend::FillUniform does.
+struct TruncatedByte {
+  uint8_t bits;
+};
+template <>
+__device__ __forceinline__ TruncatedByte FromFloat<TruncatedByte>(float x) {
+  return {static_cast<uint8_t>(fminf(fmaxf(x, 0.0f), 255.0f))};
+}
+
 namespace {
 
 constexpr int kThreads = 256;
@@ -165,6 +176,12 @@ absl::Status LaunchConvert(DType src_dtype, const void* src, DType dst_dtype, vo
 absl::Status LaunchFillUniform(DType dtype, void* dst, int64_t n, uint64_t seed, float low, float high,
                                Stream stream) {
   if (n <= 0) return absl::OkStatus();
+  if (dtype == DType::kU8) {
+    FillUniformKernel<TruncatedByte><<<GridFor(n), kThreads, 0, stream>>>(static_cast<TruncatedByte*>(dst), n, seed,
+                                                                          low, high - low);
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
   if (dtype == DType::kF8E4M3) {
     FillUniformKernel<Fp8E4M3Byte><<<GridFor(n), kThreads, 0, stream>>>(static_cast<Fp8E4M3Byte*>(dst), n, seed, low,
                                                                         high - low);

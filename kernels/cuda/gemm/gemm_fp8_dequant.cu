@@ -3,6 +3,7 @@
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/common/fp8.cuh"
+#include "kernels/cuda/gemm/mma_sync.cuh"
 
 namespace llm::cuda {
 namespace {
@@ -11,36 +12,6 @@ constexpr int kBM = 64, kBN = 64, kBK = 32;
 constexpr int kThreads = 128;          // 4 warps, 2 x 2, each 32 x 32 outputs
 constexpr int kPitch = kBK + 8;        // smem row pitch in elements (80 bytes: ldmatrix rows stay 16-byte aligned)
 static_assert(kBK % 16 == 0 && 128 % kBK == 0, "a step never straddles two 128-column scale groups");
-
-template <typename T>
-struct Mma16816;
-template <>
-struct Mma16816<__nv_bfloat16> {
-  __device__ static void Run(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-template <>
-struct Mma16816<__half> {
-  __device__ static void Run(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-
-__device__ __forceinline__ void LdMatrixX4(uint32_t r[4], const void* smem) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
 
 // grid: (ceil(N / 64), ceil(M / 64)); block: 4 warps. Warp w owns output rows
 // [(w / 2) * 32, + 32) and columns [(w % 2) * 32, + 32) of the tile: 2 m16 x 4 n8 MMA tiles; per

@@ -1,0 +1,345 @@
+// The int4 (W4A16) paths of the CUDA backend against the CPU oracle on the same repacked weights:
+//  - Linear with int4 weights in the layout of engine/core/storage_format.h, built here with
+//    every feature the loader can produce (zero points or not, groups of 32 to whole rows, odd
+//    group counts, act-order permutations with padding columns), on many shapes including partial
+//    tiles of every kernel, each kernel form (register GEMV at 1, 2, 4 and 8 warps a row, the ring
+//    GEMV, the tensor-core GEMM at every row count), bf16 and fp16, float32 and 16-bit outputs,
+//    eagerly and replayed from a CUDA graph. Which kernel ran is read from the op timing's label.
+//  - The 4-bit fixtures teacher-forced on a bf16 GPU, held to the CPU emulation of a bf16 engine
+//    on the same weights (rounding_backend.h).
+//  - --quantization int4 dummy weights drawn on the GPU against the host's draw.
+// Without a GPU the binary exits 77 (skipped).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "engine/core/int4_layout.h"
+#include "engine/model/dummy_weights.h"
+#include "engine/runtime/model_runner.h"
+#include "kernels/cuda/gemm/gemv.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/runtime/fixture_reference.h"
+#include "tests/runtime/rounding_backend.h"
+
+namespace llm {
+namespace {
+
+using testing::Download;
+using testing::MakeTensor;
+using testing::OwnedTensor;
+using testing::Poison;
+using testing::RandomVec;
+using testing::RelErr;
+using testing::RoundTo;
+using testing::Tolerance;
+using testing::Upload;
+
+// An int4 weight in the repacked layout, on the host.
+struct HostInt4 {
+  int64_t n = 0, k = 0, kp = 0, groups = 0;
+  std::vector<uint8_t> codes;        // [n, kp / 2]
+  std::vector<float> scales;         // [n, groups], fp16 values
+  std::vector<uint8_t> zeros;        // [n, groups] or empty
+  std::vector<int32_t> chunk_group;  // [kp / 32]
+  std::vector<int32_t> perm;         // [kp] or empty
+};
+
+// `group`: columns per group in column order (0: one group); with `act_order`, the k columns are
+// shuffled into groups of uneven sizes, each padded to whole chunks, as a row-parallel slice of an
+// act-order checkpoint is.
+HostInt4 MakeInt4(std::mt19937& rng, int64_t n, int64_t k, int64_t group, bool zeros, bool act_order) {
+  HostInt4 w;
+  w.n = n;
+  w.k = k;
+  if (!act_order) {
+    const int64_t g = group > 0 ? group : k;
+    w.kp = k;
+    w.groups = k / g;
+    for (int64_t c = 0; c < k / 32; ++c) w.chunk_group.push_back(static_cast<int32_t>(c * 32 / g));
+  } else {
+    std::vector<int32_t> cols(k);
+    std::iota(cols.begin(), cols.end(), 0);
+    std::shuffle(cols.begin(), cols.end(), rng);
+    size_t at = 0;
+    while (at < cols.size()) {
+      const size_t take = std::min<size_t>(cols.size() - at, 1 + rng() % 80);
+      const int32_t g = static_cast<int32_t>(w.groups++);
+      for (size_t i = 0; i < take; ++i) w.perm.push_back(cols[at + i]);
+      while (w.perm.size() % 32 != 0) w.perm.push_back(-1);
+      while (w.chunk_group.size() < w.perm.size() / 32) w.chunk_group.push_back(g);
+      at += take;
+    }
+    w.kp = static_cast<int64_t>(w.perm.size());
+  }
+  std::uniform_int_distribution<int> byte(0, 255), zero(0, 16);
+  std::uniform_real_distribution<float> scale(0.002f, 0.03f);
+  w.codes.resize(n * w.kp / 2);
+  for (uint8_t& b : w.codes) b = static_cast<uint8_t>(byte(rng));
+  for (int64_t i = 0; i < n * w.groups; ++i) {
+    w.scales.push_back(Fp16ToFloat(FloatToFp16(scale(rng))));
+    if (zeros) w.zeros.push_back(static_cast<uint8_t>(zero(rng)));
+  }
+  return w;
+}
+
+// The weight's tensors on one backend (scales in `scale_dtype`, the bias in `act`).
+struct DeviceInt4 {
+  OwnedTensor codes, scales, zeros, groups, perm, bias;
+  LinearWeight lw;
+};
+
+DeviceInt4 Place(Backend& b, DType act, DType scale_dtype, const HostInt4& w, const std::vector<float>& bias) {
+  DeviceInt4 d;
+  d.codes = MakeTensor(b, DType::kU8, {w.n, w.kp / 2});
+  EXPECT_TRUE(b.CopyToDevice(d.codes.t, w.codes.data()).ok());
+  d.scales = Upload(b, scale_dtype, {w.n, w.groups}, w.scales);
+  d.groups = MakeTensor(b, DType::kI32, {w.kp / 32});
+  EXPECT_TRUE(b.CopyToDevice(d.groups.t, w.chunk_group.data()).ok());
+  d.lw.weight = d.codes.t;
+  d.lw.scale = d.scales.t;
+  d.lw.chunk_group = d.groups.t;
+  d.lw.format = StorageFormat::Int4(!w.zeros.empty(), scale_dtype);
+  d.lw.int4_in_features = w.k;
+  if (!w.zeros.empty()) {
+    d.zeros = MakeTensor(b, DType::kU8, {w.n, w.groups});
+    EXPECT_TRUE(b.CopyToDevice(d.zeros.t, w.zeros.data()).ok());
+    d.lw.zero = d.zeros.t;
+  }
+  if (!w.perm.empty()) {
+    d.perm = MakeTensor(b, DType::kI32, {w.kp});
+    EXPECT_TRUE(b.CopyToDevice(d.perm.t, w.perm.data()).ok());
+    d.lw.input_perm = d.perm.t;
+  }
+  if (!bias.empty()) {
+    d.bias = Upload(b, act, {w.n}, bias);
+    d.lw.bias = d.bias.t;
+  }
+  EXPECT_TRUE(b.Synchronize().ok());
+  return d;
+}
+
+class CudaInt4Test : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    dtype_ = GetParam();
+    gpu_ = testing::MakeCuda(dtype_);
+    ASSERT_NE(gpu_, nullptr);
+    rng_.seed(777 + static_cast<int>(dtype_));
+  }
+  std::vector<float> Rand(size_t n, float lo = -1.0f, float hi = 1.0f) {
+    std::vector<float> v = RandomVec(rng_, n, lo, hi);
+    RoundTo(dtype_, v);
+    return v;
+  }
+
+  // Runs an int4 Linear on the GPU (kernel label from the op timing) and on the CPU oracle.
+  void CheckLinear(const std::string& what, int64_t m, const HostInt4& w, bool with_bias, DType out_dtype) {
+    const std::vector<float> x = Rand(m * w.k, -2.0f, 2.0f);
+    const std::vector<float> bias = with_bias ? Rand(w.n) : std::vector<float>{};
+    DeviceInt4 g = Place(*gpu_, dtype_, DType::kF16, w, bias);
+    DeviceInt4 h = Place(cpu_, DType::kF32, DType::kF32, w, bias);
+    ASSERT_TRUE(h.lw.ValidateInt4("test").ok()) << h.lw.ValidateInt4("test");
+    OwnedTensor gx = Upload(*gpu_, dtype_, {m, w.k}, x), hx = Upload(cpu_, DType::kF32, {m, w.k}, x);
+    OwnedTensor gout = MakeTensor(*gpu_, out_dtype, {m, w.n});
+    Poison(*gpu_, gout.t);
+    OwnedTensor want = MakeTensor(cpu_, DType::kF32, {m, w.n});
+    ASSERT_TRUE(cpu_.Linear(hx.t, h.lw, want.t).ok());
+    gpu_->StartOpTiming();
+    const absl::Status st = gpu_->Linear(gx.t, g.lw, gout.t);
+    ASSERT_TRUE(st.ok()) << st << " " << what;
+    auto ops = gpu_->CollectOpTimings();
+    ASSERT_TRUE(ops.ok() && !ops->empty());
+    const std::string kernel = ops->back().op;
+    ASSERT_NE(kernel.find("w4a16"), std::string::npos) << kernel;
+    const std::vector<float> got = Download(*gpu_, gout.t);
+    EXPECT_LE(RelErr(got, Download(cpu_, want.t)), Tolerance(out_dtype == DType::kF32 ? dtype_ : out_dtype))
+        << what << " via " << kernel;
+    ++kernels_seen_[kernel.substr(kernel.find("w4a16"))];
+  }
+
+  DType dtype_;
+  std::unique_ptr<CudaBackend> gpu_;
+  CpuBackend cpu_{0};
+  std::mt19937 rng_;
+  std::map<std::string, int> kernels_seen_;
+};
+
+TEST_P(CudaInt4Test, LinearEveryLayoutShapeAndKernel) {
+  struct Case {
+    int64_t m, n, k, group;
+  };
+  // Partial tiles: n off multiples of 8, 64 and 128; m off 16, 64 and 128; K of odd group counts
+  // (96 = 3 x 32, 160 = 5 x 32, 448 = 7 x 64); the 8B shapes.
+  const Case cases[] = {{1, 256, 256, 128},  {2, 384, 512, 128},  {3, 200, 384, 128},  {4, 1024, 4096, 128},
+                        {5, 130, 256, 32},   {8, 512, 1024, 64},  {1, 8, 96, 32},      {7, 24, 160, 32},
+                        {16, 320, 128, 0},   {33, 100, 448, 64},  {64, 192, 448, 64},  {65, 264, 1024, 128},
+                        {128, 1000, 4096, 128}, {200, 448, 192, 32}, {257, 136, 2048, 128}, {1, 6144, 4096, 128},
+                        {2, 4096, 14336, 128}, {16, 4096, 14336, 128}, {512, 4096, 4096, 128}, {1024, 4100, 512, 128}};
+  for (const Case& c : cases) {
+    for (int layout = 0; layout < 3; ++layout) {  // 0: symmetric; 1: zero points; 2: act-order with zero points
+      const HostInt4 w = MakeInt4(rng_, c.n, c.k, c.group, layout >= 1, layout == 2);
+      for (int variant = 0; variant < 5; ++variant) {
+        // 0: defaults; 1: no GEMV (the GEMM at every row count); 2, 3: the register GEMV at 1 and
+        // 4 warps a row; 4: the ring GEMV forced.
+        if (variant >= 2 && c.m > cuda::kGemvMaxRows) continue;
+        CudaBackendOptions& o = gpu_->mutable_options();
+        o.gemv_max_rows = variant == 1 ? 0 : variant >= 2 ? cuda::kGemvMaxRows : 4;
+        o.autotune_linear = variant < 2;
+        o.gemv_warps_per_row = variant == 2 ? 1 : variant == 3 ? 4 : variant == 4 ? CudaBackendOptions::kGemvRingForm : 0;
+        const DType out = (c.n + variant) % 4 == 0 ? DType::kF32 : dtype_;
+        const std::string what = absl::StrCat(c.m, "x", c.n, "x", c.k, " group ", c.group, " layout ", layout,
+                                              " variant ", variant, " out ", std::string(DTypeName(out)));
+        CheckLinear(what, c.m, w, (c.n + variant) % 3 == 0, out);
+      }
+    }
+  }
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
+  for (const auto& [kernel, count] : kernels_seen_) std::printf("[int4 linear] %-18s %d calls\n", kernel.c_str(), count);
+  for (const char* k : {"w4a16 gemv", "w4a16 gemv ring", "w4a16 gemm"}) EXPECT_GT(kernels_seen_[k], 0) << k << " never ran";
+}
+
+// The register GEMV at every number of warps a row, and the ring, on one shape each of 1..8 rows.
+TEST_P(CudaInt4Test, GemvFormsAtEveryRowCount) {
+  const HostInt4 w = MakeInt4(rng_, 520, 2048, 128, true, false);
+  for (int64_t m = 1; m <= cuda::kGemvMaxRows; ++m) {
+    for (int wpr : {1, 2, 4, 8, CudaBackendOptions::kGemvRingForm}) {
+      CudaBackendOptions& o = gpu_->mutable_options();
+      o.gemv_max_rows = cuda::kGemvMaxRows;
+      o.autotune_linear = false;
+      o.gemv_warps_per_row = wpr;
+      CheckLinear(absl::StrCat(m, " rows, warps a row ", wpr), m, w, m % 2 == 0, dtype_);
+    }
+  }
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
+}
+
+// Captured in a graph and replayed after new inputs are written: the same outputs as eager runs.
+TEST_P(CudaInt4Test, LinearReplayedFromAGraph) {
+  for (int64_t m : {1, 2, 4, 32}) {
+    for (bool act_order : {false, true}) {
+      const HostInt4 w = MakeInt4(rng_, 512, 1024, 128, true, act_order);
+      DeviceInt4 g = Place(*gpu_, dtype_, DType::kF16, w, Rand(512));
+      OwnedTensor gx = Upload(*gpu_, dtype_, {m, 1024}, Rand(m * 1024)), out = MakeTensor(*gpu_, dtype_, {m, 512}),
+                  eager = MakeTensor(*gpu_, dtype_, {m, 512});
+      ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, out.t).ok());
+      ASSERT_TRUE(gpu_->BeginCapture().ok());
+      ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, out.t).ok());
+      auto graph = gpu_->EndCapture();
+      ASSERT_TRUE(graph.ok()) << graph.status();
+      for (int round = 0; round < 3; ++round) {
+        const std::vector<float> x = Rand(m * 1024);
+        ASSERT_TRUE(gpu_->UploadConverted(x.data(), DType::kF32, gx.t).ok());
+        Poison(*gpu_, out.t);
+        ASSERT_TRUE((*graph)->Replay().ok());
+        ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, eager.t).ok());
+        EXPECT_EQ(Download(*gpu_, out.t), Download(*gpu_, eager.t)) << m << " rows, act-order " << act_order;
+      }
+    }
+  }
+}
+
+// Act-order inputs larger than the workspace are permuted and multiplied a chunk of rows at a time.
+TEST_P(CudaInt4Test, ActOrderInRowChunks) {
+  CudaBackendOptions o;
+  o.fp8_workspace_bytes = 64 << 10;  // 32 rows of 1024 storage columns a chunk
+  gpu_ = testing::MakeCuda(dtype_, o);
+  ASSERT_NE(gpu_, nullptr);
+  const HostInt4 w = MakeInt4(rng_, 256, 1000, 0, true, true);
+  CheckLinear("chunked act-order", 333, w, true, dtype_);
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, CudaInt4Test, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const auto& info) { return testing::DTypeLabel(info.param); });
+
+// --- whole models ---
+
+// The 4-bit fixtures on a bf16 GPU, teacher-forced, against the references, held to the CPU
+// emulation of a bf16 engine on the same int4 weights (activations, cache and outputs rounded
+// where the GPU stores them; the weights, exact on both, unrounded), with the margins
+// cuda_fp8_test gives its emulation.
+class CudaInt4FixtureTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaInt4FixtureTest, TeacherForcedWithinTheEmulationsBand) {
+  const std::string name = GetParam();
+  const std::string dir = testing::ModelDir(name);
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  ModelRunnerOptions options = testing::ParityRunnerOptions();
+  CpuBackendOptions cpu;
+  cpu.num_threads = 0;
+  cpu.int4_fp16_scales = true;  // the GPU's storage
+  const unsigned points = testing::kRoundAll & ~testing::kRoundWeights;
+  auto emulated_runner = ModelRunner::Create(
+      *config, **ckpt, std::make_unique<testing::RoundingBackend>(DType::kBF16, points, config->vocab_size, true, cpu),
+      nullptr, options);
+  ASSERT_TRUE(emulated_runner.ok()) << emulated_runner.status();
+  auto emulated = testing::TeacherForcedParity(**emulated_runner, name);
+  ASSERT_TRUE(emulated.ok()) << emulated.status();
+  CudaBackendOptions b;
+  b.dtype = DType::kBF16;
+  auto backend = CudaBackend::Create(b);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  options.kv_cache_dtype = DType::kBF16;
+  auto runner = ModelRunner::Create(*config, **ckpt, std::move(*backend), nullptr, options);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  auto gpu = testing::TeacherForcedParity(**runner, name);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::printf("[int4 parity] %-26s emulated: top-1 %.4f max %.3g mean %.3g | GPU: top-1 %.4f max %.3g mean %.3g\n",
+              name.c_str(), emulated->agreement(), emulated->max_err, emulated->mean_err(), gpu->agreement(),
+              gpu->max_err, gpu->mean_err());
+  EXPECT_LE(gpu->max_err, 1.25 * emulated->max_err);
+  EXPECT_LE(gpu->mean_err(), 1.2 * emulated->mean_err());
+  EXPECT_GE(gpu->agreement(), emulated->agreement() - 3.0 / gpu->positions);
+}
+
+INSTANTIATE_TEST_SUITE_P(Int4Fixtures, CudaInt4FixtureTest, ::testing::ValuesIn(testing::kInt4FixtureModels),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+// --quantization int4 --dummy-weights: the GPU draws the same codes as the host (the same Philox
+// stream truncated to bytes; where the GPU's fused multiply-add lands a draw across an integer,
+// the neighbouring byte), and the same scales.
+TEST(CudaInt4DummyWeightsTest, GpuDrawMatchesHostDraw) {
+  auto config = LoadModelConfig(testing::ModelDir("llama-tiny"));
+  ASSERT_TRUE(config.ok());
+  LoadOptions int4;
+  int4.quantization = OnlineQuantization::kInt4;
+  auto gpu = testing::MakeCuda(DType::kBF16);
+  ASSERT_NE(gpu, nullptr);
+  CpuBackendOptions fp16;
+  fp16.int4_fp16_scales = true;
+  CpuBackend cpu(fp16);
+  auto on_gpu = CreateDummyWeights(*config, ShardSpec{}, *gpu, 9, int4);
+  auto on_cpu = CreateDummyWeights(*config, ShardSpec{}, cpu, 9, int4);
+  ASSERT_TRUE(on_gpu.ok() && on_cpu.ok()) << on_gpu.status() << on_cpu.status();
+  const LinearWeight& g = (*on_gpu)->layers[1].down;
+  const LinearWeight& h = (*on_cpu)->layers[1].down;
+  ASSERT_EQ(g.format, StorageFormat::Int4(false, DType::kF16));
+  ASSERT_EQ(h.format, g.format);
+  std::vector<uint8_t> bytes(g.weight.numel());
+  ASSERT_TRUE(gpu->CopyToHost(bytes.data(), g.weight).ok());
+  ASSERT_TRUE(gpu->Synchronize().ok());
+  int neighbours = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const int a = bytes[i], b = h.weight.data_as<uint8_t>()[i];
+    if (a == b) continue;
+    ++neighbours;
+    EXPECT_LE(std::abs(a - b), 1) << i;
+  }
+  EXPECT_LE(neighbours, static_cast<int>(bytes.size() / 1000));
+  EXPECT_EQ(Download(*gpu, g.scale), Download(cpu, h.scale));
+}
+
+}  // namespace
+}  // namespace llm

@@ -105,12 +105,13 @@ absl::StatusOr<std::unique_ptr<EngineGroup>> EngineGroup::Create(const EngineBui
   const int32_t num_blocks = *std::min_element(blocks.begin(), blocks.end());
 
   // Two control communicators, one per thread that uses them on rank 0 (the engine thread sends
-  // steps, a receiver thread takes sampled tokens). Waiting for the next step has no deadline: an
-  // idle server is not a failure.
+  // steps, a receiver thread takes sampled tokens). Waiting for the next step (or result) has no
+  // deadline: an idle server is not a failure. Sending one has the communication deadline: a rank
+  // that stopped taking steps (hung, SIGSTOP) fails the step instead of blocking the engine thread.
   ASSIGN_OR_RETURN(g->steps_comm_, world.Split(0, t.rank(), "steps"));
   ASSIGN_OR_RETURN(g->results_comm_, world.Split(0, t.rank(), "results"));
-  g->steps_comm_->set_timeout(absl::InfiniteDuration());
-  g->results_comm_->set_timeout(absl::InfiniteDuration());
+  g->steps_comm_->set_receive_timeout(absl::InfiniteDuration());
+  g->results_comm_->set_receive_timeout(absl::InfiniteDuration());
   PipelineGroup pg{t, g->steps_comm_.get(), g->results_comm_.get(), g->data_.pp()};
   if (role == GroupRole::kServeFrontEnd) {
     if (t.rank() != 0) {

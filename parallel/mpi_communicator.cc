@@ -157,7 +157,8 @@ MpiCommunicator::MpiCommunicator(std::unique_ptr<Mpi> mpi, int rank, int size, s
       size_(size),
       name_(std::move(name)),
       world_ranks_(std::move(world_ranks)),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      receive_timeout_(timeout) {}
 
 MpiCommunicator::~MpiCommunicator() {
   if (mpi_ != nullptr && !mpi_->parked.empty()) {
@@ -326,7 +327,7 @@ absl::Status MpiCommunicator::Recv(void* data, size_t count, DType dtype, int pe
   }
   MPI_Request req = MPI_REQUEST_NULL;
   LLM_MPI_CHECK(MPI_Irecv(data, static_cast<int>(count), MpiType(dtype), peer, kDataTag, mpi_->comm, &req));
-  return mpi_->Await(&req, 1, timeout_, true, Describe("Recv", peer), &broken_, abort_.get());
+  return mpi_->Await(&req, 1, receive_timeout_, true, Describe("Recv", peer), &broken_, abort_.get());
 }
 
 absl::Status MpiCommunicator::SendBytes(const std::string& bytes, int peer) {

@@ -82,7 +82,12 @@ class MpiCommunicator final : public Communicator {
   // World ranks of the members, indexed by rank in this communicator.
   const std::vector<int>& world_ranks() const { return world_ranks_; }
   absl::Duration timeout() const { return timeout_; }
-  void set_timeout(absl::Duration timeout) { timeout_ = timeout; }
+  // Sets the deadline of every operation, receives included.
+  void set_timeout(absl::Duration timeout) { timeout_ = receive_timeout_ = timeout; }
+  // Receives alone: a worker waiting for its next step waits as long as the server is idle, while
+  // a step sent to a peer that stopped taking them still fails at the deadline.
+  absl::Duration receive_timeout() const { return receive_timeout_; }
+  void set_receive_timeout(absl::Duration timeout) { receive_timeout_ = timeout; }
   // True after a collective missed its deadline (or was abandoned); every later call returns
   // FailedPrecondition.
   bool broken() const { return broken_; }
@@ -113,6 +118,7 @@ class MpiCommunicator final : public Communicator {
   std::string name_;
   std::vector<int> world_ranks_;
   absl::Duration timeout_;
+  absl::Duration receive_timeout_;
   bool broken_ = false;
   std::shared_ptr<GroupAbort> abort_;  // null without MPI
   std::vector<float> widen_scratch_;  // f16/bf16 all-reduce in f32, reused between calls

@@ -133,7 +133,10 @@ absl::Status PipelineStepExecutor::Launch(const StepPlan& plan, absl::Span<const
   const Topology& t = group_.topology;
   EncodeStepMessage(plan, rows, message_);
   const std::string flagged = WithFlag(true, message_);
-  for (int r = 1; r < t.tp_size(); ++r) RETURN_IF_ERROR(group_.steps->SendBytes(flagged, r));
+  // A step a peer does not take within the deadline (hung, stopped) leaves the group out of step:
+  // abandon it on every rank, so the group's health fails instead of the next step waiting again.
+  for (int r = 1; r < t.tp_size(); ++r)
+    if (absl::Status s = group_.steps->SendBytes(flagged, r); !s.ok()) return stage_.Abandon(s);
   if (t.pp_size() > 1) {
     std::lock_guard<std::mutex> lock(mu_);
     ++expected_;

@@ -82,6 +82,13 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   }
   // Off, so that binding a port some other process listens on fails instead of sharing it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Each stream may have 1 MiB in flight towards us, a fixed window (no bandwidth-delay probing,
+  // which grows it to the whole message): 64 clients sending 4 MB prompts at once then take turns
+  // with everyone else on the transport threads instead of filling them with 256 MB, and a health
+  // check beside them answers within ~40 ms on 2 cores (tests/server/bounded_input_test.cc; ~100-165
+  // ms with probing). Requests are small; a 4 MB one needs 4 round trips.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1 << 20);
   builder.AddListeningPort(address, credentials, &server->port_);
   builder.RegisterService(service);
   // Reflection v1 beside the plugin's v1alpha: the names of what this server serves.

@@ -158,13 +158,25 @@ TEST_P(SurvivalTest, KilledOrHungRankResumesEveryStreamExactly) {
   for (const CallResult& r : reference.results) ASSERT_TRUE(r.status.ok()) << r.status.error_message();
 
   // A dead rank: the job ends, the front end sees its connection close (or the launcher end).
+  const std::map<int, pid_t> first_group = server->WorkerRanks(0);
   auto [killed, kill_recovery] = StreamWhileDisrupting(*server, requests, ranks - 1, SIGKILL);
   ExpectSameAsUndisturbed(killed, reference, "SIGKILL");
   std::printf("[ recovery ] tp %d pp %d: SIGKILL of rank %d -> first resumed token after %.0f ms\n", layout.tp,
               layout.pp, ranks - 1, absl::ToDoubleMilliseconds(kill_recovery));
 
   // A hung rank: nothing closes; the watchdog replaces the group after its deadline.
-  ASSERT_TRUE(WaitFor([&] { return server->WorkerRanks(0).size() == static_cast<size_t>(ranks); }, absl::Seconds(30)));
+  // The next disruption must hit the new group: every rank up, none left of the killed one (whose
+  // ranks may take a moment to go on a loaded machine).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::map<int, pid_t> now = server->WorkerRanks(0);
+        if (now.size() != static_cast<size_t>(ranks)) return false;
+        for (const auto& [rank, pid] : now)
+          for (const auto& [old_rank, old_pid] : first_group)
+            if (pid == old_pid) return false;
+        return server->Metric("llm_replicas_serving") == 1;
+      },
+      absl::Seconds(30)));
   auto [hung, hang_recovery] = StreamWhileDisrupting(*server, requests, 1 % ranks, SIGSTOP);
   ExpectSameAsUndisturbed(hung, reference, "SIGSTOP");
   EXPECT_GE(hang_recovery, absl::Seconds(kWatchdogSeconds) - absl::Milliseconds(100));

@@ -11,7 +11,7 @@
 # CPU (defaults: the llama-tiny fixture, TP2):
 #   BUILD_DIR=build benchmarks/loadtest/front_end_survival.sh
 # GPU (Llama-3-8B shape, bf16 dummy weights, TP2 on two GPUs; through run_device.sh):
-#   MODEL=benchmarks/cuda/configs/llama3-8b DEVICE=cuda DUMMY=1 TP=2 OUTPUT_LEN=256 \
+#   MODEL=benchmarks/cuda/configs/llama3-8b DEVICE=cuda DUMMY=1 TP=2 OUTPUT_LEN=256 RECOVERY_OUTPUT_LEN=2000 KILL_AFTER_S=3 \
 #     benchmarks/loadtest/run_device.sh front_end_survival.sh
 source "$(dirname "$0")/lib.sh"
 MODEL=${MODEL:-$REPO/tests/data/models/llama-tiny}
@@ -26,9 +26,9 @@ SINGLE_REQUESTS=${SINGLE_REQUESTS:-16}
 CONCURRENCY=${CONCURRENCY:-32}
 SATURATED_REQUESTS=${SATURATED_REQUESTS:-128}
 RECOVERY_CONCURRENCY=${RECOVERY_CONCURRENCY:-12}
-RECOVERY_OUTPUT_LEN=${RECOVERY_OUTPUT_LEN:-400}
+RECOVERY_OUTPUT_LEN=${RECOVERY_OUTPUT_LEN:-440}
 WATCHDOG_S=${WATCHDOG_S:-5}
-KILL_AFTER_S=${KILL_AFTER_S:-3}
+KILL_AFTER_S=${KILL_AFTER_S:-0.5}
 RANKS=$((TP * PP))
 MPIRUN=${MPIRUN:-mpirun --oversubscribe --allow-run-as-root -np $RANKS -x OMPI_MCA_btl_vader_single_copy_mechanism=none -x NCCL_NVLS_ENABLE=0}
 need_binaries "$LLM" "$LLM_CLIENT"

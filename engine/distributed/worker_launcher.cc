@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "parallel/mpi_runtime.h"
 
 extern char** environ;
 
@@ -70,11 +71,17 @@ absl::StatusOr<std::unique_ptr<WorkerGroupLauncher>> WorkerGroupLauncher::Start(
     const std::string& prefix, const std::vector<std::string>& command) {
   std::string line = "exec " + prefix;
   for (const std::string& arg : command) absl::StrAppend(&line, line.back() == ' ' ? "" : " ", ShellQuote(arg));
-  // The child's environment, prepared before fork (no allocation after it).
+  // The child's environment, prepared before fork (no allocation after it). A front end that an MPI
+  // launcher started itself carries that job's identity (OMPI_COMM_WORLD_*, PMIX_*, the launcher's
+  // OMPI_MCA_* wiring), which would make the workers' launcher join it: then all of it goes. Else
+  // the operator's settings stay (e.g. OMPI_MCA_plm_rsh_agent, which a machine without ssh needs).
+  const bool inside_mpi_job = MpiRuntime::LaunchedByMpiLauncher();
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
     const absl::string_view var(*e);
-    if (absl::StartsWith(var, "OMPI_") || absl::StartsWith(var, "PMIX_") || absl::StartsWith(var, "PMI_")) continue;
+    if (inside_mpi_job &&
+        (absl::StartsWith(var, "OMPI_") || absl::StartsWith(var, "PMIX_") || absl::StartsWith(var, "PMI_")))
+      continue;
     env_strings.emplace_back(var.data(), var.size());
   }
   std::vector<char*> env;

@@ -2,8 +2,9 @@
 # Issue 22's figures on 2 GPUs with NVLink, in one device call (Llama-3-8B shape, dummy weights):
 #   latency  TP1 and TP2 per-token decode latency at batch 1 and 16, bf16 and FP8 (weights + KV)
 #   served   closed loops of 256 streams (128/512) through the engine alone: TP1, TP2, PP2, bf16
+#   served_fp8  the same, TP1 and TP2, FP8 weights and FP8 KV cache
 # Logs and tables in $OUT. From the repo root on the GPU machine:
-#   benchmarks/parallel/two_gpu_h200.sh [latency] [served]
+#   benchmarks/parallel/two_gpu_h200.sh [latency] [served] [served_fp8]
 set -uo pipefail
 source "$(dirname "$0")/../device_prelude.sh"
 MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH)
@@ -30,6 +31,11 @@ for m in ${*:-latency served}; do
       run served_tp1 120 "${E[@]}" "${srv[@]}" --label "one GPU"
       run served_tp2 120 "${MPI[@]}" -np 2 "${E[@]}" "${srv[@]}" --tp 2 --label "TP2"
       run served_pp2 120 "${MPI[@]}" -np 2 "${E[@]}" "${srv[@]}" --pp 2 --label "PP2" ;;
+    served_fp8)
+      srv=(--concurrency 256 --duration 20 --prompt-len 128 --output-len 512 --max-seqs 256 --max-tokens-per-step 4096 --max-context 4096
+           --quantization fp8 --kv-cache-dtype fp8)
+      run served_fp8_tp1 120 "${E[@]}" "${srv[@]}" --label "one GPU, FP8 + FP8 KV"
+      run served_fp8_tp2 120 "${MPI[@]}" -np 2 "${E[@]}" "${srv[@]}" --tp 2 --label "TP2, FP8 + FP8 KV" ;;
   esac
 done
 grep -E "FAILED|Failure|rror" "$OUT/run.log" | head -20

@@ -1,7 +1,12 @@
 // End to end against a real `llm serve` process: every kind of bad input gets its gRPC status and
 // a message that says what was wrong, through both Generate and Complete, while a long request
 // running beside them is unaffected.
+#include <condition_variable>
+#include <mutex>
 #include <thread>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -153,6 +158,39 @@ TEST_F(ErrorsTest, TokenizerCallsRejectBadInput) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(s.error_message().find("4000"), std::string::npos) << s.error_message();
   }
+}
+
+// Bytes that are not a GenerateRequest (as a client with another .proto, or a broken proxy, would
+// send): gRPC C++'s callback API parses the request before any handler of ours runs and fails the
+// call itself, with UNIMPLEMENTED and no message (its reactor for a failed deserialization; the
+// README says so). The call ends with that status at once and the server keeps serving.
+TEST_F(ErrorsTest, MalformedRequestBytesFailTheCallAndTheServerServesOn) {
+  grpc::GenericStub generic(server_->channel());
+  for (const char* method : {"/llm.v1.Llm/Complete", "/llm.v1.Llm/Generate"}) {
+    SCOPED_TRACE(method);
+    const std::string garbage("\xff\xff\xff\xff\x0f\x12\x05", 7);  // a field number out of range, then a cut string
+    grpc::Slice slice(garbage);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::ByteBuffer response;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status status;
+    generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      status = std::move(s);
+      done = true;
+      cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    std::printf("[ malformed ] %s -> %d '%s'\n", method, status.error_code(), status.error_message().c_str());
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
+  }
+  const CallResult after = Complete(*stub_, GreedyIds({1, 2, 3}, 8));
+  EXPECT_TRUE(after.status.ok());
 }
 
 }  // namespace

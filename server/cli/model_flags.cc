@@ -19,7 +19,7 @@ void ModelFlags::Register(FlagSet& f) {
   f.Int("max-seqs", &max_seqs,
         "sequences batched per step (0: 512 on a GPU, fewer when the KV cache cannot give each 256 tokens; 64 on the "
         "CPU)");
-  f.Int("max-tokens-per-step", &max_tokens_per_step, "token budget per step, the prefill chunk size (0: 2048)");
+  f.Int("max-tokens-per-step", &max_tokens_per_step, "token budget per step, the prefill chunk size (0: 1024 on a GPU, at least twice --max-seqs; 2048 on the CPU)");
   f.Int("kv-cache-blocks", &kv_cache_blocks, "KV cache blocks (0: from --kv-cache-fraction)");
   f.Float("kv-cache-fraction", &kv_cache_fraction,
           "KV cache's share of the memory left after weights and activations (CUDA: of the arena)");

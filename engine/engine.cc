@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/engine_core.h"
+#include "engine/replica_router.h"
 #include "engine/runtime/step_executor.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -29,7 +30,10 @@ std::string_view FinishReasonName(FinishReason reason) {
 class Engine::Impl {
  public:
   Impl(const EngineInfo& info, const EngineOptions& options, std::shared_ptr<const Tokenizer> tokenizer)
-      : info_(info), options_(options), tokenizer_(std::move(tokenizer)) {}
+      : info_(info),
+        options_(options),
+        tokenizer_(std::move(tokenizer)),
+        router_(options.scheduler.block_size, options.scheduler.prefix_caching) {}
   ~Impl() { Shutdown(false); }
 
   absl::Status Validate(const GenerateRequest& request) const;
@@ -47,9 +51,12 @@ class Engine::Impl {
   std::vector<std::unique_ptr<EngineCore>> cores_;
 
  private:
-  // The replica for a new request: the least loaded of those that run steps, else of those
-  // getting new workers (the request waits there); null when none will ever serve.
-  EngineCore* Route() const;
+  // The replica for a new request (ReplicaRouter: where its prefix was sent before, else the
+  // least loaded of those that run steps, else of those getting new workers, where it waits);
+  // null when none will ever serve.
+  EngineCore* Route(const Sequence& seq);
+
+  ReplicaRouter router_;
 
   std::atomic<RequestId> next_id_{1};
 };
@@ -107,7 +114,7 @@ absl::StatusOr<RequestId> Engine::Impl::Submit(GenerateRequest request, OutputCa
   streamed.detokenize = tokenizer_ != nullptr && request.detokenize;
   streamed.num_top_logprobs = request.sampling.num_top_logprobs;
   seq->request = std::move(request);
-  EngineCore* core = Route();
+  EngineCore* core = Route(*seq);
   if (core == nullptr) {
     const absl::Status health = Health();
     return health.ok() ? absl::UnavailableError("no replica takes requests") : health;
@@ -119,21 +126,13 @@ absl::StatusOr<RequestId> Engine::Impl::Submit(GenerateRequest request, OutputCa
   return id;
 }
 
-EngineCore* Engine::Impl::Route() const {
-  EngineCore* best = nullptr;
-  bool best_available = false;
-  int64_t best_load = 0;
-  for (const auto& core : cores_) {
-    if (!core->health().ok()) continue;
-    const bool available = core->available();
-    const int64_t load = core->load();
-    if (best == nullptr || (available && !best_available) || (available == best_available && load < best_load)) {
-      best = core.get();
-      best_available = available;
-      best_load = load;
-    }
-  }
-  return best;
+EngineCore* Engine::Impl::Route(const Sequence& seq) {
+  if (cores_.size() == 1) return cores_[0]->health().ok() ? cores_[0].get() : nullptr;
+  std::vector<ReplicaRouter::Replica> replicas(cores_.size());
+  for (size_t i = 0; i < cores_.size(); ++i)
+    replicas[i] = {cores_[i]->health().ok(), cores_[i]->available(), cores_[i]->load()};
+  const int chosen = router_.Pick(replicas, seq.tokens, seq.salt_hash);
+  return chosen < 0 ? nullptr : cores_[chosen].get();
 }
 
 void Engine::Impl::Cancel(RequestId id) {

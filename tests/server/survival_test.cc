@@ -237,6 +237,38 @@ TEST(ReplicaTest, OneReplicaKilledUnderLoadLosesNothingAndHealthStaysServing) {
   EXPECT_EQ(server->Metric("llm_requests_finished_total{finish_reason=\"error\"}"), 0);
 }
 
+// Requests that share a prompt prefix go to the replica that computed it (its KV cache holds it),
+// not round the least loaded: after one request, four sent at once all find the prefix cached.
+TEST(ReplicaTest, SharedPrefixesGoToTheReplicaThatHasThem) {
+  auto server = ServerProcess::Start({"--model", TokenizerModelDir(), "--threads", "1", "--workers", "",
+                                      "--replicas", "2"});
+  ASSERT_NE(server, nullptr);
+  auto request = [](int tail) {
+    v1::GenerateRequest r;
+    std::vector<int32_t> prompt = Prompt(64, 3);  // 4 blocks of 16 shared
+    prompt.push_back(100 + tail);
+    r.mutable_token_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
+    r.mutable_stopping()->set_max_tokens(24);
+    r.mutable_stopping()->set_ignore_eos(true);
+    return r;
+  };
+  auto stub = server->NewStub();
+  ASSERT_TRUE(Complete(*stub, request(0)).status.ok());
+  std::vector<v1::GenerateRequest> wave;
+  for (int i = 1; i <= 4; ++i) wave.push_back(request(i));
+  std::atomic<int> cached{0};
+  std::vector<std::thread> threads;
+  for (const v1::GenerateRequest& r : wave)
+    threads.emplace_back([&, r] {
+      auto own = server->NewStub();
+      const CallResult result = Complete(*own, r);
+      EXPECT_TRUE(result.status.ok()) << result.status.error_message();
+      cached.fetch_add(result.merged.usage().cached_prompt_tokens());
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(cached.load(), 4 * 64) << "each of the four reads the 64-token prefix from the cache";
+}
+
 // A group that dies again each time it comes back: restarts back off, then the replica gives up,
 // its requests end with UNAVAILABLE saying why, health turns NOT_SERVING and the front end exits 1.
 TEST(RepeatedCrashTest, BacksOffThenFailsWithUnavailableAndExits) {

@@ -153,7 +153,9 @@ TEST_F(Int4AccuracyTest, EveryLayoutStaysCloseToBf16) {
   std::vector<std::vector<int32_t>> windows;
   std::string eval_name;
   if (eval_texts != nullptr) {
-    windows = Windows(Documents(eval_texts, int64_t{1} << 40));
+    // LLM_INT4_EVAL_TOKENS: the first documents up to about this many tokens (a shorter run).
+    const char* cap = std::getenv("LLM_INT4_EVAL_TOKENS");
+    windows = Windows(Documents(eval_texts, cap != nullptr ? std::atoll(cap) : int64_t{1} << 40));
     eval_name = eval_texts;
   } else {
     auto text = ReadTextFile(model_ / "heldout_reference.json");

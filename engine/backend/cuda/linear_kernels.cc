@@ -244,6 +244,21 @@ absl::Status LinearKernels::RunW4A16Dequant(const LinearCall& c, const LinearCon
     for (int64_t r0 = 0; r0 < c.n; r0 += p.slice_rows) {
       const int64_t rows = std::min(p.slice_rows, c.n - r0);
       RETURN_IF_ERROR(cuda::LaunchW4A16Dequantize(c.act, w, r0, rows, kp, slice, ctx.stream));
+      // Decode-sized M: a slice is few output tiles for the GEMM, and cuBLASLt's first pick is
+      // often not its fastest there (split-K or not): in the tuning pass, time its picks on the
+      // slice as it lies in L2.
+      if (ctx.tuning_pass && !ctx.capturing && !ctx.timing && mc <= options_.tune_cublas_max_rows &&
+          w4_slices_tuned_.insert(ShapeKey{mc, rows, kp, c.out.dtype(), bias_in_gemm}).second) {
+        ASSIGN_OR_RETURN(const std::vector<float> us,
+                         ctx.gemm->Tune(c.act, c.out.dtype(), x, slice, bias_in_gemm ? bias + r0 * in_bytes : nullptr,
+                                        out + r0 * out_bytes, mc, rows, kp, ctx.stream, 8,
+                                        [] { return absl::OkStatus(); }, c.n));
+        if (LogLinearChoice()) {
+          std::string line = absl::StrCat("int4 dequant GEMM slice ", rows, " x ", kp, ", ", mc, " rows (us):");
+          for (float t : us) absl::StrAppend(&line, " ", std::isinf(t) ? std::string("-") : absl::StrFormat("%.1f", t));
+          std::fprintf(stderr, "%s\n", line.c_str());
+        }
+      }
       RETURN_IF_ERROR(ctx.gemm->Run(c.act, c.out.dtype(), x, slice, bias_in_gemm ? bias + r0 * in_bytes : nullptr,
                                     out + r0 * out_bytes, mc, rows, kp, ctx.stream, c.n));
     }

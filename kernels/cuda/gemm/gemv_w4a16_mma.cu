@@ -78,16 +78,18 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const uint8_t* codes_a = w.codes + static_cast<int64_t>(inA ? rA : 0) * row_bytes;
   const uint8_t* codes_b = w.codes + static_cast<int64_t>(inB ? rB : 0) * row_bytes;
 
-  for (int i = threadIdx.x; i < kv; i += blockDim.x) s_group[i] = __ldg(w.chunk_group + i);
-  __syncthreads();
-
-  auto load = [&](Unit& r, int u) {
+  // A unit's codes (no shared memory needed), then its group's scales and zeros.
+  auto load_codes = [&](Unit& r, int u) {
+    const int c = u * kUnitChunks + t;
+    const bool in_k = c < kv;
+    r.a = inA && in_k ? LoadCodes(codes_a + c * kW4ChunkBytes) : make_uint4(0, 0, 0, 0);
+    r.b = inB && in_k ? LoadCodes(codes_b + c * kW4ChunkBytes) : make_uint4(0, 0, 0, 0);
+  };
+  auto load_side = [&](Unit& r, int u) {
     const int c = u * kUnitChunks + t;
     const bool in_k = c < kv;
     r.group = in_k ? s_group[c] : -1;
     const int grp = in_k ? r.group : 0;
-    r.a = inA && in_k ? LoadCodes(codes_a + c * kW4ChunkBytes) : make_uint4(0, 0, 0, 0);
-    r.b = inB && in_k ? LoadCodes(codes_b + c * kW4ChunkBytes) : make_uint4(0, 0, 0, 0);
     const uint32_t sa = inA ? __ldg(w.scales + static_cast<int64_t>(rA) * w.groups + grp) : 0u;
     const uint32_t sb = inB ? __ldg(w.scales + static_cast<int64_t>(rB) * w.groups + grp) : 0u;
     r.scale = sa | (sb << 16);
@@ -99,13 +101,24 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       r.zero = kW4SymmetricZero | (kW4SymmetricZero << 8);
     }
   };
+  auto load = [&](Unit& r, int u) {
+    load_codes(r, u);
+    load_side(r, u);
+  };
 
+  // The first window's codes go out before the chunk groups are staged (and all of it before the
+  // wait on the predecessor: weights are not its outputs).
   Unit cur[U];
 #pragma unroll
   for (int i = 0; i < U; ++i) {
     cur[i] = Unit{};
-    if (ub + i < ue) load(cur[i], ub + i);
+    if (ub + i < ue) load_codes(cur[i], ub + i);
   }
+  for (int i = threadIdx.x; i < kv; i += blockDim.x) s_group[i] = __ldg(w.chunk_group + i);
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < U; ++i)
+    if (ub + i < ue) load_side(cur[i], ub + i);
   GridDependencyWait();  // x is the predecessor's output
 
   float acc[NT][4];
@@ -124,11 +137,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const int passes = uniform ? 1 : kUnitChunks;
     for (int pass = 0; pass < passes; ++pass) {
       const bool mine = uniform || t == pass;
-      float p[NT][4];
+      // kChains independent accumulators a tile (the halves h), so that consecutive MMAs do not
+      // wait on each other.
+      constexpr int kChains = NT == 1 ? 2 : 1;
+      float p[kChains][NT][4];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int ch = 0; ch < kChains; ++ch)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) p[nt][e] = 0.0f;
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) p[ch][nt][e] = 0.0f;
       // Half h: the k16 steps j = 2 jj + h (code word jj, nibbles 2h and 2h + 1), whose x columns
       // are 8h + 2jj (+ 1, + 16, + 17): x's 16-byte pieces h and h + 2 of chunk c, token nt * 8 + g.
 #pragma unroll
@@ -153,19 +171,24 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const uint32_t lo = Word(xv[nt][0], jj), hi = Word(xv[nt][1], jj);  // columns (c0, c0 + 1), (c0 + 16, c0 + 17)
-            Mma16816<T>::Run(p[nt], a, __byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
+            Mma16816<T>::Run(p[h % kChains][nt], a, __byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
           }
         }
       }
-      const uint32_t sc = uniform ? r.scale : __shfl_sync(0xffffffffu, r.scale, (lane & ~3) | pass);
+      // The scales of chunk 4u + pass (uniform: of chunk 4u, which every lane's rows share; a lane
+      // past the last chunk holds no scale of its own).
+      const uint32_t sc = __shfl_sync(0xffffffffu, r.scale, (lane & ~3) | pass);
       const float sa = __half2float(__ushort_as_half(static_cast<unsigned short>(sc & 0xFFFF)));
       const float sb = __half2float(__ushort_as_half(static_cast<unsigned short>(sc >> 16)));
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        acc[nt][0] += sa * p[nt][0];
-        acc[nt][1] += sa * p[nt][1];
-        acc[nt][2] += sb * p[nt][2];
-        acc[nt][3] += sb * p[nt][3];
+        float q[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) q[e] = kChains == 2 ? p[0][nt][e] + p[kChains - 1][nt][e] : p[0][nt][e];
+        acc[nt][0] += sa * q[0];
+        acc[nt][1] += sa * q[1];
+        acc[nt][2] += sb * q[2];
+        acc[nt][3] += sb * q[3];
       }
     }
   };

@@ -133,30 +133,34 @@ cuda::W4A16Weights W4Weights(const LinearWeight& w) {
 }
 
 // The dequantizing GEMM's use of the workspace: an act-order weight's permuted input rows first
-// (at most half of it), then one slice of widened weight rows, at most kW4SliceBytes so that it
-// stays in L2 (50 MB on an H100) between the kernel that writes it and the GEMM that reads it.
+// (at most half of it), then one slice of widened weight rows. Prefill-sized M is bound by the
+// tensor cores: the largest slice (fewest, widest GEMMs). Smaller M: slices of at most
+// kW4SliceBytes, which stay in L2 between the kernel that writes them and the GEMM that reads
+// them, dropped from L2 afterwards so that they never cost DRAM writes.
 constexpr int64_t kW4SliceBytes = int64_t{16} << 20;
-constexpr int64_t kW4MinSliceRows = 64;  // below this the 4-bit GEMM (no workspace) takes the call
+constexpr int64_t kW4WideSliceRows = 512;  // M from which the slices are as wide as the workspace allows
+constexpr int64_t kW4MinSliceRows = 64;    // below this the 4-bit GEMM (no workspace) takes the call
 struct W4DequantPlan {
-  int64_t x_rows = 0;  // input rows permuted at a time (act-order), else m
+  int64_t x_rows = 0;   // input rows permuted at a time (act-order), else m
   int64_t x_bytes = 0;  // workspace bytes before the slice
   int64_t slice_rows = 0;
+  bool discard = false;  // drop each slice from L2 after its GEMM
 };
 W4DequantPlan PlanW4Dequant(const LinearCall& c, const LinearContext& ctx) {
   W4DequantPlan p;
   const int64_t kp = c.w->int4_storage_columns(), in_bytes = static_cast<int64_t>(DTypeSize(c.act));
-  const int64_t ws = ctx.fp8_workspace == nullptr ? 0 : static_cast<int64_t>(ctx.fp8_workspace_bytes);
+  const int64_t ws = ctx.fp8_workspace == nullptr ? 0 : static_cast<int64_t>(ctx.fp8_workspace_bytes) / 256 * 256;
   p.x_rows = c.m;
   if (!c.w->input_perm.empty()) {
     p.x_rows = std::min<int64_t>(c.m, ws / 2 / (kp * in_bytes));
     p.x_bytes = (p.x_rows * kp * in_bytes + 255) / 256 * 256;
     if (p.x_rows < 1) return p;
   }
-  const int64_t rows = std::min(ws - p.x_bytes, kW4SliceBytes) / (kp * in_bytes);
+  p.discard = c.m < kW4WideSliceRows;
+  const int64_t rows = (p.discard ? std::min(ws - p.x_bytes, kW4SliceBytes) : ws - p.x_bytes) / (kp * in_bytes);
   p.slice_rows = rows >= c.n ? c.n : rows / kW4MinSliceRows * kW4MinSliceRows;
   return p;
 }
-
 }  // namespace
 
 std::string_view LinearKernelChoice::Name() const {
@@ -244,23 +248,9 @@ absl::Status LinearKernels::RunW4A16Dequant(const LinearCall& c, const LinearCon
     for (int64_t r0 = 0; r0 < c.n; r0 += p.slice_rows) {
       const int64_t rows = std::min(p.slice_rows, c.n - r0);
       RETURN_IF_ERROR(cuda::LaunchW4A16Dequantize(c.act, w, r0, rows, kp, slice, ctx.stream));
-      // Decode-sized M: a slice is few output tiles for the GEMM, and cuBLASLt's first pick is
-      // often not its fastest there (split-K or not): in the tuning pass, time its picks on the
-      // slice as it lies in L2.
-      if (ctx.tuning_pass && !ctx.capturing && !ctx.timing && mc <= options_.tune_cublas_max_rows &&
-          w4_slices_tuned_.insert(ShapeKey{mc, rows, kp, c.out.dtype(), bias_in_gemm}).second) {
-        ASSIGN_OR_RETURN(const std::vector<float> us,
-                         ctx.gemm->Tune(c.act, c.out.dtype(), x, slice, bias_in_gemm ? bias + r0 * in_bytes : nullptr,
-                                        out + r0 * out_bytes, mc, rows, kp, ctx.stream, 8,
-                                        [] { return absl::OkStatus(); }, c.n));
-        if (LogLinearChoice()) {
-          std::string line = absl::StrCat("int4 dequant GEMM slice ", rows, " x ", kp, ", ", mc, " rows (us):");
-          for (float t : us) absl::StrAppend(&line, " ", std::isinf(t) ? std::string("-") : absl::StrFormat("%.1f", t));
-          std::fprintf(stderr, "%s\n", line.c_str());
-        }
-      }
       RETURN_IF_ERROR(ctx.gemm->Run(c.act, c.out.dtype(), x, slice, bias_in_gemm ? bias + r0 * in_bytes : nullptr,
                                     out + r0 * out_bytes, mc, rows, kp, ctx.stream, c.n));
+      if (p.discard) RETURN_IF_ERROR(cuda::LaunchL2Discard(slice, (rows * kp * in_bytes + 127) / 128 * 128, ctx.stream));
     }
   }
   if (bias != nullptr && !bias_in_gemm)

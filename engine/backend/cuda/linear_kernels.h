@@ -99,7 +99,6 @@ class LinearKernels {
   const CudaBackendOptions& options_;
   std::map<ShapeKey, LinearKernelChoice> timed_;  // autotune_linear's winners
   std::set<ShapeKey> cublas_tuned_;               // tune_cublas_max_rows
-  std::set<ShapeKey> w4_slices_tuned_;            // the int4 dequant GEMM's slice GEMMs (m, slice rows, kp)
   // FP8 shapes (and scale modes) for which cuBLASLt has no algorithm: they take kFp8Dequant.
   // (m, n, k, granularity) that cuBLASLt refused: its FP8 rules depend on all of them.
   std::set<std::tuple<int64_t, int64_t, int64_t, int>> fp8_cublas_refused_;

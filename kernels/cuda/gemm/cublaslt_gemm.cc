@@ -232,10 +232,9 @@ absl::Status CublasLtGemm::Run(DType dtype, DType out_dtype, const void* x, cons
 absl::StatusOr<std::vector<float>> CublasLtGemm::Tune(DType dtype, DType out_dtype, const void* x, const void* w,
                                                       const void* bias, void* out, int64_t m, int64_t n, int64_t k,
                                                       Stream stream, int candidates,
-                                                      const std::function<absl::Status()>& before_each,
-                                                      int64_t ldc) {
-  if (m <= 0 || n <= 0 || k <= 0 || (ldc != 0 && ldc < n)) return absl::InvalidArgumentError("Linear: bad shape to tune");
-  ASSIGN_OR_RETURN(Plan* plan, impl_->GetPlan(dtype, out_dtype, x, w, bias, out, m, n, k, -1, ldc));
+                                                      const std::function<absl::Status()>& before_each) {
+  if (m <= 0 || n <= 0 || k <= 0) return absl::InvalidArgumentError("Linear: bad shape to tune");
+  ASSIGN_OR_RETURN(Plan* plan, impl_->GetPlan(dtype, out_dtype, x, w, bias, out, m, n, k));
   const int count = std::min<int>(candidates, static_cast<int>(plan->candidates.size()));
   CandidateTiming timing;
   timing.drop_failed = true;  // e.g. an algorithm that cannot use this workspace

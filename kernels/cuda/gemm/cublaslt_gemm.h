@@ -65,7 +65,7 @@ class CublasLtGemm {
   // heuristic's pick first (an algorithm that fails to run gets +infinity).
   absl::StatusOr<std::vector<float>> Tune(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias,
                                           void* out, int64_t m, int64_t n, int64_t k, Stream stream, int candidates,
-                                          const std::function<absl::Status()>& before_each, int64_t ldc = 0);
+                                          const std::function<absl::Status()>& before_each);
 
   // Unimplemented when cuBLASLt has no algorithm for the combination (scale modes, alignment,
   // K not a multiple of 16): the caller then takes another kernel.

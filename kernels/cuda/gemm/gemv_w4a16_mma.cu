@@ -23,7 +23,9 @@ struct MmaArgs {
 
 __device__ __forceinline__ uint4 LoadCodes(const void* p) {
   uint4 u;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+  // L2::256B: a warp's load covers 64 bytes of each of 8 rows, and the next units of those rows
+  // follow: fetching 256 bytes a row at once keeps DRAM bursts long.
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
                : "l"(p));
   return u;
@@ -230,7 +232,9 @@ int AutoWarpsPerTile(int64_t n, int64_t kp, int num_sms) {
   const int64_t tiles = (n + kTileRows - 1) / kTileRows;
   const int64_t units = (kp / kW4Chunk + kUnitChunks - 1) / kUnitChunks;
   int wpt = 1;
-  while (wpt < kWarps && tiles * wpt < 16 * int64_t{num_sms} && units / (2 * wpt) >= 4) wpt *= 2;
+  // The most warps a tile that keeps every warp resident at once (16 an SM: two blocks), so that
+  // no second wave waits on the first (H100: gate_up 1, qkv 4, o and down 8; w4a16_bench).
+  while (wpt < kWarps && tiles * 2 * wpt <= 16 * int64_t{num_sms} && units / (2 * wpt) >= 4) wpt *= 2;
   return wpt;
 }
 

@@ -20,4 +20,9 @@ namespace llm::cuda {
 absl::Status LaunchW4A16Dequantize(DType dtype, const W4A16Weights& w, int64_t row0, int64_t rows, int64_t kp,
                                    void* out, Stream stream);
 
+// Drops [p, p + bytes) from L2 without writing it back (discard.global.L2): a widened slice is
+// dead once its GEMM has read it, and writing it back would cost the DRAM bandwidth that keeping
+// it in L2 saved. p and bytes: multiples of 128.
+absl::Status LaunchL2Discard(void* p, int64_t bytes, Stream stream);
+
 }  // namespace llm::cuda

@@ -1,7 +1,7 @@
 // w4a16_bench: the 4-bit (W4A16) linears of Llama-3-8B in isolation on one GPU, groups of 128,
 // fp16 scales, for the kernel choice in engine/backend/cuda/linear_kernels.cc: the tensor-core
 // GEMV at each split of K (warps a 16-row tile) and the widen-a-slice + cuBLASLt GEMM at several
-// slice sizes (kept in L2 and dropped after the GEMM, or not), beside bf16 cuBLASLt on
+// slice sizes, beside bf16 cuBLASLt on
 // the same shape and the codes' floor (code + scale bytes / measured copy bandwidth). Each call
 // follows an RMSNorm of its input (PDL on), inside a CUDA graph of kCalls such pairs; the codes
 // rotate over enough copies to exceed twice the L2 cache. Times per call, minus the norm alone.
@@ -61,7 +61,7 @@ int Main(int argc, char** argv) {
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, nw, max_k, 2, 0.5f, 1.5f, s));
 
   Table table({"linear", "rows", "floor us", "bf16 cuBLASLt us", "GEMV auto", "GEMV 1", "GEMV 2", "GEMV 4", "GEMV 8",
-               "slice 16 MiB", "slice 32 MiB", "whole", "8 MiB + discard", "16 MiB + discard", "best GB/s"});
+               "slice 16 MiB", "slice 32 MiB", "whole", "best GB/s"});
   for (const Shape& sh : shapes) {
     const int64_t groups = sh.k / 128, code_bytes = sh.n * sh.k / 2, scale_bytes = sh.n * groups * 2;
     const int copies = static_cast<int>(
@@ -124,26 +124,19 @@ int Main(int argc, char** argv) {
         best = std::min(best, us);
         row.push_back(Fmt("%.1f", us));
       }
-      struct SliceVariant {
-        int64_t cap;  // 0: the whole weight
-        bool discard;
-      };
-      for (const SliceVariant& v : {SliceVariant{int64_t{16} << 20, false}, SliceVariant{int64_t{32} << 20, false},
-                                    SliceVariant{0, false}, SliceVariant{int64_t{8} << 20, true},
-                                    SliceVariant{int64_t{16} << 20, true}}) {
+      for (const int64_t cap : {int64_t{16} << 20, int64_t{32} << 20, int64_t{0}}) {  // 0: the whole weight
         if (rows < 16) {
           row.push_back("-");
           continue;
         }
         const int64_t per_row = sh.k * 2;
-        const int64_t srows = v.cap == 0 ? sh.n : std::min<int64_t>(sh.n, v.cap / per_row / 64 * 64);
+        const int64_t srows = cap == 0 ? sh.n : std::min<int64_t>(sh.n, cap / per_row / 64 * 64);
         const double us = timed([&](int i) {
           for (int64_t r0 = 0; r0 < sh.n; r0 += srows) {
             const int64_t nr = std::min(srows, sh.n - r0);
             BENCH_CHECK(cuda::LaunchW4A16Dequantize(DType::kBF16, weights(i), r0, nr, sh.k, slice, s));
             BENCH_CHECK((*gemm)->Run(DType::kBF16, DType::kBF16, xn, slice, nullptr,
                                      static_cast<char*>(y) + r0 * 2, rows, nr, sh.k, s, sh.n));
-            if (v.discard) BENCH_CHECK(cuda::LaunchL2Discard(slice, nr * per_row, s));
           }
         });
         row.push_back(Fmt("%.1f", us));

@@ -133,18 +133,14 @@ cuda::W4A16Weights W4Weights(const LinearWeight& w) {
 }
 
 // The dequantizing GEMM's use of the workspace: an act-order weight's permuted input rows first
-// (at most half of it), then one slice of widened weight rows. Prefill-sized M is bound by the
-// tensor cores: the largest slice (fewest, widest GEMMs). Smaller M: slices of at most
-// kW4SliceBytes, which stay in L2 between the kernel that writes them and the GEMM that reads
-// them, dropped from L2 afterwards so that they never cost DRAM writes.
-constexpr int64_t kW4SliceBytes = int64_t{16} << 20;
-constexpr int64_t kW4WideSliceRows = 512;  // M from which the slices are as wide as the workspace allows
-constexpr int64_t kW4MinSliceRows = 64;    // below this the 4-bit GEMM (no workspace) takes the call
+// (at most half of it), then one slice of widened weight rows, as wide as the rest allows: fewer,
+// wider GEMMs. (Slices small enough to stay in L2, dropped from it after their GEMM with
+// discard.global.L2, were slower on an H100 at every M measured: w4a16_bench, RESULTS.md.)
+constexpr int64_t kW4MinSliceRows = 64;  // below this the 4-bit GEMM (no workspace) takes the call
 struct W4DequantPlan {
   int64_t x_rows = 0;   // input rows permuted at a time (act-order), else m
   int64_t x_bytes = 0;  // workspace bytes before the slice
   int64_t slice_rows = 0;
-  bool discard = false;  // drop each slice from L2 after its GEMM
 };
 W4DequantPlan PlanW4Dequant(const LinearCall& c, const LinearContext& ctx) {
   W4DequantPlan p;
@@ -156,8 +152,7 @@ W4DequantPlan PlanW4Dequant(const LinearCall& c, const LinearContext& ctx) {
     p.x_bytes = (p.x_rows * kp * in_bytes + 255) / 256 * 256;
     if (p.x_rows < 1) return p;
   }
-  p.discard = c.m < kW4WideSliceRows;
-  const int64_t rows = (p.discard ? std::min(ws - p.x_bytes, kW4SliceBytes) : ws - p.x_bytes) / (kp * in_bytes);
+  const int64_t rows = (ws - p.x_bytes) / (kp * in_bytes);
   p.slice_rows = rows >= c.n ? c.n : rows / kW4MinSliceRows * kW4MinSliceRows;
   return p;
 }
@@ -204,9 +199,10 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
 
 // Int4 weights, by measurement on an H100 (benchmarks/RESULTS.md, 4-bit weights: CUDA kernels):
 // up to kGemvW4A16MmaMaxRows rows the tensor-core GEMV (the decode batches: bound by streaming the
-// codes), past that slices of the weight widened to 16 bits and cuBLASLt's GEMM on them (it
-// reads the widened slice from L2; the 4-bit GEMM of registers-side dequantization reached only
-// 10-17% of the tensor cores' peak), or the 4-bit GEMM where the workspace holds no slice.
+// codes; at 32 rows it still beats the widened GEMM on every 8B shape), past that slices of the
+// weight widened to 16 bits and cuBLASLt's GEMM on them (the 4-bit GEMM, which dequantizes in
+// registers, reached only 10-17% of the tensor cores' peak), or that 4-bit GEMM where the
+// workspace holds no slice. The widened path rounds each weight to the activation type once.
 // gemv_max_rows = 0 turns the GEMV off; a forced GEMV form (gemv_warps_per_row without
 // autotune_linear) runs the older CUDA-core forms, for tests.
 LinearKernelChoice LinearKernels::ChooseW4A16(const LinearCall& c, const LinearContext& ctx) const {
@@ -250,7 +246,6 @@ absl::Status LinearKernels::RunW4A16Dequant(const LinearCall& c, const LinearCon
       RETURN_IF_ERROR(cuda::LaunchW4A16Dequantize(c.act, w, r0, rows, kp, slice, ctx.stream));
       RETURN_IF_ERROR(ctx.gemm->Run(c.act, c.out.dtype(), x, slice, bias_in_gemm ? bias + r0 * in_bytes : nullptr,
                                     out + r0 * out_bytes, mc, rows, kp, ctx.stream, c.n));
-      if (p.discard) RETURN_IF_ERROR(cuda::LaunchL2Discard(slice, (rows * kp * in_bytes + 127) / 128 * 128, ctx.stream));
     }
   }
   if (bias != nullptr && !bias_in_gemm)

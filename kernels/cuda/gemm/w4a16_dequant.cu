@@ -1,7 +1,5 @@
 #include "kernels/cuda/gemm/w4a16_dequant.h"
 
-#include <algorithm>
-
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/gemm/w4a16_common.cuh"
@@ -56,24 +54,7 @@ absl::Status LaunchTyped(const W4A16Weights& w, int64_t row0, int rows, int kp, 
   return absl::OkStatus();
 }
 
-__global__ void __launch_bounds__(kThreads) L2DiscardKernel(char* p, int64_t lines) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < lines;
-       i += static_cast<int64_t>(gridDim.x) * kThreads)
-    asm volatile("discard.global.L2 [%0], 128;" ::"l"(p + i * 128) : "memory");
-}
-
 }  // namespace
-
-absl::Status LaunchL2Discard(void* p, int64_t bytes, Stream stream) {
-  if ((reinterpret_cast<uintptr_t>(p) & 127) != 0 || bytes % 128 != 0 || bytes < 0)
-    return absl::InvalidArgumentError("L2Discard: 128-byte aligned ranges only");
-  if (bytes == 0) return absl::OkStatus();
-  const int64_t lines = bytes / 128;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((lines + kThreads - 1) / kThreads, 1024));
-  CUDA_RETURN_IF_ERROR(LaunchKernel(L2DiscardKernel, dim3(blocks), dim3(kThreads), 0, stream, false,
-                                    static_cast<char*>(p), lines));
-  return absl::OkStatus();
-}
 
 absl::Status LaunchW4A16Dequantize(DType dtype, const W4A16Weights& w, int64_t row0, int64_t rows, int64_t kp,
                                    void* out, Stream stream) {

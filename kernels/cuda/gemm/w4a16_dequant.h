@@ -2,8 +2,8 @@
 // where a 16-bit tensor-core GEMM (cuBLASLt) on the widened slice beats streaming the codes
 // through a 4-bit kernel: out[r, j] = (code - zero) * scale of rows [row0, row0 + rows), storage
 // column j, rounded once to `dtype` (the one rounding this path adds: the product of a 5-bit
-// integer and a 16-bit scale has more bits than bf16 keeps). Sliced so that the widened rows stay
-// in L2 for the GEMM that reads them next.
+// integer and a 16-bit scale has more bits than bf16 keeps). A slice at a time: the caller's
+// workspace holds one.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +19,5 @@ namespace llm::cuda {
 // weight, kp a multiple of 32.
 absl::Status LaunchW4A16Dequantize(DType dtype, const W4A16Weights& w, int64_t row0, int64_t rows, int64_t kp,
                                    void* out, Stream stream);
-
-// Drops [p, p + bytes) from L2 without writing it back (discard.global.L2): a widened slice is
-// dead once its GEMM has read it, and writing it back would cost the DRAM bandwidth that keeping
-// it in L2 saved. p and bytes: multiples of 128.
-absl::Status LaunchL2Discard(void* p, int64_t bytes, Stream stream);
 
 }  // namespace llm::cuda

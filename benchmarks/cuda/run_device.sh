@@ -37,12 +37,14 @@ for m in $modes; do
       # Issue 17: the W4A16 kernels against the CPU oracle, then the 8B shape in bf16 and in 4 bits
       # (decode at batch 1, 16 and 128, 2048-token prefill) for the speed targets.
       start=$(date +%s)
-      timeout 500 $BIN/cuda_int4_test --gtest_brief=1 > "$OUT/cuda_int4_test.log" 2>&1
+      timeout ${INT4_TEST_SECONDS:-500} $BIN/cuda_int4_test --gtest_brief=1 ${INT4_TEST_FILTER:+--gtest_filter=$INT4_TEST_FILTER} \
+        > "$OUT/cuda_int4_test.log" 2>&1
       summary+="cuda_int4_test rc=$? ($(( $(date +%s) - start )) s): $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/cuda_int4_test.log" | tr '\n' ' ')\n"
       grep -E "^\[int4|Failure|Expected|Which is" "$OUT/cuda_int4_test.log" | head -40
-      for q in none int4; do
+      # INT4_BENCH_QUANT=int4 skips the bf16 baseline (the same on every build of the int4 kernels).
+      for q in ${INT4_BENCH_QUANT:-none int4}; do
         start=$(date +%s)
-        timeout 180 $BIN/llm_cuda_bench --model benchmarks/cuda/configs/llama3-8b --quantization $q --batches 1,16,128 \
+        timeout ${INT4_BENCH_SECONDS:-180} $BIN/llm_cuda_bench --model benchmarks/cuda/configs/llama3-8b --quantization $q --batches 1,16,128 \
           --out "$OUT/bench_$q.md" > "$OUT/bench_$q.log" 2>&1
         summary+="bench $q rc=$? ($(( $(date +%s) - start )) s)\n"
       done ;;

@@ -84,10 +84,12 @@ absl::Status CpuBackend::UploadConverted(const void* src, DType src_dtype, Tenso
       src_dtype != DType::kF8E4M3)
     return absl::InvalidArgumentError(
         absl::StrCat("UploadConverted: cannot convert ", std::string(DTypeName(src_dtype))));
-  if (dst.dtype() == DType::kF8E4M3 && dst.device().kind == DeviceKind::kCpu) {
+  // Narrow host tensors: FP8 weights, and int4 scales kept in float16 (int4_fp16_scales), which
+  // FillUniform's default (dummy weights) uploads through here.
+  if ((dst.dtype() == DType::kF8E4M3 || dst.dtype() == DType::kF16) && dst.device().kind == DeviceKind::kCpu) {
     std::vector<float> values(static_cast<size_t>(dst.numel()));
     ConvertToFloat(src_dtype, src, values.data(), values.size());
-    ConvertFromFloat(values.data(), DType::kF8E4M3, dst.data(), values.size());
+    ConvertFromFloat(values.data(), dst.dtype(), dst.data(), values.size());
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(ExpectF32("UploadConverted", {&dst}));

@@ -18,6 +18,8 @@
 #include "kernels/cuda/gemm/gemm_w4a16.h"
 #include "kernels/cuda/gemm/gemv_fp8.h"
 #include "kernels/cuda/gemm/gemv_w4a16.h"
+#include "kernels/cuda/gemm/gemv_w4a16_mma.h"
+#include "kernels/cuda/gemm/w4a16_dequant.h"
 #include "kernels/cuda/gemm/w4a16_permute.h"
 #include "kernels/cuda/norm/rms_norm.h"
 #include "kernels/cuda/quant/fp8_quantize.h"
@@ -130,6 +132,30 @@ cuda::W4A16Weights W4Weights(const LinearWeight& w) {
   return d;
 }
 
+// The dequantizing GEMM's use of the workspace: an act-order weight's permuted input rows first
+// (at most half of it), then one slice of widened weight rows, as wide as the rest allows: fewer,
+// wider GEMMs. (Slices small enough to stay in L2, dropped from it after their GEMM with
+// discard.global.L2, were slower on an H100 at every M measured: w4a16_bench, RESULTS.md.)
+constexpr int64_t kW4MinSliceRows = 64;  // below this the 4-bit GEMM (no workspace) takes the call
+struct W4DequantPlan {
+  int64_t x_rows = 0;   // input rows permuted at a time (act-order), else m
+  int64_t x_bytes = 0;  // workspace bytes before the slice
+  int64_t slice_rows = 0;
+};
+W4DequantPlan PlanW4Dequant(const LinearCall& c, const LinearContext& ctx) {
+  W4DequantPlan p;
+  const int64_t kp = c.w->int4_storage_columns(), in_bytes = static_cast<int64_t>(DTypeSize(c.act));
+  const int64_t ws = ctx.fp8_workspace == nullptr ? 0 : static_cast<int64_t>(ctx.fp8_workspace_bytes) / 256 * 256;
+  p.x_rows = c.m;
+  if (!c.w->input_perm.empty()) {
+    p.x_rows = std::min<int64_t>(c.m, ws / 2 / (kp * in_bytes));
+    p.x_bytes = (p.x_rows * kp * in_bytes + 255) / 256 * 256;
+    if (p.x_rows < 1) return p;
+  }
+  const int64_t rows = (ws - p.x_bytes) / (kp * in_bytes);
+  p.slice_rows = rows >= c.n ? c.n : rows / kW4MinSliceRows * kW4MinSliceRows;
+  return p;
+}
 }  // namespace
 
 std::string_view LinearKernelChoice::Name() const {
@@ -141,6 +167,8 @@ std::string_view LinearKernelChoice::Name() const {
     case LinearKernel::kFp8GemvRing: return "fp8 gemv ring";
     case LinearKernel::kFp8CublasLt: return "fp8 cublasLt";
     case LinearKernel::kFp8Dequant: return "fp8 dequant gemm";
+    case LinearKernel::kW4A16MmaGemv: return "w4a16 mma gemv";
+    case LinearKernel::kW4A16DequantGemm: return "w4a16 dequant gemm";
     case LinearKernel::kW4A16Gemv: return "w4a16 gemv";
     case LinearKernel::kW4A16GemvRing: return "w4a16 gemv ring";
     case LinearKernel::kW4A16Gemm: return "w4a16 gemm";
@@ -169,9 +197,14 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
   return {LinearKernel::kFp8Dequant, 0};
 }
 
-// Int4 weights: the GEMV forms up to gemv_max_rows (forced forms and the ring rule as for 16-bit
-// weights; not timed), then the tensor-core GEMM. Where the GEMV cannot stage a shape's scales the
-// GEMM takes every row count.
+// Int4 weights, by measurement on an H100 (benchmarks/RESULTS.md, 4-bit weights: CUDA kernels):
+// up to kGemvW4A16MmaMaxRows rows the tensor-core GEMV (the decode batches: bound by streaming the
+// codes; at 32 rows it still beats the widened GEMM on every 8B shape), past that slices of the
+// weight widened to 16 bits and cuBLASLt's GEMM on them (the 4-bit GEMM, which dequantizes in
+// registers, reached only 10-17% of the tensor cores' peak), or that 4-bit GEMM where the
+// workspace holds no slice. The widened path rounds each weight to the activation type once.
+// gemv_max_rows = 0 turns the GEMV off; a forced GEMV form (gemv_warps_per_row without
+// autotune_linear) runs the older CUDA-core forms, for tests.
 LinearKernelChoice LinearKernels::ChooseW4A16(const LinearCall& c, const LinearContext& ctx) const {
   const CudaBackendOptions& o = options_;
   const int64_t kp = c.w->int4_storage_columns(), groups = c.w->int4_groups();
@@ -180,12 +213,44 @@ LinearKernelChoice LinearKernels::ChooseW4A16(const LinearCall& c, const LinearC
     if (!o.autotune_linear && wpr != 0)
       return wpr > 0 ? LinearKernelChoice{LinearKernel::kW4A16Gemv, wpr}
                      : LinearKernelChoice{LinearKernel::kW4A16GemvRing, 0};
-    if (o.gemv_smem_ring && c.m <= o.gemv_ring_max_rows &&
-        cuda::GemvW4A16RingFits(c.act, c.m, c.n, kp, groups, o.gemv_ring_bytes, ctx.num_sms))
-      return {LinearKernel::kW4A16GemvRing, 0};
-    return {LinearKernel::kW4A16Gemv, 0};
   }
+  if (o.gemv_max_rows > 0 && c.m <= cuda::kGemvW4A16MmaMaxRows && kp / 32 * 4 <= (32 << 10))
+    return {LinearKernel::kW4A16MmaGemv, 0};
+  if (PlanW4Dequant(c, ctx).slice_rows >= std::min(c.n, kW4MinSliceRows)) return {LinearKernel::kW4A16DequantGemm, 0};
   return {LinearKernel::kW4A16Gemm, 0};
+}
+
+// Slices of widened weight rows, each followed by cuBLASLt's GEMM into its columns of out; an
+// act-order input is permuted into the workspace's front a chunk of rows at a time first.
+absl::Status LinearKernels::RunW4A16Dequant(const LinearCall& c, const LinearContext& ctx) {
+  const cuda::W4A16Weights w = W4Weights(*c.w);
+  const int64_t kp = c.w->int4_storage_columns();
+  const W4DequantPlan p = PlanW4Dequant(c, ctx);
+  if (p.slice_rows < 1 || p.x_rows < 1) return absl::InternalError("Linear: no workspace for the int4 dequant GEMM");
+  const size_t in_bytes = DTypeSize(c.act), out_bytes = DTypeSize(c.out.dtype());
+  const char* bias = static_cast<const char*>(BiasOf(c));
+  const bool bias_in_gemm = bias != nullptr && c.out.dtype() == c.act;  // as RunCublas
+  char* ws = static_cast<char*>(ctx.fp8_workspace);
+  void* slice = ws + p.x_bytes;
+  for (int64_t m0 = 0; m0 < c.m; m0 += p.x_rows) {
+    const int64_t mc = std::min(p.x_rows, c.m - m0);
+    const void* x = static_cast<const char*>(c.x.data()) + m0 * c.k * in_bytes;
+    if (!c.w->input_perm.empty()) {
+      RETURN_IF_ERROR(cuda::LaunchW4A16PermuteColumns(c.act, x, c.w->input_perm.data_as<const int32_t>(), ws, mc, c.k,
+                                                      kp, ctx.stream, options_.programmatic_launch));
+      x = ws;
+    }
+    char* out = static_cast<char*>(c.out.data()) + m0 * c.n * out_bytes;
+    for (int64_t r0 = 0; r0 < c.n; r0 += p.slice_rows) {
+      const int64_t rows = std::min(p.slice_rows, c.n - r0);
+      RETURN_IF_ERROR(cuda::LaunchW4A16Dequantize(c.act, w, r0, rows, kp, slice, ctx.stream));
+      RETURN_IF_ERROR(ctx.gemm->Run(c.act, c.out.dtype(), x, slice, bias_in_gemm ? bias + r0 * in_bytes : nullptr,
+                                    out + r0 * out_bytes, mc, rows, kp, ctx.stream, c.n));
+    }
+  }
+  if (bias != nullptr && !bias_in_gemm)
+    return cuda::LaunchAddBias(c.act, c.out.dtype(), c.out.data(), bias, c.m, c.n, ctx.stream);
+  return absl::OkStatus();
 }
 
 // An act-order weight's input goes through the workspace in storage-column order, a chunk of rows
@@ -195,8 +260,12 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
   const int64_t kp = c.w->int4_storage_columns();
   const size_t in_bytes = DTypeSize(c.act), out_bytes = DTypeSize(c.out.dtype());
   const char* bias = static_cast<const char*>(BiasOf(c));
+  if (choice.kernel == LinearKernel::kW4A16DequantGemm) return RunW4A16Dequant(c, ctx);
   auto run = [&](const void* x, int64_t r0, int64_t rows) -> absl::Status {
     void* out = static_cast<char*>(c.out.data()) + r0 * c.n * out_bytes;
+    if (choice.kernel == LinearKernel::kW4A16MmaGemv)
+      return cuda::LaunchGemvW4A16Mma(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, 0,
+                                      options_.programmatic_launch, ctx.stream);
     if (choice.kernel == LinearKernel::kW4A16Gemm)
       return cuda::LaunchGemmW4A16(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, ctx.stream);
     cuda::GemvOptions go;
@@ -362,6 +431,8 @@ absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, 
     case LinearKernel::kFp8GemvRing: return RunFp8Gemv(c, choice, options_, ctx);
     case LinearKernel::kFp8CublasLt: return RunFp8Cublas(c, ctx);
     case LinearKernel::kFp8Dequant: return RunFp8Dequant(c, ctx);
+    case LinearKernel::kW4A16MmaGemv:
+    case LinearKernel::kW4A16DequantGemm:
     case LinearKernel::kW4A16Gemv:
     case LinearKernel::kW4A16GemvRing:
     case LinearKernel::kW4A16Gemm: return RunW4A16(c, choice, ctx);

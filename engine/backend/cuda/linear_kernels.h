@@ -35,9 +35,11 @@ enum class LinearKernel : uint8_t {
   kFp8CublasLt,  // x quantized to FP8 as the weight declares (fp8_quantize.h), then cuBLASLt's FP8 GEMM (W8A8)
   kFp8Dequant,   // tensor-core GEMM on weights widened in shared memory, 16-bit x (W8A16): what cuBLASLt refuses
   // Int4 weights, 16-bit x (W4A16: gemv_w4a16.h, gemm_w4a16.h); act-order inputs permuted first.
-  kW4A16Gemv,      // register GEMV dequantizing in registers, up to gemv_max_rows rows
-  kW4A16GemvRing,  // its shared-memory ring form, up to gemv_ring_max_rows rows
-  kW4A16Gemm,      // tensor-core GEMM on codes turned into MMA fragments in registers: the rest
+  kW4A16MmaGemv,      // the decode batches' kernel: GEMV on the tensor cores (gemv_w4a16_mma.h)
+  kW4A16DequantGemm,  // larger batches: slices of rows widened to 16 bits, each cuBLASLt's (w4a16_dequant.h)
+  kW4A16Gemv,         // register GEMV dequantizing in registers: forced forms only (tests)
+  kW4A16GemvRing,     // its shared-memory ring form: forced forms only (tests)
+  kW4A16Gemm,         // tensor-core GEMM on codes in registers: where the workspace holds no slice
 };
 
 struct LinearKernelChoice {
@@ -91,6 +93,7 @@ class LinearKernels {
   LinearKernelChoice ChooseFp8(const LinearCall& call, const LinearContext& ctx) const;
   LinearKernelChoice ChooseW4A16(const LinearCall& call, const LinearContext& ctx) const;
   absl::Status RunW4A16(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx);
+  absl::Status RunW4A16Dequant(const LinearCall& call, const LinearContext& ctx);
   absl::Status RunFp8Cublas(const LinearCall& call, const LinearContext& ctx);
 
   const CudaBackendOptions& options_;

@@ -62,7 +62,7 @@ cublasLtMatmulMatrixScale_t CublasScaleMode(Fp8ScaleMode m) {
   return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 }
 
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, int, bool, uint32_t, uint32_t, uint32_t, uint32_t>;
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, int, bool, uint32_t, uint32_t, uint32_t, uint32_t, int64_t>;
 
 }  // namespace
 
@@ -92,10 +92,11 @@ struct CublasLtGemm::Impl {
   // FP8 plans: the scale modes are part of the key (as x_mode * 8 + w_mode, in the dtype slot's
   // place beside kFp8Tag).
   absl::StatusOr<Plan*> GetPlan(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias,
-                                void* out, int64_t m, int64_t n, int64_t k, int fp8_modes = -1) {
+                                void* out, int64_t m, int64_t n, int64_t k, int fp8_modes = -1, int64_t ldc = 0) {
+    if (ldc <= 0) ldc = n;
     const PlanKey key{m, n, k, fp8_modes >= 0 ? kFp8Tag + fp8_modes : static_cast<int>(dtype),
                       static_cast<int>(out_dtype), bias != nullptr, AlignmentOf(w), AlignmentOf(x), AlignmentOf(out),
-                      bias ? AlignmentOf(bias) : 256u};
+                      bias ? AlignmentOf(bias) : 256u, ldc};
     auto it = plans.find(key);
     if (it != plans.end()) return it->second.get();
     const bool fp8 = fp8_modes >= 0;
@@ -140,7 +141,7 @@ struct CublasLtGemm::Impl {
     }
     CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, in_t, k, n, k));
     CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->b, in_t, k, m, k));
-    CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->c, out_t, n, m, n));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->c, out_t, n, m, ldc));
 
     cublasLtMatmulPreference_t pref = nullptr;
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
@@ -217,14 +218,14 @@ absl::Status CublasLtGemm::RunFp8(const Fp8GemmArgs& a, Stream stream) {
 }
 
 absl::Status CublasLtGemm::Run(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias,
-                               void* out, int64_t m, int64_t n, int64_t k, Stream stream) {
-  if (m <= 0 || n <= 0 || k <= 0) {
+                               void* out, int64_t m, int64_t n, int64_t k, Stream stream, int64_t ldc) {
+  if (m <= 0 || n <= 0 || k <= 0 || (ldc != 0 && ldc < n)) {
     if (m == 0) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("Linear: bad shape m ", m, " n ", n, " k ", k));
   }
   if (out_dtype != dtype && out_dtype != DType::kF32)
     return absl::InvalidArgumentError("Linear: output dtype must be the input dtype or float32");
-  ASSIGN_OR_RETURN(Plan* plan, impl_->GetPlan(dtype, out_dtype, x, w, bias, out, m, n, k));
+  ASSIGN_OR_RETURN(Plan* plan, impl_->GetPlan(dtype, out_dtype, x, w, bias, out, m, n, k, -1, ldc));
   return impl_->Matmul(*plan, plan->algo, x, w, bias, out, stream);
 }
 

@@ -53,9 +53,10 @@ class CublasLtGemm {
   // Unimplemented when cuBLASLt has no algorithm (or refuses the combination).
   absl::Status PlanFp8(const Fp8GemmArgs& args);
 
-  // x, w (and bias) of `dtype`; out of `out_dtype` (== dtype, or f32).
+  // x, w (and bias) of `dtype`; out of `out_dtype` (== dtype, or f32). `ldc`: elements between
+  // out's rows (0: n), for writing a column slice of a wider output.
   absl::Status Run(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias, void* out, int64_t m,
-                   int64_t n, int64_t k, Stream stream);
+                   int64_t n, int64_t k, Stream stream, int64_t ldc = 0);
 
   // Times up to `candidates` of cuBLASLt's heuristic algorithms for this call's shape on its
   // operands (`before_each` runs before every timed call, e.g. to push the weights out of L2) and

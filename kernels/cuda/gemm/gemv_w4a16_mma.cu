@@ -1,0 +1,302 @@
+#include "kernels/cuda/gemm/gemv_w4a16_mma.h"
+
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/gemm/mma_sync.cuh"
+#include "kernels/cuda/gemm/w4a16_common.cuh"
+
+namespace llm::cuda {
+namespace {
+
+constexpr int kWarps = 8;                // warps a block
+constexpr int kTileRows = 16;            // weight rows a warp tile (the MMA's M)
+constexpr int kUnitChunks = 4;           // a unit: one chunk per lane of a quad (4 x 32 columns of the tile)
+constexpr int kMaxGroupSmem = 32 << 10;  // staged chunk groups (i32 a chunk)
+
+struct MmaArgs {
+  const uint8_t* codes;
+  const uint16_t* scales;  // f16 bits [n, groups]
+  const uint8_t* zeros;    // [n, groups] or null
+  const int32_t* chunk_group;
+  int groups;
+};
+
+__device__ __forceinline__ uint4 LoadCodes(const void* p) {
+  uint4 u;
+  // L2::256B: a warp's load covers 64 bytes of each of 8 rows, and the next units of those rows
+  // follow: fetching 256 bytes a row at once keeps DRAM bursts long.
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+               : "l"(p));
+  return u;
+}
+
+// What one lane loads for one unit u: chunk c = 4u + t (t = lane % 4) of its two weight rows
+// rA = tile + g and rB = rA + 8 (g = lane / 4), and those rows' scales and zeros of c's group.
+struct Unit {
+  uint4 a, b;      // codes of rows rA, rB
+  uint32_t scale;  // f16 bits: rA's in the low half, rB's in the high half
+  uint32_t zero;   // rA's zero in bits 0-7, rB's in bits 8-15
+  int group;       // c's group, -1 past the last chunk
+};
+
+// The exact (code - zero) pair of nibbles s and s + 4 of `word` (a shift, a LOP3, a subtraction).
+template <typename T>
+__device__ __forceinline__ uint32_t NibblePair(uint32_t word, int s, uint32_t zero_pair) {
+  return W4SubPair<T>(((word >> (4 * s)) & 0x000F000Fu) | (W4Pair<T>::kBase * 0x00010001u), zero_pair);
+}
+
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// Lane (g, t) of a warp: t owns the MMA's K slots 2t, 2t + 1, 2t + 8, 2t + 9 in A (the weights) and
+// B (x) alike, so it may fill them from its own chunk c = 4u + t as long as A and B agree: in k16
+// step j (0..7) slots (2t, 2t + 1) hold the pair of nibble s0 = 2 (j & 1) of code word j / 2, and
+// slots (2t + 8, 2t + 9) that of nibble s0 + 1. Nibble s of word w is column 8 (s / 2) + 2w + s % 2
+// (w4a16_common.cuh), nibble s + 4 the column 16 further: the pairs are columns (c0, c0 + 16) and
+// (c0 + 1, c0 + 17), c0 = 8 (j & 1) + 2 (j / 2), and x's B registers are those columns of the same
+// chunk, each paired with one PRMT. The four chunks of a unit are summed in one MMA, so their
+// scales must agree: units whose chunks span groups (act-order, groups of 32 or 64) take four
+// masked MMA passes, one chunk each.
+//
+// Block: kWarps warps = (kWarps / wpt) tiles of 16 rows x wpt warps splitting the tile's units;
+// the wpt partial sums meet in shared memory. Shared memory: the chunk groups (i32 [kv]).
+template <typename T, typename TOut, int NT, int U, bool kZeros>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    GemvW4A16MmaKernel(const T* __restrict__ x, MmaArgs w, const T* __restrict__ bias, TOut* __restrict__ out, int m,
+                       int n, int kp, int wpt) {
+  extern __shared__ int32_t s_group[];
+  __shared__ float red[kWarps][kTileRows][NT * 8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int tiles_per_block = kWarps / wpt;
+  const int tile = blockIdx.x * tiles_per_block + warp / wpt, part = warp % wpt;
+  const int kv = kp / kW4Chunk;
+  const int units = (kv + kUnitChunks - 1) / kUnitChunks;
+  const int len = (units + wpt - 1) / wpt;
+  const int ub = min(units, part * len), ue = min(units, ub + len);
+  const int rA = tile * kTileRows + g, rB = rA + 8;
+  const bool inA = rA < n, inB = rB < n;
+  const int64_t row_bytes = kp / 2;
+  const uint8_t* codes_a = w.codes + static_cast<int64_t>(inA ? rA : 0) * row_bytes;
+  const uint8_t* codes_b = w.codes + static_cast<int64_t>(inB ? rB : 0) * row_bytes;
+
+  // A unit's codes (no shared memory needed), then its group's scales and zeros.
+  auto load_codes = [&](Unit& r, int u) {
+    const int c = u * kUnitChunks + t;
+    const bool in_k = c < kv;
+    r.a = inA && in_k ? LoadCodes(codes_a + c * kW4ChunkBytes) : make_uint4(0, 0, 0, 0);
+    r.b = inB && in_k ? LoadCodes(codes_b + c * kW4ChunkBytes) : make_uint4(0, 0, 0, 0);
+  };
+  auto load_side = [&](Unit& r, int u) {
+    const int c = u * kUnitChunks + t;
+    const bool in_k = c < kv;
+    r.group = in_k ? s_group[c] : -1;
+    const int grp = in_k ? r.group : 0;
+    const uint32_t sa = inA ? __ldg(w.scales + static_cast<int64_t>(rA) * w.groups + grp) : 0u;
+    const uint32_t sb = inB ? __ldg(w.scales + static_cast<int64_t>(rB) * w.groups + grp) : 0u;
+    r.scale = sa | (sb << 16);
+    if (kZeros) {
+      const uint32_t za = inA ? __ldg(w.zeros + static_cast<int64_t>(rA) * w.groups + grp) : kW4SymmetricZero;
+      const uint32_t zb = inB ? __ldg(w.zeros + static_cast<int64_t>(rB) * w.groups + grp) : kW4SymmetricZero;
+      r.zero = za | (zb << 8);
+    } else {
+      r.zero = kW4SymmetricZero | (kW4SymmetricZero << 8);
+    }
+  };
+  auto load = [&](Unit& r, int u) {
+    load_codes(r, u);
+    load_side(r, u);
+  };
+
+  // The first window's codes go out before the chunk groups are staged (and all of it before the
+  // wait on the predecessor: weights are not its outputs).
+  Unit cur[U];
+#pragma unroll
+  for (int i = 0; i < U; ++i) {
+    cur[i] = Unit{};
+    if (ub + i < ue) load_codes(cur[i], ub + i);
+  }
+  for (int i = threadIdx.x; i < kv; i += blockDim.x) s_group[i] = __ldg(w.chunk_group + i);
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < U; ++i)
+    if (ub + i < ue) load_side(cur[i], ub + i);
+  GridDependencyWait();  // x is the predecessor's output
+
+  float acc[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+
+  auto compute = [&](const Unit& r, int u) {
+    const int c = u * kUnitChunks + t;
+    const uint32_t zpa = W4ZeroPair<T>(r.zero & 0xFF), zpb = W4ZeroPair<T>((r.zero >> 8) & 0xFF);
+    const int g0 = __shfl_sync(0xffffffffu, r.group, 0);
+    const bool uniform = __all_sync(0xffffffffu, r.group < 0 || r.group == g0);
+    // Passes: one (every chunk of the unit shares a group), or one per chunk, the other lanes'
+    // A registers zero.
+    const int passes = uniform ? 1 : kUnitChunks;
+    for (int pass = 0; pass < passes; ++pass) {
+      const bool mine = uniform || t == pass;
+      // kChains independent accumulators a tile (the halves h), so that consecutive MMAs do not
+      // wait on each other.
+      constexpr int kChains = NT == 1 ? 2 : 1;
+      float p[kChains][NT][4];
+#pragma unroll
+      for (int ch = 0; ch < kChains; ++ch)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) p[ch][nt][e] = 0.0f;
+      // Half h: the k16 steps j = 2 jj + h (code word jj, nibbles 2h and 2h + 1), whose x columns
+      // are 8h + 2jj (+ 1, + 16, + 17): x's 16-byte pieces h and h + 2 of chunk c, token nt * 8 + g.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint4 xv[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int token = nt * 8 + g;
+          const bool valid = token < m && r.group >= 0;
+          const T* xp = x + static_cast<int64_t>(valid ? token : 0) * kp + (valid ? c : 0) * kW4Chunk + h * 8;
+          xv[nt][0] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
+          xv[nt][1] = valid ? *reinterpret_cast<const uint4*>(xp + 16) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          uint32_t a[4];
+          a[0] = NibblePair<T>(Word(r.a, jj), 2 * h, zpa);
+          a[1] = NibblePair<T>(Word(r.b, jj), 2 * h, zpb);
+          a[2] = NibblePair<T>(Word(r.a, jj), 2 * h + 1, zpa);
+          a[3] = NibblePair<T>(Word(r.b, jj), 2 * h + 1, zpb);
+          if (!mine) a[0] = a[1] = a[2] = a[3] = 0u;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const uint32_t lo = Word(xv[nt][0], jj), hi = Word(xv[nt][1], jj);  // columns (c0, c0 + 1), (c0 + 16, c0 + 17)
+            Mma16816<T>::Run(p[h % kChains][nt], a, __byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
+          }
+        }
+      }
+      // The scales of chunk 4u + pass (uniform: of chunk 4u, which every lane's rows share; a lane
+      // past the last chunk holds no scale of its own).
+      const uint32_t sc = __shfl_sync(0xffffffffu, r.scale, (lane & ~3) | pass);
+      const float sa = __half2float(__ushort_as_half(static_cast<unsigned short>(sc & 0xFFFF)));
+      const float sb = __half2float(__ushort_as_half(static_cast<unsigned short>(sc >> 16)));
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        float q[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) q[e] = kChains == 2 ? p[0][nt][e] + p[kChains - 1][nt][e] : p[0][nt][e];
+        acc[nt][0] += sa * q[0];
+        acc[nt][1] += sa * q[1];
+        acc[nt][2] += sb * q[2];
+        acc[nt][3] += sb * q[3];
+      }
+    }
+  };
+
+  // A rolling window of U units: each one's slot is refilled with the unit U further on as soon
+  // as it has been consumed, so that U - 1 to U units' loads stay in flight.
+  for (int base = ub; base < ue; base += U) {
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      if (base + i < ue) compute(cur[i], base + i);
+      if (base + U + i < ue) load(cur[i], base + U + i);
+    }
+  }
+  AllowDependentLaunch();
+
+  // C fragments: (row g, tokens 2t, 2t + 1) and (row g + 8, the same tokens) of each n8 tile.
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    red[warp][g][nt * 8 + 2 * t] = acc[nt][0];
+    red[warp][g][nt * 8 + 2 * t + 1] = acc[nt][1];
+    red[warp][g + 8][nt * 8 + 2 * t] = acc[nt][2];
+    red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
+  }
+  __syncthreads();
+  const int rows_per_block = tiles_per_block * kTileRows;
+  for (int i = threadIdx.x; i < rows_per_block * m; i += blockDim.x) {
+    const int token = i / rows_per_block, rl = i % rows_per_block;
+    const int row = blockIdx.x * rows_per_block + rl;
+    if (row >= n) continue;
+    const int lt = rl / kTileRows, r = rl % kTileRows;
+    float s = 0.0f;
+    for (int q = 0; q < wpt; ++q) s += red[lt * wpt + q][r][token];
+    if (bias) s += ToFloat(bias[row]);
+    out[static_cast<int64_t>(token) * n + row] = FromFloat<TOut>(s);
+  }
+}
+
+int AutoWarpsPerTile(int64_t n, int64_t kp, int num_sms) {
+  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
+  const int64_t units = (kp / kW4Chunk + kUnitChunks - 1) / kUnitChunks;
+  int wpt = 1;
+  // The most warps a tile that keeps every warp resident at once (16 an SM: two blocks), so that
+  // no second wave waits on the first (H100: gate_up 1, qkv 4, o and down 8; w4a16_bench).
+  while (wpt < kWarps && tiles * 2 * wpt <= 16 * int64_t{num_sms} && units / (2 * wpt) >= 4) wpt *= 2;
+  return wpt;
+}
+
+template <typename T, typename TOut, int NT, bool kZeros>
+cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, int m, int n, int kp, int wpt,
+                        bool pdl, cudaStream_t stream) {
+  constexpr int U = NT == 1 ? 6 : NT == 2 ? 4 : 2;  // units in flight a warp (1 KB each)
+  const int tiles_per_block = kWarps / wpt;
+  const int tiles = (n + kTileRows - 1) / kTileRows;
+  const dim3 grid((tiles + tiles_per_block - 1) / tiles_per_block);
+  const size_t smem = static_cast<size_t>(kp / kW4Chunk) * sizeof(int32_t);
+  return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, kZeros>, grid, dim3(kWarps * 32), smem, stream, pdl, x, w,
+                      bias, out, m, n, kp, wpt);
+}
+
+template <typename T, typename TOut>
+absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv, void* ov, int m, int n, int kp,
+                         int wpt, bool pdl, Stream stream) {
+  const MmaArgs w{wd.codes, static_cast<const uint16_t*>(wd.scales), wd.zeros, wd.chunk_group,
+                  static_cast<int>(wd.groups)};
+  const T* x = static_cast<const T*>(xv);
+  const T* bias = static_cast<const T*>(bv);
+  TOut* out = static_cast<TOut*>(ov);
+  cudaError_t err;
+  const bool zeros = wd.zeros != nullptr;
+  if (m <= 8)
+    err = zeros ? LaunchTiles<T, TOut, 1, true>(x, w, bias, out, m, n, kp, wpt, pdl, stream)
+                : LaunchTiles<T, TOut, 1, false>(x, w, bias, out, m, n, kp, wpt, pdl, stream);
+  else if (m <= 16)
+    err = zeros ? LaunchTiles<T, TOut, 2, true>(x, w, bias, out, m, n, kp, wpt, pdl, stream)
+                : LaunchTiles<T, TOut, 2, false>(x, w, bias, out, m, n, kp, wpt, pdl, stream);
+  else
+    err = zeros ? LaunchTiles<T, TOut, 4, true>(x, w, bias, out, m, n, kp, wpt, pdl, stream)
+                : LaunchTiles<T, TOut, 4, false>(x, w, bias, out, m, n, kp, wpt, pdl, stream);
+  CUDA_RETURN_IF_ERROR(err);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchGemvW4A16Mma(DType dtype, DType out_dtype, const void* x, const W4A16Weights& w, const void* bias,
+                                void* out, int64_t m, int64_t n, int64_t kp, int num_sms, int warps_per_tile, bool pdl,
+                                Stream stream) {
+  if (m < 0 || m > kGemvW4A16MmaMaxRows || n <= 0 || n > 0x7fffffff - 16 || kp <= 0 || kp % kW4Chunk != 0 ||
+      kp / kW4Chunk * 4 > kMaxGroupSmem || w.codes == nullptr || w.scales == nullptr || w.chunk_group == nullptr ||
+      w.groups < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("GemvW4A16Mma: unsupported shape m ", m, " n ", n, " kp ", kp, " groups ", w.groups));
+  if (!Aligned16(x) || !Aligned16(w.codes)) return absl::InvalidArgumentError("GemvW4A16Mma: misaligned operands");
+  const int wpt = warps_per_tile > 0 ? warps_per_tile : AutoWarpsPerTile(n, kp, num_sms);
+  if (wpt != 1 && wpt != 2 && wpt != 4 && wpt != 8) return absl::InvalidArgumentError("GemvW4A16Mma: warps_per_tile");
+  if (m == 0) return absl::OkStatus();
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(kp);
+  if (dtype == DType::kBF16) {
+    if (out_dtype == DType::kBF16)
+      return LaunchTyped<__nv_bfloat16, __nv_bfloat16>(x, w, bias, out, mi, ni, ki, wpt, pdl, stream);
+    if (out_dtype == DType::kF32) return LaunchTyped<__nv_bfloat16, float>(x, w, bias, out, mi, ni, ki, wpt, pdl, stream);
+  } else if (dtype == DType::kF16) {
+    if (out_dtype == DType::kF16) return LaunchTyped<__half, __half>(x, w, bias, out, mi, ni, ki, wpt, pdl, stream);
+    if (out_dtype == DType::kF32) return LaunchTyped<__half, float>(x, w, bias, out, mi, ni, ki, wpt, pdl, stream);
+  }
+  return absl::InvalidArgumentError("GemvW4A16Mma: bf16/fp16 inputs, output in the input dtype or float32");
+}
+
+}  // namespace llm::cuda

@@ -20,6 +20,8 @@ namespace {
 constexpr int kDataTag = 17;
 // How long a cancelled request may take to report back before it is parked.
 constexpr absl::Duration kCancelGrace = absl::Seconds(2);
+// How long a send abandoned by an abort may take to finish a transfer its peer already matched.
+constexpr absl::Duration kAbortedSendGrace = absl::Milliseconds(250);
 
 // The MPI type that carries one element of `dtype` (f16/bf16 travel as 16-bit words).
 MPI_Datatype MpiType(DType dtype) {
@@ -115,7 +117,7 @@ struct MpiCommunicator::Mpi {
   // set. Returns OK when the operation completed (also when it completed while being cancelled),
   // DeadlineExceeded or Aborted with `what` otherwise.
   absl::Status Await(MPI_Request* reqs, int n, absl::Duration timeout, bool cancellable,
-                     const std::string& what, bool* broken, GroupAbort* abort) {
+                     const std::string& what, bool* broken, GroupAbort* abort, bool receive = false) {
     absl::Status s = PollUntil(reqs, n, absl::Now() + timeout, abort);
     if (!absl::IsDeadlineExceeded(s) && !absl::IsAborted(s)) return s;
     const std::string message =
@@ -124,9 +126,16 @@ struct MpiCommunicator::Mpi {
     auto failure = [&](const std::string& text) {
       return absl::IsAborted(s) ? absl::AbortedError(text) : absl::DeadlineExceededError(text);
     };
-    // After an abort nothing more runs on this group: no point waiting for a cancel (a send's may
-    // never complete), the request is parked at once.
-    if (cancellable && !absl::IsAborted(s)) {
+    // After an abort nothing more runs on this group, but a peer may already have matched this
+    // operation: MPI would then go on reading (a send) or writing (a receive) its buffer after the
+    // caller freed it (seen: segfaults in MPI's progress of a later wait). A receive is cancelled
+    // (that works unless it matched; then it completes within the grace). A send cannot be
+    // cancelled (OpenMPI's ob1 ignores it): it gets a short grace to finish, which it does if the
+    // peer matched it, else the peer cancelled its receive and never asks for the data.
+    if (absl::IsAborted(s) && cancellable && !receive) {
+      if (PollUntil(reqs, n, absl::Now() + kAbortedSendGrace, nullptr).ok())
+        return failure(absl::StrCat(message, " (the send completed)"));
+    } else if (cancellable) {
       for (int i = 0; i < n; ++i) {
         if (reqs[i] != MPI_REQUEST_NULL) MPI_Cancel(&reqs[i]);
       }
@@ -327,7 +336,8 @@ absl::Status MpiCommunicator::Recv(void* data, size_t count, DType dtype, int pe
   }
   MPI_Request req = MPI_REQUEST_NULL;
   LLM_MPI_CHECK(MPI_Irecv(data, static_cast<int>(count), MpiType(dtype), peer, kDataTag, mpi_->comm, &req));
-  return mpi_->Await(&req, 1, receive_timeout_, true, Describe("Recv", peer), &broken_, abort_.get());
+  return mpi_->Await(&req, 1, receive_timeout_, true, Describe("Recv", peer), &broken_, abort_.get(),
+                     /*receive=*/true);
 }
 
 absl::Status MpiCommunicator::SendBytes(const std::string& bytes, int peer) {

@@ -60,7 +60,7 @@ int Main(int argc, char** argv) {
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, x, max_rows * max_k, 1, -1.0f, 1.0f, s));
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, nw, max_k, 2, 0.5f, 1.5f, s));
 
-  Table table({"linear", "rows", "floor us", "bf16 cuBLASLt us", "GEMV auto", "GEMV 1", "GEMV 2", "GEMV 4", "GEMV 8",
+  Table table({"linear", "rows", "floor us", "bf16 cuBLASLt us", "GEMV registers", "bulk", "bulk c8 s4", "bulk c16 s3", "bulk c32 s2", "bulk other tiles",
                "slice 16 MiB", "slice 32 MiB", "whole", "best GB/s"});
   for (const Shape& sh : shapes) {
     const int64_t groups = sh.k / 128, code_bytes = sh.n * sh.k / 2, scale_bytes = sh.n * groups * 2;
@@ -112,14 +112,27 @@ int Main(int argc, char** argv) {
                           BENCH_CHECK((*gemm)->Run(DType::kBF16, DType::kBF16, xn, wb[i % bf_copies], nullptr, y, rows,
                                                    sh.n, sh.k, s));
                         })));
-      for (int wpt : {0, 1, 2, 4, 8}) {
+      // The GEMV's forms: codes straight to registers, then through shared-memory stages (default
+      // sizes, then other stage sizes and counts, then the other tiles-a-warp count).
+      std::vector<cuda::GemvW4A16MmaOptions> forms(6);
+      forms[0].form = cuda::GemvW4A16MmaOptions::Form::kRegisters;
+      for (size_t f = 1; f < forms.size(); ++f) forms[f].form = cuda::GemvW4A16MmaOptions::Form::kBulk;
+      forms[2].stage_chunks = 8;
+      forms[2].stages = 4;
+      forms[3].stage_chunks = 16;
+      forms[3].stages = 3;
+      forms[4].stage_chunks = 32;
+      forms[4].stages = 2;
+      forms[5].tiles_per_warp = rows <= 8 ? 2 : 1;
+      for (cuda::GemvW4A16MmaOptions o : forms) {
         if (rows > cuda::kGemvW4A16MmaMaxRows) {
           row.push_back("-");
           continue;
         }
+        o.pdl = true;
         const double us = timed([&](int i) {
           BENCH_CHECK(cuda::LaunchGemvW4A16Mma(DType::kBF16, DType::kBF16, xn, weights(i), nullptr, y, rows, sh.n, sh.k,
-                                               sms, wpt, true, s));
+                                               sms, o, s));
         });
         best = std::min(best, us);
         row.push_back(Fmt("%.1f", us));

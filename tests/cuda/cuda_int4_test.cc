@@ -9,6 +9,8 @@
 //    on the same weights (rounding_backend.h).
 //  - --quantization int4 dummy weights drawn on the GPU against the host's draw.
 // Without a GPU the binary exits 77 (skipped).
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include "engine/model/dummy_weights.h"
 #include "engine/runtime/model_runner.h"
 #include "kernels/cuda/gemm/gemv.h"
+#include "kernels/cuda/gemm/gemv_w4a16_mma.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/runtime/fixture_reference.h"
 #include "tests/runtime/rounding_backend.h"
@@ -272,6 +275,64 @@ TEST_P(CudaInt4Test, MmaGemvAtEveryRowCount) {
     }
   }
   EXPECT_GT(kernels_seen_["w4a16 mma gemv"], 0);
+}
+
+// The tensor-core GEMV's forms (codes straight to registers, or through shared-memory stages of
+// every size, one or two tiles a warp) at a fixed K split sum in the same order: their outputs
+// must agree bit for bit, on shapes with partial tiles, partial stages and masked passes.
+TEST_P(CudaInt4Test, MmaGemvFormsAgreeExactly) {
+  struct Case {
+    int64_t n, k, group;
+    bool zeros;
+  };
+  const Case cases[] = {{520, 2048, 128, true}, {72, 1056, 32, false}, {300, 800, 0, true}, {40, 4096, 128, false}};
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  for (const Case& cs : cases) {
+    const HostInt4 w = MakeInt4(rng_, cs.n, cs.k, cs.group, cs.zeros, false);
+    DeviceInt4 d = Place(*gpu_, dtype_, DType::kF16, w, {});
+    cuda::W4A16Weights wd;
+    wd.codes = static_cast<const uint8_t*>(d.codes.t.data());
+    wd.scales = d.scales.t.data();
+    wd.zeros = cs.zeros ? static_cast<const uint8_t*>(d.zeros.t.data()) : nullptr;
+    wd.chunk_group = static_cast<const int32_t*>(d.groups.t.data());
+    wd.groups = w.groups;
+    for (const int64_t m : {1, 3, 8, 9, 16, 17, 32}) {
+      OwnedTensor x = Upload(*gpu_, dtype_, {m, w.kp}, Rand(m * w.kp, -2.0f, 2.0f));
+      for (const int wpt : {1, 2, 8}) {
+        auto run = [&](const cuda::GemvW4A16MmaOptions& o) {
+          OwnedTensor out = MakeTensor(*gpu_, DType::kF32, {m, w.n});
+          Poison(*gpu_, out.t);
+          EXPECT_TRUE(gpu_->Synchronize().ok());
+          const absl::Status st = cuda::LaunchGemvW4A16Mma(dtype_, DType::kF32, x.t.data(), wd, nullptr, out.t.data(),
+                                                           m, w.n, w.kp, sms, o, nullptr);
+          EXPECT_TRUE(st.ok()) << st;
+          EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          return Download(*gpu_, out.t);
+        };
+        cuda::GemvW4A16MmaOptions reg;
+        reg.form = cuda::GemvW4A16MmaOptions::Form::kRegisters;
+        reg.warps_per_tile = wpt;
+        const std::vector<float> want = run(reg);
+        for (const int tpw : {1, 2})
+          for (const int chunks : {8, 16, 32})
+            for (const int stages : {1, 2, 3}) {
+              cuda::GemvW4A16MmaOptions o;
+              o.form = cuda::GemvW4A16MmaOptions::Form::kBulk;
+              o.warps_per_tile = wpt;
+              o.tiles_per_warp = tpw;
+              o.stage_chunks = chunks;
+              o.stages = stages;
+              const std::vector<float> got = run(o);
+              int64_t bad = 0;
+              for (size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
+              EXPECT_EQ(bad, 0) << m << " rows, " << cs.n << "x" << cs.k << " group " << cs.group << ", wpt " << wpt
+                                << " tiles " << tpw << " stage chunks " << chunks << " stages " << stages;
+            }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaInt4Test, ::testing::Values(DType::kBF16, DType::kF16),

@@ -1,6 +1,10 @@
 #include "kernels/cuda/gemm/gemv_w4a16_mma.h"
 
+#include <algorithm>
+
+#include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/dynamic_smem.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/gemm/mma_sync.cuh"
 #include "kernels/cuda/gemm/w4a16_common.cuh"
@@ -250,14 +254,346 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
                       bias, out, m, n, kp, wpt);
 }
 
+// --- The bulk form: the codes through shared memory ---
+//
+// The register form above reads 64 bytes of each of a tile's 16 rows a unit, so DRAM sees short
+// bursts from rows 2-7 KB apart. Here each warp's tile streams through a private ring of
+// shared-memory stages filled by bulk copies (the copy engine; no registers held): a stage is
+// `stage_chunks` chunks (128-512 contiguous bytes) of each of the warp's rows, one copy a row,
+// issued by lane r for row r, all completing on the stage's barrier. The lanes then read their
+// MMA fragments from shared memory exactly as the register form reads them from global memory.
+// Rows of a stage sit `row_stride` = stage bytes + 64 apart (a stride of 64 mod 128 bytes), so
+// the two rows a quarter-warp reads with one 16-byte load fall in disjoint banks.
+//
+// TPW (1 or 2) tiles of 16 rows a warp: at 16-32 batch rows the x fragments (the B operand) are
+// loaded once for both tiles. Scales, zeros and chunk groups stay in a register window U units
+// ahead, as in the register form.
+
+struct BulkPlan {
+  int wpt = 1;           // warps splitting a warp tile's K (1, 2, 4, 8)
+  int stage_chunks = 0;  // chunks of each row a stage (8, 16 or 32: 128-512 bytes)
+  int stages = 0;        // ring stages a warp
+  int row_stride = 0;    // bytes between a stage's rows in shared memory
+  int bar_offset = 0, ring_offset = 0;  // shared memory: chunk groups (i32 [kv]) at 0, barriers, rings
+  size_t smem_bytes = 0;
+};
+
+__device__ __forceinline__ void ArriveExpectTx(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SharedAddress(bar)), "r"(bytes)
+               : "memory");
+#endif
+}
+
+// The copy alone (the arrival that announces its bytes is made once a stage, by lane 0).
+__device__ __forceinline__ void BulkCopyRow(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                            uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+          "r"(SharedAddress(dst)),
+      "l"(src), "r"(bytes), "r"(SharedAddress(bar)), "l"(policy)
+      : "memory");
+#endif
+}
+
+template <int TPW>
+struct BulkSide {
+  uint32_t scale[TPW];  // f16 bits: tile tt's row g in the low half, row g + 8 in the high half
+  uint32_t zero[TPW];   // row g's zero in bits 0-7, row g + 8's in bits 8-15
+  int group;            // chunk 4u + t's group, -1 past the last chunk
+};
+
+template <typename T, typename TOut, int NT, int TPW, int U, bool kZeros>
+__global__ void __launch_bounds__(kWarps * 32, TPW * NT >= 8 ? 1 : 2)
+    GemvW4A16BulkKernel(const T* __restrict__ x, MmaArgs w, const T* __restrict__ bias, TOut* __restrict__ out, int m,
+                        int n, int kp, BulkPlan plan) {
+  constexpr int kRows = kTileRows * TPW;  // weight rows a warp
+  static_assert(kRows <= 32, "one bulk copy a lane");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int32_t* s_group = reinterpret_cast<const int32_t*>(smem);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int wpt = plan.wpt, stages = plan.stages, stride = plan.row_stride;
+  const int wtiles_per_block = kWarps / wpt;
+  const int row0 = (blockIdx.x * wtiles_per_block + warp / wpt) * kRows, part = warp % wpt;
+  const int kv = kp / kW4Chunk;
+  const int units = (kv + kUnitChunks - 1) / kUnitChunks;
+  const int len = (units + wpt - 1) / wpt;
+  const int ub = min(units, part * len), ue = min(units, ub + len);
+  const int ce = min(kv, ue * kUnitChunks);
+  const int su = plan.stage_chunks / kUnitChunks;  // units a stage
+  const int nstages = (ue - ub + su - 1) / su;
+  const int stage_bytes = kRows * stride;
+  const int valid_rows = max(0, min(kRows, n - row0));
+  const int64_t row_bytes = kp / 2;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + plan.bar_offset) + warp * stages;
+  unsigned char* ring = smem + plan.ring_offset + static_cast<size_t>(warp) * stages * stage_bytes;
+  const uint64_t policy = L2EvictFirstPolicy();
+
+  // Stage q of the warp's range into slot q % stages: chunks [cb, min(ce, cb + stage_chunks)) of
+  // rows row0 + r, r < valid_rows (lane r copies row r).
+  auto issue = [&](int q) {
+    const int cb = (ub + q * su) * kUnitChunks;
+    const uint32_t bytes = static_cast<uint32_t>(min(ce, cb + plan.stage_chunks) - cb) * kW4ChunkBytes;
+    uint64_t* bar = &bars[q % stages];
+    if (lane == 0) ArriveExpectTx(bar, bytes * valid_rows);
+    __syncwarp();
+    if (lane < valid_rows)
+      BulkCopyRow(ring + (q % stages) * stage_bytes + lane * stride,
+                  w.codes + static_cast<int64_t>(row0 + lane) * row_bytes + cb * kW4ChunkBytes, bytes, bar, policy);
+  };
+  if (lane == 0) {
+    for (int s = 0; s < stages; ++s) MbarrierInit(&bars[s], 1);
+    FenceMbarrierInit();
+  }
+  __syncwarp();
+  // The first stages go out before anything else (weights are not the predecessor's outputs).
+  for (int q = 0; q < min(stages, nstages); ++q) issue(q);
+  for (int i = threadIdx.x; i < kv; i += blockDim.x) const_cast<int32_t*>(s_group)[i] = __ldg(w.chunk_group + i);
+  __syncthreads();
+
+  auto load_side = [&](BulkSide<TPW>& r, int u) {
+    const int c = u * kUnitChunks + t;
+    const bool in_k = c < kv;
+    r.group = in_k ? s_group[c] : -1;
+    const int grp = in_k ? r.group : 0;
+#pragma unroll
+    for (int tt = 0; tt < TPW; ++tt) {
+      const int ra = row0 + tt * kTileRows + g, rb = ra + 8;
+      const bool ina = ra < n, inb = rb < n;
+      const uint32_t sa = ina ? __ldg(w.scales + static_cast<int64_t>(ra) * w.groups + grp) : 0u;
+      const uint32_t sb = inb ? __ldg(w.scales + static_cast<int64_t>(rb) * w.groups + grp) : 0u;
+      r.scale[tt] = sa | (sb << 16);
+      if (kZeros) {
+        const uint32_t za = ina ? __ldg(w.zeros + static_cast<int64_t>(ra) * w.groups + grp) : kW4SymmetricZero;
+        const uint32_t zb = inb ? __ldg(w.zeros + static_cast<int64_t>(rb) * w.groups + grp) : kW4SymmetricZero;
+        r.zero[tt] = za | (zb << 8);
+      } else {
+        r.zero[tt] = kW4SymmetricZero | (kW4SymmetricZero << 8);
+      }
+    }
+  };
+  BulkSide<TPW> cur[U];
+#pragma unroll
+  for (int i = 0; i < U; ++i)
+    if (ub + i < ue) load_side(cur[i], ub + i);
+  GridDependencyWait();  // x is the predecessor's output
+
+  float acc[TPW][NT][4];
+#pragma unroll
+  for (int tt = 0; tt < TPW; ++tt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[tt][nt][e] = 0.0f;
+
+  auto compute = [&](const BulkSide<TPW>& r, int u) {
+    const int c = u * kUnitChunks + t;
+    const int li = u - ub, q = li / su, within = li - q * su;
+    const int slot = q % stages;
+    if (within == 0) MbarrierWait(&bars[slot], (q / stages) & 1);
+    // This lane's chunk c of rows g and g + 8 of each tile (zero past the last chunk: the stage
+    // holds no bytes there).
+    const unsigned char* st = ring + slot * stage_bytes + within * (kUnitChunks * kW4ChunkBytes) + t * kW4ChunkBytes;
+    uint4 ca[TPW], cb[TPW];
+#pragma unroll
+    for (int tt = 0; tt < TPW; ++tt) {
+      ca[tt] = *reinterpret_cast<const uint4*>(st + (tt * kTileRows + g) * stride);
+      cb[tt] = *reinterpret_cast<const uint4*>(st + (tt * kTileRows + g + 8) * stride);
+      if (c >= kv) ca[tt] = cb[tt] = make_uint4(0, 0, 0, 0);
+    }
+    // The stage's last unit: every lane has its codes in registers, refill the slot.
+    if (within == su - 1 || u == ue - 1) {
+      __syncwarp();
+      FenceProxyAsyncShared();
+      if (q + stages < nstages) issue(q + stages);
+    }
+    uint32_t zpa[TPW], zpb[TPW];
+#pragma unroll
+    for (int tt = 0; tt < TPW; ++tt) {
+      zpa[tt] = W4ZeroPair<T>(r.zero[tt] & 0xFF);
+      zpb[tt] = W4ZeroPair<T>((r.zero[tt] >> 8) & 0xFF);
+    }
+    const int g0 = __shfl_sync(0xffffffffu, r.group, 0);
+    const bool uniform = __all_sync(0xffffffffu, r.group < 0 || r.group == g0);
+    const int passes = uniform ? 1 : kUnitChunks;  // as the register form
+    for (int pass = 0; pass < passes; ++pass) {
+      const bool mine = uniform || t == pass;
+      constexpr int kChains = NT == 1 ? 2 : 1;  // as the register form: the same sums
+      float p[TPW][kChains][NT][4];
+#pragma unroll
+      for (int tt = 0; tt < TPW; ++tt)
+#pragma unroll
+        for (int ch = 0; ch < kChains; ++ch)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) p[tt][ch][nt][e] = 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint4 xv[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int token = nt * 8 + g;
+          const bool valid = token < m && r.group >= 0;
+          const T* xp = x + static_cast<int64_t>(valid ? token : 0) * kp + (valid ? c : 0) * kW4Chunk + h * 8;
+          xv[nt][0] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
+          xv[nt][1] = valid ? *reinterpret_cast<const uint4*>(xp + 16) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+#pragma unroll
+          for (int tt = 0; tt < TPW; ++tt) {
+            uint32_t a[4];
+            a[0] = NibblePair<T>(Word(ca[tt], jj), 2 * h, zpa[tt]);
+            a[1] = NibblePair<T>(Word(cb[tt], jj), 2 * h, zpb[tt]);
+            a[2] = NibblePair<T>(Word(ca[tt], jj), 2 * h + 1, zpa[tt]);
+            a[3] = NibblePair<T>(Word(cb[tt], jj), 2 * h + 1, zpb[tt]);
+            if (!mine) a[0] = a[1] = a[2] = a[3] = 0u;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              const uint32_t lo = Word(xv[nt][0], jj), hi = Word(xv[nt][1], jj);
+              Mma16816<T>::Run(p[tt][h % kChains][nt], a, __byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int tt = 0; tt < TPW; ++tt) {
+        const uint32_t sc = __shfl_sync(0xffffffffu, r.scale[tt], (lane & ~3) | pass);
+        const float sa = __half2float(__ushort_as_half(static_cast<unsigned short>(sc & 0xFFFF)));
+        const float sb = __half2float(__ushort_as_half(static_cast<unsigned short>(sc >> 16)));
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          float q4[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) q4[e] = kChains == 2 ? p[tt][0][nt][e] + p[tt][kChains - 1][nt][e] : p[tt][0][nt][e];
+          acc[tt][nt][0] += sa * q4[0];
+          acc[tt][nt][1] += sa * q4[1];
+          acc[tt][nt][2] += sb * q4[2];
+          acc[tt][nt][3] += sb * q4[3];
+        }
+      }
+    }
+  };
+
+  for (int base = ub; base < ue; base += U) {
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      if (base + i < ue) compute(cur[i], base + i);
+      if (base + U + i < ue) load_side(cur[i], base + U + i);
+    }
+  }
+  AllowDependentLaunch();
+
+  // Every copy has been waited on: the rings hold the partial sums, red[warp][kRows][NT * 8].
+  __syncthreads();
+  constexpr int kCols = NT * 8;
+  float* red = reinterpret_cast<float*>(smem + plan.ring_offset);
+#pragma unroll
+  for (int tt = 0; tt < TPW; ++tt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float* ra = red + (warp * kRows + tt * kTileRows + g) * kCols + nt * 8 + 2 * t;
+      float* rb = ra + 8 * kCols;
+      ra[0] = acc[tt][nt][0];
+      ra[1] = acc[tt][nt][1];
+      rb[0] = acc[tt][nt][2];
+      rb[1] = acc[tt][nt][3];
+    }
+  __syncthreads();
+  const int rows_per_block = wtiles_per_block * kRows;
+  for (int i = threadIdx.x; i < rows_per_block * m; i += blockDim.x) {
+    const int token = i / rows_per_block, rl = i % rows_per_block;
+    const int row = blockIdx.x * rows_per_block + rl;
+    if (row >= n) continue;
+    const int lt = rl / kRows, rr = rl % kRows;
+    float s = 0.0f;
+    for (int q = 0; q < wpt; ++q) s += red[((lt * wpt + q) * kRows + rr) * kCols + token];
+    if (bias) s += ToFloat(bias[row]);
+    out[static_cast<int64_t>(token) * n + row] = FromFloat<TOut>(s);
+  }
+}
+
+constexpr int64_t kSmemPerSm = 228 * 1024;  // sm_90: shared memory an SM (1 KB of it reserved a block)
+
+// The bulk form's plan for a warp of `tpw` tiles; options' zeros pick the defaults. False where the
+// stages do not fit a block's shared memory.
+bool PlanBulk(int64_t n, int64_t kp, int tpw, const GemvW4A16MmaOptions& o, int num_sms, BulkPlan* plan) {
+  BulkPlan p;
+  const int rows = kTileRows * tpw;
+  const int64_t kv = kp / kW4Chunk, units = (kv + kUnitChunks - 1) / kUnitChunks;
+  p.stage_chunks = o.stage_chunks > 0 ? o.stage_chunks : tpw == 1 ? 16 : 8;
+  p.stages = o.stages > 0 ? o.stages : tpw == 1 ? 2 : 4;
+  if (p.stage_chunks % 8 != 0 || p.stage_chunks > 32 || p.stages < 1 || p.stages > 8) return false;
+  p.row_stride = p.stage_chunks * kW4ChunkBytes + 64;
+  p.bar_offset = static_cast<int>((kv * 4 + 15) / 16 * 16);
+  p.ring_offset = (p.bar_offset + kWarps * p.stages * 8 + 127) / 128 * 128;
+  p.smem_bytes = static_cast<size_t>(p.ring_offset) + size_t{kWarps} * p.stages * rows * p.row_stride;
+  if (p.smem_bytes > 227 * 1024) return false;
+  const int64_t blocks_per_sm = std::max<int64_t>(1, std::min<int64_t>(2, kSmemPerSm / (p.smem_bytes + 1024)));
+  const int64_t wtiles = (n + rows - 1) / rows;
+  const int64_t su = p.stage_chunks / kUnitChunks;
+  if (o.warps_per_tile > 0) {
+    p.wpt = o.warps_per_tile;
+  } else {
+    // The most warps a tile that keeps every warp resident at once and at least a stage a warp.
+    p.wpt = 1;
+    while (p.wpt < kWarps && wtiles * 2 * p.wpt <= kWarps * blocks_per_sm * num_sms && units / (2 * p.wpt) >= su)
+      p.wpt *= 2;
+  }
+  *plan = p;
+  return true;
+}
+
+template <typename T, typename TOut, int NT, int TPW, bool kZeros>
+cudaError_t LaunchBulk(const T* x, const MmaArgs& w, const T* bias, TOut* out, int m, int n, int kp,
+                       const BulkPlan& plan, bool pdl, cudaStream_t stream) {
+  constexpr int U = NT == 1 ? 4 : 2;  // units of scales in flight a warp
+  auto* kernel = GemvW4A16BulkKernel<T, TOut, NT, TPW, U, kZeros>;
+  const cudaError_t err = AllowDynamicSmem(kernel, plan.smem_bytes);
+  if (err != cudaSuccess) return err;
+  const int rows_per_block = kWarps / plan.wpt * kTileRows * TPW;
+  const dim3 grid((n + rows_per_block - 1) / rows_per_block);
+  return LaunchKernel(kernel, grid, dim3(kWarps * 32), plan.smem_bytes, stream, pdl, x, w, bias, out, m, n, kp, plan);
+}
+
+template <typename T, typename TOut, int NT, int TPW>
+cudaError_t LaunchBulkZ(const T* x, const MmaArgs& w, const T* bias, TOut* out, int m, int n, int kp,
+                        const BulkPlan& plan, bool pdl, cudaStream_t stream) {
+  return w.zeros ? LaunchBulk<T, TOut, NT, TPW, true>(x, w, bias, out, m, n, kp, plan, pdl, stream)
+                 : LaunchBulk<T, TOut, NT, TPW, false>(x, w, bias, out, m, n, kp, plan, pdl, stream);
+}
+
 template <typename T, typename TOut>
 absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv, void* ov, int m, int n, int kp,
-                         int wpt, bool pdl, Stream stream) {
+                         int num_sms, const GemvW4A16MmaOptions& o, Stream stream) {
   const MmaArgs w{wd.codes, static_cast<const uint16_t*>(wd.scales), wd.zeros, wd.chunk_group,
                   static_cast<int>(wd.groups)};
   const T* x = static_cast<const T*>(xv);
   const T* bias = static_cast<const T*>(bv);
   TOut* out = static_cast<TOut*>(ov);
+  const int tpw = o.tiles_per_warp > 0 ? o.tiles_per_warp : m <= 8 ? 1 : 2;
+  using Form = GemvW4A16MmaOptions::Form;
+  const bool bulk = o.form == Form::kBulk || (o.form == Form::kAuto && m > 16);
+  BulkPlan plan;
+  if (bulk && (tpw == 1 || tpw == 2) && PlanBulk(n, kp, tpw, o, num_sms, &plan)) {
+    cudaError_t err;
+    if (m <= 8)
+      err = tpw == 1 ? LaunchBulkZ<T, TOut, 1, 1>(x, w, bias, out, m, n, kp, plan, o.pdl, stream)
+                     : LaunchBulkZ<T, TOut, 1, 2>(x, w, bias, out, m, n, kp, plan, o.pdl, stream);
+    else if (m <= 16)
+      err = tpw == 1 ? LaunchBulkZ<T, TOut, 2, 1>(x, w, bias, out, m, n, kp, plan, o.pdl, stream)
+                     : LaunchBulkZ<T, TOut, 2, 2>(x, w, bias, out, m, n, kp, plan, o.pdl, stream);
+    else
+      err = tpw == 1 ? LaunchBulkZ<T, TOut, 4, 1>(x, w, bias, out, m, n, kp, plan, o.pdl, stream)
+                     : LaunchBulkZ<T, TOut, 4, 2>(x, w, bias, out, m, n, kp, plan, o.pdl, stream);
+    CUDA_RETURN_IF_ERROR(err);
+    return absl::OkStatus();
+  }
+  const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile : AutoWarpsPerTile(n, kp, num_sms);
+  const bool pdl = o.pdl;
   cudaError_t err;
   const bool zeros = wd.zeros != nullptr;
   if (m <= 8)
@@ -278,23 +614,33 @@ absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv,
 absl::Status LaunchGemvW4A16Mma(DType dtype, DType out_dtype, const void* x, const W4A16Weights& w, const void* bias,
                                 void* out, int64_t m, int64_t n, int64_t kp, int num_sms, int warps_per_tile, bool pdl,
                                 Stream stream) {
+  GemvW4A16MmaOptions o;
+  o.warps_per_tile = warps_per_tile;
+  o.pdl = pdl;
+  return LaunchGemvW4A16Mma(dtype, out_dtype, x, w, bias, out, m, n, kp, num_sms, o, stream);
+}
+
+absl::Status LaunchGemvW4A16Mma(DType dtype, DType out_dtype, const void* x, const W4A16Weights& w, const void* bias,
+                                void* out, int64_t m, int64_t n, int64_t kp, int num_sms,
+                                const GemvW4A16MmaOptions& options, Stream stream) {
   if (m < 0 || m > kGemvW4A16MmaMaxRows || n <= 0 || n > 0x7fffffff - 16 || kp <= 0 || kp % kW4Chunk != 0 ||
       kp / kW4Chunk * 4 > kMaxGroupSmem || w.codes == nullptr || w.scales == nullptr || w.chunk_group == nullptr ||
       w.groups < 1)
     return absl::InvalidArgumentError(
         absl::StrCat("GemvW4A16Mma: unsupported shape m ", m, " n ", n, " kp ", kp, " groups ", w.groups));
   if (!Aligned16(x) || !Aligned16(w.codes)) return absl::InvalidArgumentError("GemvW4A16Mma: misaligned operands");
-  const int wpt = warps_per_tile > 0 ? warps_per_tile : AutoWarpsPerTile(n, kp, num_sms);
-  if (wpt != 1 && wpt != 2 && wpt != 4 && wpt != 8) return absl::InvalidArgumentError("GemvW4A16Mma: warps_per_tile");
+  const int wpt = options.warps_per_tile;
+  if (wpt != 0 && wpt != 1 && wpt != 2 && wpt != 4 && wpt != 8)
+    return absl::InvalidArgumentError("GemvW4A16Mma: warps_per_tile");
   if (m == 0) return absl::OkStatus();
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(kp);
   if (dtype == DType::kBF16) {
     if (out_dtype == DType::kBF16)
-      return LaunchTyped<__nv_bfloat16, __nv_bfloat16>(x, w, bias, out, mi, ni, ki, wpt, pdl, stream);
-    if (out_dtype == DType::kF32) return LaunchTyped<__nv_bfloat16, float>(x, w, bias, out, mi, ni, ki, wpt, pdl, stream);
+      return LaunchTyped<__nv_bfloat16, __nv_bfloat16>(x, w, bias, out, mi, ni, ki, num_sms, options, stream);
+    if (out_dtype == DType::kF32) return LaunchTyped<__nv_bfloat16, float>(x, w, bias, out, mi, ni, ki, num_sms, options, stream);
   } else if (dtype == DType::kF16) {
-    if (out_dtype == DType::kF16) return LaunchTyped<__half, __half>(x, w, bias, out, mi, ni, ki, wpt, pdl, stream);
-    if (out_dtype == DType::kF32) return LaunchTyped<__half, float>(x, w, bias, out, mi, ni, ki, wpt, pdl, stream);
+    if (out_dtype == DType::kF16) return LaunchTyped<__half, __half>(x, w, bias, out, mi, ni, ki, num_sms, options, stream);
+    if (out_dtype == DType::kF32) return LaunchTyped<__half, float>(x, w, bias, out, mi, ni, ki, num_sms, options, stream);
   }
   return absl::InvalidArgumentError("GemvW4A16Mma: bf16/fp16 inputs, output in the input dtype or float32");
 }

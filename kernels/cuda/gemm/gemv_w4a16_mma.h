@@ -23,11 +23,28 @@ namespace llm::cuda {
 
 inline constexpr int kGemvW4A16MmaMaxRows = 32;
 
+// How the GEMV runs (the defaults: the kernel's own choices).
+struct GemvW4A16MmaOptions {
+  int warps_per_tile = 0;  // warps splitting each tile's K: 1, 2, 4, 8 (0: the kernel's rule)
+  // Codes straight to registers, or through shared-memory stages filled by bulk copies. kAuto, by
+  // measurement (benchmarks/RESULTS.md): bulk with two tiles a warp, 8-chunk stages, 4 stages above
+  // 16 rows of x (x's fragments shared by two tiles), registers up to 16.
+  enum class Form { kAuto, kRegisters, kBulk };
+  Form form = Form::kAuto;
+  int tiles_per_warp = 0;  // bulk: 16-row tiles a warp, 1 or 2 (0: 1 up to 8 rows of x, else 2)
+  int stage_chunks = 0;    // bulk: 32-column chunks of each row a stage, 8, 16 or 32 (0: 16 a tile, 8 two)
+  int stages = 0;          // bulk: stages of a warp's ring (0: 2 a tile, 4 two)
+  bool pdl = false;        // programmatic dependent launch
+};
+
 // x and bias of `dtype` (bf16 or fp16), out of `out_dtype` (== dtype, or f32); x [m, kp], kp a
 // multiple of 32, x and codes 16-byte aligned. `warps_per_tile` 0: the kernel's own rule
 // (1, 2, 4 or 8 warps splitting each 16-row tile's K). `pdl`: programmatic dependent launch.
 absl::Status LaunchGemvW4A16Mma(DType dtype, DType out_dtype, const void* x, const W4A16Weights& w, const void* bias,
                                 void* out, int64_t m, int64_t n, int64_t kp, int num_sms, int warps_per_tile, bool pdl,
                                 Stream stream);
+absl::Status LaunchGemvW4A16Mma(DType dtype, DType out_dtype, const void* x, const W4A16Weights& w, const void* bias,
+                                void* out, int64_t m, int64_t n, int64_t kp, int num_sms,
+                                const GemvW4A16MmaOptions& options, Stream stream);
 
 }  // namespace llm::cuda

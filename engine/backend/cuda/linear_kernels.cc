@@ -191,7 +191,11 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
       return wpr > 0    ? LinearKernelChoice{LinearKernel::kFp8Gemv, wpr}
              : mma_fits ? LinearKernelChoice{LinearKernel::kFp8GemvMma, 0}
                         : LinearKernelChoice{LinearKernel::kFp8GemvRing, 0};
-    // The tensor-core ring costs the same at 1-8 rows (no gemv_ring_max_rows).
+    // By measurement on an H100 (benchmarks/RESULTS.md, FP8 on the GPU): at one row the register
+    // GEMV, one warp a row, beats both rings in the step (its loads start before the dependency
+    // wait without staging x); from two rows the tensor-core ring, whose cost does not grow with
+    // the rows (so no gemv_ring_max_rows), is far ahead.
+    if (c.m == 1) return {LinearKernel::kFp8Gemv, 1};
     if (o.gemv_smem_ring && mma_fits) return {LinearKernel::kFp8GemvMma, 0};
     if (o.gemv_smem_ring && c.m <= o.gemv_ring_max_rows &&
         cuda::GemvFp8RingFits(c.act, c.m, c.n, c.k, o.gemv_ring_bytes, ctx.num_sms))

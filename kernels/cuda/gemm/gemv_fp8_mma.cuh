@@ -172,22 +172,40 @@ __global__ void __launch_bounds__(kFp8MmaWarps * 32, 1)
   __syncthreads();       // x_exp zeroed; barrier initializations visible to the block
 
   // x into shared memory as f16, each token scaled by 2^-e so that its |x| < 2^kFp8MmaXTarget:
-  // first the tokens' largest |x| (as float bits, which order like the values), then the copy.
+  // one round of global loads stores x as it is (16 bits either way) and finds the tokens' largest
+  // |x| (as float bits, which order like the values); each thread then rewrites its own vectors.
   constexpr int kXVec = Vec16<T>::kVec;
+  static_assert(kXVec == 8, "16-bit x");
+  constexpr int kBatch = 4;  // loads in flight a thread
   const int row_vecs = k / kXVec, x_vecs = m_rows * row_vecs;
+  auto x_at = [&](int i) {
+    const int tok = i / row_vecs;
+    return reinterpret_cast<uint4*>(xs + tok * plan.x_stride + (i - tok * row_vecs) * kXVec);
+  };
   {
     float amax[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) amax[m] = 0.0f;
-    for (int i = threadIdx.x; i < x_vecs; i += blockDim.x) {
-      const Vec16<T> v = LoadVec(x + static_cast<int64_t>(i) * kXVec);
-      const int tok = i / row_vecs;
-      float a = 0.0f;
+    for (int base = threadIdx.x; base < x_vecs; base += kBatch * blockDim.x) {
+      Vec16<T> v[kBatch];
 #pragma unroll
-      for (int e = 0; e < kXVec; ++e) a = fmaxf(a, fabsf(ToFloat(v.v[e])));
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = base + b * blockDim.x;
+        if (i < x_vecs) v[b] = LoadVec(x + static_cast<int64_t>(i) * kXVec);
+      }
 #pragma unroll
-      for (int m = 0; m < M; ++m)
-        if (m == tok) amax[m] = fmaxf(amax[m], a);
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = base + b * blockDim.x;
+        if (i >= x_vecs) continue;
+        *x_at(i) = *reinterpret_cast<const uint4*>(&v[b]);
+        float a = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kXVec; ++e) a = fmaxf(a, fabsf(ToFloat(v[b].v[e])));
+        const int tok = i / row_vecs;
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+          if (m == tok) amax[m] = fmaxf(amax[m], a);
+      }
     }
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -206,31 +224,18 @@ __global__ void __launch_bounds__(kFp8MmaWarps * 32, 1)
     x_exp[8 + threadIdx.x] = e;
   }
   __syncthreads();
-  {
-    constexpr int kBatch = 4;  // loads in flight a thread
-    for (int base = threadIdx.x; base < x_vecs; base += kBatch * blockDim.x) {
-      Vec16<T> v[kBatch];
+  for (int i = threadIdx.x; i < x_vecs; i += blockDim.x) {
+    uint4* p = x_at(i);
+    const uint4 raw = *p;
+    const T* v = reinterpret_cast<const T*>(&raw);
+    const int e = -x_exp[8 + i / row_vecs];
+    uint32_t packed[kXVec / 2];
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int i = base + b * blockDim.x;
-        if (i < x_vecs) v[b] = LoadVec(x + static_cast<int64_t>(i) * kXVec);
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int i = base + b * blockDim.x;
-        if (i >= x_vecs) continue;
-        const int tok = i / row_vecs, col = (i - tok * row_vecs) * kXVec;
-        const int e = -x_exp[8 + tok];
-        uint32_t packed[kXVec / 2];
-#pragma unroll
-        for (int q = 0; q < kXVec / 2; ++q) {
-          const __half2 h = __floats2half2_rn(ldexpf(ToFloat(v[b].v[2 * q]), e), ldexpf(ToFloat(v[b].v[2 * q + 1]), e));
-          packed[q] = *reinterpret_cast<const uint32_t*>(&h);
-        }
-        static_assert(kXVec == 8, "16-bit x");
-        *reinterpret_cast<uint4*>(xs + tok * plan.x_stride + col) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-      }
+    for (int q = 0; q < kXVec / 2; ++q) {
+      const __half2 h = __floats2half2_rn(ldexpf(ToFloat(v[2 * q]), e), ldexpf(ToFloat(v[2 * q + 1]), e));
+      packed[q] = *reinterpret_cast<const uint32_t*>(&h);
     }
+    *p = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
   __syncthreads();
 

@@ -212,10 +212,12 @@ TEST_P(CudaFp8Test, GemvMmaEveryRowCountAndShape) {
   for (const Shape2& s : shapes) {
     for (int64_t m = 1; m <= 8; ++m) {
       const StorageFormat f = StorageFormat::Fp8((s.n + m) % 2 ? ScaleGranularity::kTensor : ScaleGranularity::kChannel);
-      const float amp = m == 3 ? (dtype_ == DType::kBF16 ? 3.0e5f : 3.0e4f) : m == 6 ? 1.0e-3f : 2.0f;
+      // Beyond f16's range only where x is bf16 (f16 outputs would overflow).
+      const float amp = m == 3 && dtype_ == DType::kBF16 ? 3.0e5f : m == 6 ? 1.0e-3f : 2.0f;
       const std::string what = absl::StrCat(m, "x", s.n, "x", s.k, " ", f.ToString(), " |x| < ", amp);
       CheckLinear(what, m, s.n, s.k, f, ActivationQuant::kDynamicPerToken, (s.n + m) % 3 == 0, *gpu_, amp);
-      ++calls;
+      // 5-8 rows of 14336 columns (x as f16, 8 rows) leave no room for the ring: another form.
+      if (m <= 4 || s.k < 14336) ++calls;
     }
   }
   EXPECT_EQ(kernels_seen_["fp8 gemv mma"], calls);

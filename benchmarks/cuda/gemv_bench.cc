@@ -7,11 +7,15 @@
 // from DRAM. Times are per pair, minus the norm alone in the same kind of graph. A second table
 // does the same after a 10 us predecessor (spin_kernel.h): what each form hides behind it.
 //
-//   gemv_bench [--out FILE.md] [--reps 10] [--rows 1]
+// --fp8: E4M3 weights with per-channel scales (gemv_fp8.h) instead: the register GEMV, the
+// CUDA-core ring and the tensor-core ring (gemv_fp8_mma.cuh); floor = the FP8 bytes.
+//
+//   gemv_bench [--out FILE.md] [--reps 10] [--rows 1] [--fp8]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -20,6 +24,7 @@
 #include "kernels/cuda/elementwise/elementwise.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/gemm/gemv.h"
+#include "kernels/cuda/gemm/gemv_fp8.h"
 #include "kernels/cuda/norm/rms_norm.h"
 
 namespace llm::bench {
@@ -36,10 +41,20 @@ struct Variant {
   std::string name;
   int wpr;  // < 0: cuBLASLt; 0: the GEMV's automatic choice
   int ring_kb = 0;  // != 0: the shared-memory ring form with this ring per block (< 0: its default)
+  bool tensor_cores = false;  // FP8: the ring's tensor-core form
 };
 
 int Main(int argc, char** argv) {
-  const KernelBenchArgs args = ParseKernelBenchArgs(argc, argv, 10);
+  bool fp8 = false;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--fp8") {
+      fp8 = true;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  const KernelBenchArgs args = ParseKernelBenchArgs(static_cast<int>(rest.size()), rest.data(), 10);
   const BenchDevice dev = OpenBenchDevice();
   cudaStream_t s = dev.stream;
   const cudaDeviceProp& prop = dev.prop;
@@ -57,9 +72,14 @@ int Main(int argc, char** argv) {
       {"TP2 qkv", 3072, 4096}, {"TP2 o", 4096, 2048}, {"TP2 gate_up", 14336, 4096}, {"TP2 down", 4096, 7168},
       {"TP4 qkv", 1536, 4096}, {"TP4 o", 4096, 1024}, {"TP4 gate_up", 7168, 4096},  {"TP4 down", 4096, 3584},
   };
-  const std::vector<Variant> variants = {{"GEMV auto", 0},  {"GEMV wpr 1", 1}, {"GEMV wpr 2", 2},
+  const std::vector<Variant> fp8_variants = {{"GEMV auto", 0},
+                                             {"GEMV wpr 1", 1},
+                                             {"ring (CUDA cores)", 0, -1, false},
+                                             {"ring (tensor cores)", 0, -1, true}};
+  const std::vector<Variant> bf16_variants = {{"GEMV auto", 0},  {"GEMV wpr 1", 1}, {"GEMV wpr 2", 2},
                                          {"GEMV wpr 4", 4}, {"GEMV wpr 8", 8}, {"ring 96 KB", 0, 96},
                                          {"ring (default: all free shared memory)", 0, -1}, {"cuBLASLt", -1}};
+  const std::vector<Variant>& variants = fp8 ? fp8_variants : bf16_variants;
   std::vector<std::string> header = {"linear", "N x K", "MB", "floor us"};
   for (const Variant& v : variants) header.push_back(v.name + " us");
   header.push_back("best % of floor");
@@ -84,14 +104,21 @@ int Main(int argc, char** argv) {
   BENCH_CUDA(cudaMalloc(&y, rows * 28672 * 2));
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, x, rows * max_k, 1, -1.0f, 1.0f, s));
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, nw, max_k, 2, 0.5f, 1.5f, s));
-  for (const Shape& sh : shapes) {
-    const size_t bytes = static_cast<size_t>(sh.n) * sh.k * 2;
+  void* scales = nullptr;
+  BENCH_CUDA(cudaMalloc(&scales, 28672 * sizeof(float)));
+  BENCH_CHECK(cuda::LaunchFillUniform(DType::kF32, scales, 28672, 3, 0.5f / 448, 1.5f / 448, s));
+  // FP8: the 8B shapes only (the TP shards' forms follow from them; device time is short).
+  const int num_shapes = fp8 ? 4 : static_cast<int>(std::size(shapes));
+  for (int si = 0; si < num_shapes; ++si) {
+    const Shape& sh = shapes[si];
+    const size_t bytes = static_cast<size_t>(sh.n) * sh.k * (fp8 ? 1 : 2);
     const int copies = static_cast<int>(
         std::max<size_t>(2, (2 * static_cast<size_t>(prop.l2CacheSize) + bytes) / bytes + 1));
     std::vector<void*> w(copies);
     for (int c = 0; c < copies; ++c) {
       BENCH_CUDA(cudaMalloc(&w[c], bytes));
-      BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, w[c], sh.n * sh.k, 10 + c, -0.05f, 0.05f, s));
+      BENCH_CHECK(fp8 ? cuda::LaunchFillUniform(DType::kF8E4M3, w[c], sh.n * sh.k, 10 + c, -400.0f, 400.0f, s)
+                      : cuda::LaunchFillUniform(DType::kBF16, w[c], sh.n * sh.k, 10 + c, -0.05f, 0.05f, s));
     }
     auto norm = [&] {
       BENCH_CHECK(
@@ -102,7 +129,17 @@ int Main(int argc, char** argv) {
     std::vector<std::string> row = {sh.what, std::to_string(sh.n) + " x " + std::to_string(sh.k),
                                     Fmt("%.1f", bytes / 1e6), Fmt("%.2f", floor_us)};
     auto linear = [&](const Variant& v, int i) {
-      if (v.wpr < 0) {
+      if (fp8) {
+        cuda::GemvOptions o;
+        o.num_sms = prop.multiProcessorCount;
+        o.warps_per_row = v.wpr;
+        o.smem_ring = v.ring_kb != 0;
+        cuda::Fp8WeightScales sc;
+        sc.scale = static_cast<const float*>(scales);
+        sc.cols_per = sh.k;
+        BENCH_CHECK(cuda::LaunchGemvFp8(DType::kBF16, DType::kBF16, xn, w[i % copies], sc, nullptr, y, rows, sh.n,
+                                        sh.k, o, s, v.tensor_cores));
+      } else if (v.wpr < 0) {
         BENCH_CHECK((*gemm)->Run(DType::kBF16, DType::kBF16, xn, w[i % copies], nullptr, y, rows, sh.n, sh.k, s));
       } else {
         cuda::GemvOptions o;
@@ -142,11 +179,11 @@ int Main(int argc, char** argv) {
   char head[1024];
   std::snprintf(
       head, sizeof(head),
-      "## Decode linears (M = %d, bf16) in isolation, %s\n\nTime per GEMV in a CUDA graph of %d (RMSNorm, "
+      "## Decode linears (M = %d, %s weights, bf16 x) in isolation, %s\n\nTime per GEMV in a CUDA graph of %d (RMSNorm, "
       "linear) pairs with PDL, minus the norm alone; weights rotate over copies exceeding 2x L2. Copy "
       "bandwidth %.2f TB/s. GEMV auto = the GEMV's own choice of warps per row (the engine times it against "
       "cuBLASLt per shape and keeps the faster).\n\n",
-      rows, prop.name, kCalls, copy_bw / 1e12);
+      rows, fp8 ? "FP8 E4M3 per-channel" : "bf16", prop.name, kCalls, copy_bw / 1e12);
   const std::string report =
       std::string(head) + table.Markdown() +
       "\nThe same linears after a kernel that lets them launch and then spins for 10 us (" + Fmt("%.2f", spin_us) +
@@ -156,7 +193,7 @@ int Main(int argc, char** argv) {
   if (!WriteReport(args.out, report)) return 1;
 
   gemm->reset();
-  for (void* p : {x, xn, nw, y, ws}) cudaFree(p);
+  for (void* p : {x, xn, nw, y, ws, scales}) cudaFree(p);
   return 0;
 }
 

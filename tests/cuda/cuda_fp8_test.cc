@@ -112,10 +112,10 @@ class CudaFp8Test : public ::testing::TestWithParam<DType> {
   // Runs an FP8 Linear on the GPU (kernel label from the op timing) and on the CPU, W8A16 and
   // emulated W8A8; checks the GPU against the reference of the arithmetic its kernel does.
   void CheckLinear(const std::string& what, int64_t m, int64_t n, int64_t k, StorageFormat format,
-                   ActivationQuant input_quant, bool with_bias, CudaBackend& gpu) {
+                   ActivationQuant input_quant, bool with_bias, CudaBackend& gpu, float x_amp = 2.0f) {
     const std::vector<float> w = RandomVec(rng_, n * k, -0.5f, 0.5f);
     const Fp8Weight q = Quantize(w, n, k, format);
-    const std::vector<float> x = Rand(m * k, -2.0f, 2.0f);
+    std::vector<float> x = Rand(m * k, -x_amp, x_amp);
     const std::vector<float> bias = with_bias ? Rand(n) : std::vector<float>{};
     const float input_scale = 2.5f / 448.0f;  // |x| < 2 fits
     DeviceLinear g = Place(gpu, dtype_, q, n, k, bias, input_quant, input_scale);
@@ -190,8 +190,39 @@ TEST_P(CudaFp8Test, LinearEveryFormatShapeAndKernel) {
   gpu_->mutable_options() = CudaBackendOptions{};
   gpu_->mutable_options().dtype = dtype_;
   for (const auto& [kernel, count] : kernels_seen_) std::printf("[fp8 linear] %-24s %d calls\n", kernel.c_str(), count);
-  for (const char* k : {"fp8 gemv", "fp8 gemv ring", "fp8 cublasLt", "fp8 dequant gemm"})
+  for (const char* k : {"fp8 gemv", "fp8 gemv ring", "fp8 gemv mma", "fp8 cublasLt", "fp8 dequant gemm"})
     EXPECT_GT(kernels_seen_[k], 0) << k << " never ran";
+}
+
+// The tensor-core ring (gemv_fp8_mma.cuh) at 1-8 rows: partial groups of 8 rows and partial
+// blocks (N not a multiple of 8 or of the SM count), units of many widths (K from 64 to 14336),
+// one or several groups a warp, bias or none; x far beyond f16's range and x of tiny values (the
+// per-token power-of-two scaling).
+TEST_P(CudaFp8Test, GemvMmaEveryRowCountAndShape) {
+  struct Shape2 {
+    int64_t n, k;
+  };
+  const Shape2 shapes[] = {{8, 64},     {13, 192},    {130, 256},  {1000, 448},  {264, 1024},
+                           {4100, 512}, {2048, 4096}, {1040, 14336}, {6144, 4096}, {129, 3584}};
+  CudaBackendOptions& o = gpu_->mutable_options();
+  o.gemv_max_rows = 8;
+  o.autotune_linear = false;
+  o.gemv_warps_per_row = CudaBackendOptions::kGemvRingForm;
+  int calls = 0;
+  for (const Shape2& s : shapes) {
+    for (int64_t m = 1; m <= 8; ++m) {
+      const StorageFormat f = StorageFormat::Fp8((s.n + m) % 2 ? ScaleGranularity::kTensor : ScaleGranularity::kChannel);
+      // Beyond f16's range only where x is bf16 (f16 outputs would overflow).
+      const float amp = m == 3 && dtype_ == DType::kBF16 ? 3.0e5f : m == 6 ? 1.0e-3f : 2.0f;
+      const std::string what = absl::StrCat(m, "x", s.n, "x", s.k, " ", f.ToString(), " |x| < ", amp);
+      CheckLinear(what, m, s.n, s.k, f, ActivationQuant::kDynamicPerToken, (s.n + m) % 3 == 0, *gpu_, amp);
+      // 5-8 rows of 14336 columns (x as f16, 8 rows) leave no room for the ring: another form.
+      if (m <= 4 || s.k < 14336) ++calls;
+    }
+  }
+  EXPECT_EQ(kernels_seen_["fp8 gemv mma"], calls);
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
 }
 
 // The cuBLASLt path quantizes x in chunks of rows when the FP8 workspace holds fewer than M.
@@ -209,7 +240,7 @@ TEST_P(CudaFp8Test, LinearInRowChunks) {
 
 // Captured in a graph and replayed after new inputs are written: the same outputs as eager runs.
 TEST_P(CudaFp8Test, LinearReplayedFromAGraph) {
-  for (int64_t m : {1, 2, 4, 32}) {
+  for (int64_t m : {1, 2, 3, 4, 32}) {
     for (const StorageFormat& f : Formats()) {
       const int64_t n = 512, k = 1024;
       const Fp8Weight q = Quantize(RandomVec(rng_, n * k, -0.5f, 0.5f), n, k, f);

@@ -111,10 +111,11 @@ absl::Status RunFp8Gemv(const LinearCall& c, LinearKernelChoice choice, const Cu
   go.pdl = o.programmatic_launch;
   go.num_sms = ctx.num_sms;
   go.warps_per_row = choice.kernel == LinearKernel::kFp8Gemv ? choice.warps_per_row : 0;
-  go.smem_ring = choice.kernel == LinearKernel::kFp8GemvRing;
+  go.smem_ring = choice.kernel == LinearKernel::kFp8GemvRing || choice.kernel == LinearKernel::kFp8GemvMma;
   go.ring_bytes = o.gemv_ring_bytes;
   return cuda::LaunchGemvFp8(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), WeightScales(*c.w), BiasOf(c),
-                             c.out.data(), c.m, c.n, c.k, go, ctx.stream);
+                             c.out.data(), c.m, c.n, c.k, go, ctx.stream,
+                             /*tensor_cores=*/choice.kernel == LinearKernel::kFp8GemvMma);
 }
 
 absl::Status RunFp8Dequant(const LinearCall& c, const LinearContext& ctx) {
@@ -165,6 +166,7 @@ std::string_view LinearKernelChoice::Name() const {
     case LinearKernel::kGemvRing: return "gemv ring";
     case LinearKernel::kFp8Gemv: return "fp8 gemv";
     case LinearKernel::kFp8GemvRing: return "fp8 gemv ring";
+    case LinearKernel::kFp8GemvMma: return "fp8 gemv mma";
     case LinearKernel::kFp8CublasLt: return "fp8 cublasLt";
     case LinearKernel::kFp8Dequant: return "fp8 dequant gemm";
     case LinearKernel::kW4A16MmaGemv: return "w4a16 mma gemv";
@@ -176,15 +178,25 @@ std::string_view LinearKernelChoice::Name() const {
   return "unknown";
 }
 
-// FP8 weights: the GEMV forms up to gemv_max_rows (forced forms and the ring rule as for 16-bit
-// weights; not timed yet), then cuBLASLt's FP8 GEMM where it takes the scales, else the
+// FP8 weights: the GEMV forms up to gemv_max_rows (the tensor-core ring where it fits, else forced
+// forms and the ring rule as for 16-bit weights; not timed yet), then cuBLASLt's FP8 GEMM where it takes the scales, else the
 // dequantizing GEMM.
 LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearContext& ctx) const {
   const CudaBackendOptions& o = options_;
   if (c.m <= o.gemv_max_rows && c.m <= cuda::kGemvMaxRows && cuda::GemvFp8Supported(c.act, c.k, WeightScales(*c.w))) {
     const int wpr = o.gemv_warps_per_row;
+    const bool mma_fits =
+        cuda::GemvFp8MmaFits(c.act, c.m, c.n, c.k, WeightScales(*c.w), o.gemv_ring_bytes, ctx.num_sms);
     if (!o.autotune_linear && wpr != 0)
-      return wpr > 0 ? LinearKernelChoice{LinearKernel::kFp8Gemv, wpr} : LinearKernelChoice{LinearKernel::kFp8GemvRing, 0};
+      return wpr > 0    ? LinearKernelChoice{LinearKernel::kFp8Gemv, wpr}
+             : mma_fits ? LinearKernelChoice{LinearKernel::kFp8GemvMma, 0}
+                        : LinearKernelChoice{LinearKernel::kFp8GemvRing, 0};
+    // By measurement on an H100 (benchmarks/RESULTS.md, FP8 on the GPU): at one row the register
+    // GEMV, one warp a row, beats both rings in the step (its loads start before the dependency
+    // wait without staging x); from two rows the tensor-core ring, whose cost does not grow with
+    // the rows (so no gemv_ring_max_rows), is far ahead.
+    if (c.m == 1) return {LinearKernel::kFp8Gemv, 1};
+    if (o.gemv_smem_ring && mma_fits) return {LinearKernel::kFp8GemvMma, 0};
     if (o.gemv_smem_ring && c.m <= o.gemv_ring_max_rows &&
         cuda::GemvFp8RingFits(c.act, c.m, c.n, c.k, o.gemv_ring_bytes, ctx.num_sms))
       return {LinearKernel::kFp8GemvRing, 0};
@@ -428,7 +440,8 @@ absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, 
     case LinearKernel::kGemv:
     case LinearKernel::kGemvRing: return RunGemv(c, choice, options_, ctx);
     case LinearKernel::kFp8Gemv:
-    case LinearKernel::kFp8GemvRing: return RunFp8Gemv(c, choice, options_, ctx);
+    case LinearKernel::kFp8GemvRing:
+    case LinearKernel::kFp8GemvMma: return RunFp8Gemv(c, choice, options_, ctx);
     case LinearKernel::kFp8CublasLt: return RunFp8Cublas(c, ctx);
     case LinearKernel::kFp8Dequant: return RunFp8Dequant(c, ctx);
     case LinearKernel::kW4A16MmaGemv:

@@ -32,6 +32,7 @@ enum class LinearKernel : uint8_t {
   // FP8 E4M3 weights (gemv_fp8.h, cublaslt_gemm.h, gemm_fp8_dequant.h).
   kFp8Gemv,      // register GEMV dequantizing in registers, 16-bit x (W8A16)
   kFp8GemvRing,  // its shared-memory ring form
+  kFp8GemvMma,   // the ring form on the tensor cores (gemv_fp8_mma.cuh): per-tensor/channel scales
   kFp8CublasLt,  // x quantized to FP8 as the weight declares (fp8_quantize.h), then cuBLASLt's FP8 GEMM (W8A8)
   kFp8Dequant,   // tensor-core GEMM on weights widened in shared memory, 16-bit x (W8A16): what cuBLASLt refuses
   // Int4 weights, 16-bit x (W4A16: gemv_w4a16.h, gemm_w4a16.h); act-order inputs permuted first.

@@ -6,6 +6,7 @@
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/common/dynamic_smem.h"
 #include "kernels/cuda/common/fp8.cuh"
+#include "kernels/cuda/gemm/gemv_fp8_mma.cuh"
 #include "kernels/cuda/gemm/gemv_smem_ring.cuh"
 
 namespace llm::cuda {
@@ -250,6 +251,16 @@ cudaError_t LaunchRing(const T* x, const uint8_t* w, ScaleArgs sc, const T* bias
                       out, m, n, k, plan);
 }
 
+template <typename T, typename TOut, int M>
+cudaError_t LaunchMma(const T* x, const uint8_t* w, ScaleArgs sc, const T* bias, TOut* out, int m, int n, int k,
+                      const GemvFp8MmaPlan& plan, bool pdl, cudaStream_t stream) {
+  auto kernel = GemvFp8MmaKernel<T, TOut, M>;
+  const cudaError_t err = AllowDynamicSmem(kernel, plan.smem_bytes);
+  if (err != cudaSuccess) return err;
+  return LaunchKernel(kernel, dim3(plan.blocks), dim3(kFp8MmaWarps * 32), plan.smem_bytes, stream, pdl, x, w, sc.scale,
+                      sc.rows_per, sc.cols, bias, out, m, n, k, plan);
+}
+
 template <typename T, typename TOut, int M, bool kGrouped>
 cudaError_t LaunchRegister(const T* x, const uint8_t* w, ScaleArgs sc, const T* bias, TOut* out, int m, int n, int k,
                            int wpr, bool pdl, cudaStream_t stream) {
@@ -261,13 +272,22 @@ cudaError_t LaunchRegister(const T* x, const uint8_t* w, ScaleArgs sc, const T* 
 // The kernel instantiation for m rows (1, 2, 4 or 8 rows of x per template).
 template <typename T, typename TOut, bool kGrouped>
 absl::Status LaunchRows(const void* xv, const void* wv, ScaleArgs sc, const void* bv, void* ov, int m, int n, int k,
-                        const GemvOptions& o, Stream stream) {
+                        const GemvOptions& o, bool tensor_cores, Stream stream) {
   const T* x = static_cast<const T*>(xv);
   const uint8_t* w = static_cast<const uint8_t*>(wv);
   const T* bias = static_cast<const T*>(bv);
   TOut* out = static_cast<TOut*>(ov);
   const int mt = RingRowsTemplate(m);
   cudaError_t err;
+  GemvFp8MmaPlan mma_plan;
+  if (!kGrouped && o.smem_ring && tensor_cores && PlanGemvFp8Mma(n, k, mt, o.num_sms, o.ring_bytes, &mma_plan)) {
+    err = mt == 1   ? LaunchMma<T, TOut, 1>(x, w, sc, bias, out, m, n, k, mma_plan, o.pdl, stream)
+          : mt == 2 ? LaunchMma<T, TOut, 2>(x, w, sc, bias, out, m, n, k, mma_plan, o.pdl, stream)
+          : mt == 4 ? LaunchMma<T, TOut, 4>(x, w, sc, bias, out, m, n, k, mma_plan, o.pdl, stream)
+                    : LaunchMma<T, TOut, 8>(x, w, sc, bias, out, m, n, k, mma_plan, o.pdl, stream);
+    CUDA_RETURN_IF_ERROR(err);
+    return absl::OkStatus();
+  }
   GemvRingPlan plan;
   if (o.smem_ring && PlanGemvRing(n, k, 1, mt, o.num_sms, o.ring_bytes, &plan, sizeof(T))) {
     err = mt == 1   ? LaunchRing<T, TOut, 1, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o.pdl, stream)
@@ -289,11 +309,11 @@ absl::Status LaunchRows(const void* xv, const void* wv, ScaleArgs sc, const void
 
 template <typename T, typename TOut>
 absl::Status LaunchTyped(const void* x, const void* w, const Fp8WeightScales& s, const void* bias, void* out, int m,
-                         int n, int k, const GemvOptions& o, Stream stream) {
+                         int n, int k, const GemvOptions& o, bool tc, Stream stream) {
   const bool grouped = s.cols_per < k;
   const ScaleArgs sc{s.scale, static_cast<int>(std::min<int64_t>(s.rows_per, 0x7fffffff)), static_cast<int>(s.cols)};
-  if (grouped) return LaunchRows<T, TOut, true>(x, w, sc, bias, out, m, n, k, o, stream);
-  return LaunchRows<T, TOut, false>(x, w, sc, bias, out, m, n, k, o, stream);
+  if (grouped) return LaunchRows<T, TOut, true>(x, w, sc, bias, out, m, n, k, o, tc, stream);
+  return LaunchRows<T, TOut, false>(x, w, sc, bias, out, m, n, k, o, tc, stream);
 }
 
 }  // namespace
@@ -309,9 +329,16 @@ bool GemvFp8RingFits(DType dtype, int64_t m, int64_t n, int64_t k, size_t ring_b
          PlanGemvRing(n, k, 1, RingRowsTemplate(m), num_sms, ring_bytes, &plan, static_cast<int>(DTypeSize(dtype)));
 }
 
+bool GemvFp8MmaFits(DType dtype, int64_t m, int64_t n, int64_t k, const Fp8WeightScales& scales, size_t ring_bytes,
+                    int num_sms) {
+  GemvFp8MmaPlan plan;
+  return m >= 1 && m <= kGemvMaxRows && GemvFp8Supported(dtype, k, scales) && scales.cols_per >= k &&
+         PlanGemvFp8Mma(n, k, RingRowsTemplate(m), num_sms, ring_bytes, &plan);
+}
+
 absl::Status LaunchGemvFp8(DType dtype, DType out_dtype, const void* x, const void* w, const Fp8WeightScales& scales,
                            const void* bias, void* out, int64_t m, int64_t n, int64_t k, const GemvOptions& options,
-                           Stream stream) {
+                           Stream stream, bool tensor_cores) {
   if (m < 0 || m > kGemvMaxRows || n <= 0 || n > 0x7fffffff || k > 0x7fffffff || !GemvFp8Supported(dtype, k, scales))
     return absl::InvalidArgumentError(absl::StrCat("GemvFp8: unsupported shape m ", m, " n ", n, " k ", k,
                                                    " or scales (", scales.rows_per, " rows x ", scales.cols_per,
@@ -322,13 +349,13 @@ absl::Status LaunchGemvFp8(DType dtype, DType out_dtype, const void* x, const vo
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   if (dtype == DType::kBF16) {
     if (out_dtype == DType::kBF16)
-      return LaunchTyped<__nv_bfloat16, __nv_bfloat16>(x, w, scales, bias, out, mi, ni, ki, options, stream);
+      return LaunchTyped<__nv_bfloat16, __nv_bfloat16>(x, w, scales, bias, out, mi, ni, ki, options, tensor_cores, stream);
     if (out_dtype == DType::kF32)
-      return LaunchTyped<__nv_bfloat16, float>(x, w, scales, bias, out, mi, ni, ki, options, stream);
+      return LaunchTyped<__nv_bfloat16, float>(x, w, scales, bias, out, mi, ni, ki, options, tensor_cores, stream);
   } else {
     if (out_dtype == DType::kF16)
-      return LaunchTyped<__half, __half>(x, w, scales, bias, out, mi, ni, ki, options, stream);
-    if (out_dtype == DType::kF32) return LaunchTyped<__half, float>(x, w, scales, bias, out, mi, ni, ki, options, stream);
+      return LaunchTyped<__half, __half>(x, w, scales, bias, out, mi, ni, ki, options, tensor_cores, stream);
+    if (out_dtype == DType::kF32) return LaunchTyped<__half, float>(x, w, scales, bias, out, mi, ni, ki, options, tensor_cores, stream);
   }
   return absl::InvalidArgumentError("GemvFp8: output dtype must be the input dtype or float32");
 }

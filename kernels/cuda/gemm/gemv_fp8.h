@@ -34,10 +34,16 @@ bool GemvFp8Supported(DType dtype, int64_t k, const Fp8WeightScales& scales);
 // Whether the ring form takes an M x K input of `dtype` against an N x K FP8 weight.
 bool GemvFp8RingFits(DType dtype, int64_t m, int64_t n, int64_t k, size_t ring_bytes, int num_sms);
 
+// Whether the ring's tensor-core form (gemv_fp8_mma.cuh) takes this call: one scale a row (per
+// tensor or channel), K a multiple of 64, x (as f16) fitting in shared memory beside the ring.
+bool GemvFp8MmaFits(DType dtype, int64_t m, int64_t n, int64_t k, const Fp8WeightScales& scales, size_t ring_bytes,
+                    int num_sms);
+
 // x and bias of `dtype` (bf16 or fp16), out of `out_dtype` (== dtype, or f32), w E4M3 [N, K].
-// GemvOptions as for LaunchGemv (warps_per_row, smem_ring, ring_bytes, pdl).
+// GemvOptions as for LaunchGemv (warps_per_row, smem_ring, ring_bytes, pdl). With smem_ring, the
+// tensor-core form where it fits (GemvFp8MmaFits) unless !tensor_cores, else the CUDA-core ring.
 absl::Status LaunchGemvFp8(DType dtype, DType out_dtype, const void* x, const void* w, const Fp8WeightScales& scales,
                            const void* bias, void* out, int64_t m, int64_t n, int64_t k, const GemvOptions& options,
-                           Stream stream);
+                           Stream stream, bool tensor_cores = true);
 
 }  // namespace llm::cuda

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU regression: every CUDA test binary one after another (each backend reserves
+# most of the GPU), within one call's time; cuda_fp8_test without its slow all-formats case.
 # Pack first: benchmarks/device_pack.sh cuda_memory_test cuda_sampler_test cuda_model_test cuda_int4_test cuda_fp8_test cuda_ops_test
 # then, on the GPU machine: benchmarks/cuda/regression_device.sh   (BUDGET_S: seconds for all)
-# most of the GPU), within one call's time; cuda_fp8_test without its slow all-formats case.
 set -uo pipefail
 source benchmarks/device_prelude.sh
 end=$(( $(date +%s) + ${BUDGET_S:-520} ))

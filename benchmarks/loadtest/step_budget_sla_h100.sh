@@ -8,7 +8,9 @@
 #   mix     a ShareGPT-like length mix (lognormal prompts and outputs, medians 180/150 tokens,
 #           capped at 2048), 1000 requests all at once, with the default budget;
 #   sla     Poisson arrivals of 1000-in/1000-out requests, the highest rate meeting MLPerf's
-#           Llama-3.1-8B server limits (P99 TTFT <= 2 s, P99 TPOT <= 100 ms), SLA_REQUESTS a probe.
+#           Llama-3.1-8B server limits (P99 TTFT <= 2 s, P99 TPOT <= 100 ms): SLA_REQUESTS a probe,
+#           or, with SLA_DURATION (e.g. 150s), arrivals for that long a probe: a steady state, where
+#           a rate above capacity shows as a growing queue (a short burst does not).
 #   PARTS="budget mix" OUT_DIR=/tmp/out benchmarks/loadtest/step_budget_sla_h100.sh
 source "$(dirname "$0")/lib.sh"
 MODEL=${MODEL:-$REPO/benchmarks/cuda/configs/llama3-8b}
@@ -17,6 +19,7 @@ PARTS=${PARTS:-budget mix}
 BUDGETS=${BUDGETS:-512 1024 2048 4096}
 DURATION=${DURATION:-30s}
 SLA_REQUESTS=${SLA_REQUESTS:-240}
+SLA_DURATION=${SLA_DURATION:-}
 need_binaries "$LLM" "$LLM_CLIENT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT_DIR/gpu.txt"
 
@@ -43,9 +46,11 @@ for part in $PARTS; do
         --output-len lognormal:150:1.0:2048 --request-timeout 10m --progress-interval 10 || true
       stop_server ;;
     sla)
+      probe=(--num-requests "$SLA_REQUESTS")
+      [[ -n $SLA_DURATION ]] && probe=(--duration "$SLA_DURATION")
       serve sla
       loadtest sla_1000x1000 --sla-ttft-p99 2s --sla-tpot-p99 100ms --sla-search --sla-start-rate 6 \
-        --sla-tolerance 0.1 --sla-max-probes 5 --num-requests "$SLA_REQUESTS" --input-len 1000 --output-len 1000 \
+        --sla-tolerance 0.1 --sla-max-probes 5 "${probe[@]}" --input-len 1000 --output-len 1000 \
         --request-timeout 10m --progress-interval 10 || true
       stop_server ;;
   esac

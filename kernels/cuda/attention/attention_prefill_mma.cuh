@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/common/fp8.cuh"
+#include "kernels/cuda/common/mma_sync.cuh"
 
 namespace llm::cuda::attention {
 
@@ -21,11 +22,7 @@ struct MmaTraits<__nv_bfloat16> {
     return *reinterpret_cast<uint32_t*>(&v);
   }
   __device__ static void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    Mma16816<__nv_bfloat16>::Run(c, a, b0, b1);
   }
 };
 template <>
@@ -35,11 +32,7 @@ struct MmaTraits<__half> {
     return *reinterpret_cast<uint32_t*>(&v);
   }
   __device__ static void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    Mma16816<__half>::Run(c, a, b0, b1);
   }
 };
 
@@ -51,12 +44,6 @@ __device__ __forceinline__ float FastExp2(float x) {
   return y;
 }
 
-__device__ __forceinline__ void LdMatrixX4(uint32_t r[4], const void* smem) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
 __device__ __forceinline__ void LdMatrixX4Trans(uint32_t r[4], const void* smem) {
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"

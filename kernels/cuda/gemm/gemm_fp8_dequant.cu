@@ -3,7 +3,7 @@
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/common/fp8.cuh"
-#include "kernels/cuda/gemm/mma_sync.cuh"
+#include "kernels/cuda/common/mma_sync.cuh"
 
 namespace llm::cuda {
 namespace {

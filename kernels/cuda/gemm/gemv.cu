@@ -140,8 +140,6 @@ __global__ void __launch_bounds__(kWarps * 32) GemvScalarKernel(const T* __restr
 }
 
 // The ring kernel's M (rows of x) instantiation for m rows.
-int RingRowsTemplate(int64_t m) { return m == 1 ? 1 : m == 2 ? 2 : m <= 4 ? 4 : 8; }
-
 template <typename T, typename TOut, int M>
 cudaError_t LaunchRing(const T* x, const T* w, const T* bias, TOut* out, int m, int n, int k,
                        const GemvRingPlan& plan, bool pdl, cudaStream_t stream) {

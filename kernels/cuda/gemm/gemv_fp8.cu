@@ -168,23 +168,7 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
     if (my_units <= stages) AllowDependentLaunch();
   }
   GridDependencyWait();  // x is the predecessor's output
-  {
-    const int x_vecs = m_rows * (k / kXVec);
-    constexpr int kBatch = 4;
-    for (int base = threadIdx.x; base < x_vecs; base += kBatch * blockDim.x) {
-      Vec16<T> v[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int i = base + b * blockDim.x;
-        if (i < x_vecs) v[b] = LoadVec(x + static_cast<int64_t>(i) * kXVec);
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int i = base + b * blockDim.x;
-        if (i < x_vecs) StoreVec(xs + i * kXVec, v[b]);
-      }
-    }
-  }
+  StageXInShared(x, xs, m_rows * (k / kXVec));
   __syncthreads();
 
   for (int j = 0; j < my_units; ++j) {
@@ -207,33 +191,13 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
       for (int m = 0; m < M; ++m)
         if (m < m_rows) acc[m] += scale * Dot16(wf, xk + m * k + v * kWVec);
     }
-    __syncwarp();
-    if (lane == 0 && j + stages < my_units) {
-      FenceProxyAsyncShared();
-      BulkLoadToShared(ring + s * chunk_bytes, w_block + static_cast<int64_t>(unit_of(j + stages)) * chunk_elems,
-                       chunk_bytes, &bars[s], policy);
-      if (j + stages == my_units - 1) AllowDependentLaunch();
-    }
-    const float row_scale = kGrouped ? 1.0f : row_scales[0];
-#pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]) * row_scale;
-    if (lane == 0) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) partial[unit * M + m] = acc[m];
-    }
+    RefillRingStage(lane, j, stages, my_units, ring + s * chunk_bytes,
+                    [&](int u) { return w_block + static_cast<int64_t>(unit_of(u)) * chunk_elems; }, chunk_bytes,
+                    &bars[s], policy);
+    KeepUnitSums(acc, kGrouped ? 1.0f : row_scales[0], partial, unit, lane);
   }
-  __syncthreads();
-  for (int i = threadIdx.x; i < rows * M; i += blockDim.x) {
-    const int r = i / M, m = i % M;
-    if (m >= m_rows) continue;
-    float sum = 0.0f;
-    for (int q = 0; q < split; ++q) sum += partial[(r * split + q) * M + m];
-    if (bias) sum += ToFloat(bias[row0 + r]);
-    out[static_cast<int64_t>(m) * n + row0 + r] = FromFloat<TOut>(sum);
-  }
+  StoreRowSums<M>(partial, rows, split, m_rows, bias, row0, n, out);
 }
-
-int RingRowsTemplate(int64_t m) { return m == 1 ? 1 : m == 2 ? 2 : m <= 4 ? 4 : 8; }
 
 int AutoWarpsPerRow(int64_t n, int64_t k, int num_sms) {
   int wpr = 1;

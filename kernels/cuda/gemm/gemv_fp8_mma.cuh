@@ -32,7 +32,7 @@
 
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/device_utils.cuh"
-#include "kernels/cuda/gemm/mma_sync.cuh"
+#include "kernels/cuda/common/mma_sync.cuh"
 
 namespace llm::cuda {
 

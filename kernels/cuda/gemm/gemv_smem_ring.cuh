@@ -45,6 +45,72 @@ struct GemvRingPlan {
   size_t smem_bytes = 0;
 };
 
+// Pieces every ring form shares (this bf16 one, gemv_fp8.cu's, gemv_w4a16.cu's, gemv_fp8_mma.cuh).
+
+// x [x_vecs 16-byte vectors] into shared memory in one round of loads: read in place, each warp
+// would pay an L2 round trip per few vectors of its first unit, after the wait, on the critical path.
+template <typename T>
+__device__ __forceinline__ void StageXInShared(const T* __restrict__ x, T* xs, int x_vecs) {
+  constexpr int kVec = Vec16<T>::kVec;
+  constexpr int kBatch = 4;  // loads in flight per thread
+  for (int base = threadIdx.x; base < x_vecs; base += kBatch * blockDim.x) {
+    Vec16<T> v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * blockDim.x;
+      if (i < x_vecs) v[b] = LoadVec(x + static_cast<int64_t>(i) * kVec);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * blockDim.x;
+      if (i < x_vecs) StoreVec(xs + i * kVec, v[b]);
+    }
+  }
+}
+
+// Every lane has read stage `stage` of unit j (its values are in registers): lane 0 refills it
+// with the warp's unit j + stages, whose weights start at `src_of(j + stages)`; the warp's last copy
+// lets the block's successors launch.
+template <typename SrcOf>
+__device__ __forceinline__ void RefillRingStage(int lane, int j, int stages, int my_units, unsigned char* stage,
+                                                SrcOf src_of, uint32_t chunk_bytes, uint64_t* bar, uint64_t policy) {
+  __syncwarp();
+  if (lane == 0 && j + stages < my_units) {
+    FenceProxyAsyncShared();
+    BulkLoadToShared(stage, src_of(j + stages), chunk_bytes, bar, policy);
+    if (j + stages == my_units - 1) AllowDependentLaunch();
+  }
+}
+
+// A unit's M dot products, summed over the warp (times `scale`), kept by lane 0 in partial[unit][m].
+template <int M>
+__device__ __forceinline__ void KeepUnitSums(float (&acc)[M], float scale, float* partial, int unit, int lane) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]) * scale;
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) partial[unit * M + m] = acc[m];
+  }
+}
+
+// After the block's units: each output is its row's `split` unit sums in a fixed order, plus bias.
+template <int M, typename T, typename TOut>
+__device__ __forceinline__ void StoreRowSums(const float* partial, int rows, int split, int m_rows,
+                                             const T* __restrict__ bias, int row0, int n, TOut* __restrict__ out) {
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows * M; i += blockDim.x) {
+    const int r = i / M, m = i % M;
+    if (m >= m_rows) continue;
+    float sum = 0.0f;
+    for (int q = 0; q < split; ++q) sum += partial[(r * split + q) * M + m];
+    if (bias) sum += ToFloat(bias[row0 + r]);
+    out[static_cast<int64_t>(m) * n + row0 + r] = FromFloat<TOut>(sum);
+  }
+}
+
+// The M a ring kernel is instantiated for, for m rows of x.
+inline int RingRowsTemplate(int64_t m) { return m == 1 ? 1 : m == 2 ? 2 : m <= 4 ? 4 : 8; }
+
 template <typename T, typename TOut, int M>
 __global__ void __launch_bounds__(kRingWarps * 32, 2)
     GemvRingKernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
@@ -81,25 +147,7 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
     if (my_units <= stages) AllowDependentLaunch();
   }
   GridDependencyWait();  // x is the predecessor's output
-  // x into shared memory, all of it in one round of loads: read in place, each warp would pay an
-  // L2 round trip per few vectors of its first unit, after the wait, on the critical path.
-  {
-    const int x_vecs = m_rows * (k / kVec);
-    constexpr int kBatch = 4;  // loads in flight per thread
-    for (int base = threadIdx.x; base < x_vecs; base += kBatch * blockDim.x) {
-      Vec16<T> v[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int i = base + b * blockDim.x;
-        if (i < x_vecs) v[b] = LoadVec(x + static_cast<int64_t>(i) * kVec);
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int i = base + b * blockDim.x;
-        if (i < x_vecs) StoreVec(xs + i * kVec, v[b]);
-      }
-    }
-  }
+  StageXInShared(x, xs, m_rows * (k / kVec));
   __syncthreads();  // also publishes lane 0's barrier initialization to its warp
 
   for (int j = 0; j < my_units; ++j) {
@@ -128,30 +176,12 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
         }
       }
     }
-    // Every lane has read stage s (its values are in registers): refill it.
-    __syncwarp();
-    if (lane == 0 && j + stages < my_units) {
-      FenceProxyAsyncShared();
-      BulkLoadToShared(ring + s * chunk_bytes, w_block + static_cast<int64_t>(unit_of(j + stages)) * chunk_elems,
-                       chunk_bytes, &bars[s], policy);
-      if (j + stages == my_units - 1) AllowDependentLaunch();
-    }
-#pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]);
-    if (lane == 0) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) partial[unit * M + m] = acc[m];
-    }
+    RefillRingStage(lane, j, stages, my_units, ring + s * chunk_bytes,
+                    [&](int u) { return w_block + static_cast<int64_t>(unit_of(u)) * chunk_elems; }, chunk_bytes,
+                    &bars[s], policy);
+    KeepUnitSums(acc, 1.0f, partial, unit, lane);
   }
-  __syncthreads();
-  for (int i = threadIdx.x; i < rows * M; i += blockDim.x) {
-    const int r = i / M, m = i % M;
-    if (m >= m_rows) continue;
-    float sum = 0.0f;
-    for (int q = 0; q < split; ++q) sum += partial[(r * split + q) * M + m];
-    if (bias) sum += ToFloat(bias[row0 + r]);
-    out[static_cast<int64_t>(m) * n + row0 + r] = FromFloat<TOut>(sum);
-  }
+  StoreRowSums<M>(partial, rows, split, m_rows, bias, row0, n, out);
 }
 
 // Picks the ring for an N x K weight of `elem_bytes` elements and M (template) rows within

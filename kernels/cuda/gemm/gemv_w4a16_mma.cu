@@ -6,7 +6,7 @@
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/dynamic_smem.h"
 #include "kernels/cuda/common/device_utils.cuh"
-#include "kernels/cuda/gemm/mma_sync.cuh"
+#include "kernels/cuda/common/mma_sync.cuh"
 #include "kernels/cuda/gemm/w4a16_common.cuh"
 
 namespace llm::cuda {

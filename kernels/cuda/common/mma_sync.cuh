@@ -1,4 +1,4 @@
-// Warp-level tensor-core pieces the GEMMs share (gemm_fp8_dequant.cu, gemm_w4a16.cu): the
+// Warp-level tensor-core pieces the kernels share (the dequantizing GEMMs, the tensor-core GEMVs, prefill attention): the
 // m16n8k16 MMA on 16-bit operands with float32 accumulation, ldmatrix, and cp.async copies.
 //
 // Fragments (PTX ISA, mma.m16n8k16 .bf16/.f16): with g = lane / 4 and t = lane % 4,

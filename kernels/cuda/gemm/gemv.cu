@@ -3,6 +3,7 @@
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/common/dynamic_smem.h"
+#include "kernels/cuda/gemm/gemv_register_finish.cuh"
 #include "kernels/cuda/gemm/gemv_smem_ring.cuh"
 
 #include <algorithm>
@@ -80,33 +81,7 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const T* __restrict__ 
   // top they would sit resident through this kernel's whole weight stream and cut the number of
   // its blocks (and loads) in flight.
   AllowDependentLaunch();
-#pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]);
-  if (wpr == 1) {
-    if (!active || lane != 0) return;
-    const float b = bias ? ToFloat(bias[row]) : 0.0f;
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      if (m < m_rows) out[static_cast<int64_t>(m) * n + row] = FromFloat<TOut>(acc[m] + b);
-    return;
-  }
-  if (lane == 0) {
-#pragma unroll
-    for (int m = 0; m < M; ++m) partial[warp][m] = acc[m];
-  }
-  __syncthreads();
-  // Thread i < rows_per_block * M finishes (row i / M, input row i % M) over its wpr warps.
-  const int i = threadIdx.x;
-  if (i < rows_per_block * M) {
-    const int r = i / M, m = i % M;
-    const int out_row = blockIdx.x * rows_per_block + r;
-    if (m < m_rows && out_row < n) {
-      float s = 0.0f;
-      for (int q = 0; q < wpr; ++q) s += partial[r * wpr + q][m];
-      if (bias) s += ToFloat(bias[out_row]);
-      out[static_cast<int64_t>(m) * n + out_row] = FromFloat<TOut>(s);
-    }
-  }
+  FinishRegisterGemv(acc, 1.0f, active, warp, lane, wpr, row, rows_per_block, m_rows, n, bias, out, partial);
 }
 
 // Any K / alignment: scalar loads.

@@ -7,6 +7,7 @@
 #include "kernels/cuda/common/dynamic_smem.h"
 #include "kernels/cuda/common/fp8.cuh"
 #include "kernels/cuda/gemm/gemv_fp8_mma.cuh"
+#include "kernels/cuda/gemm/gemv_register_finish.cuh"
 #include "kernels/cuda/gemm/gemv_smem_ring.cuh"
 
 namespace llm::cuda {
@@ -101,32 +102,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   AllowDependentLaunch();  // only now (see GemvKernel)
   const float row_scale = kGrouped || !active ? 1.0f : __ldg(row_scales);
-#pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]) * row_scale;
-  if (wpr == 1) {
-    if (!active || lane != 0) return;
-    const float b = bias ? ToFloat(bias[row]) : 0.0f;
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      if (m < m_rows) out[static_cast<int64_t>(m) * n + row] = FromFloat<TOut>(acc[m] + b);
-    return;
-  }
-  if (lane == 0) {
-#pragma unroll
-    for (int m = 0; m < M; ++m) partial[warp][m] = acc[m];
-  }
-  __syncthreads();
-  const int i = threadIdx.x;
-  if (i < rows_per_block * M) {
-    const int r = i / M, m = i % M;
-    const int out_row = blockIdx.x * rows_per_block + r;
-    if (m < m_rows && out_row < n) {
-      float s = 0.0f;
-      for (int q = 0; q < wpr; ++q) s += partial[r * wpr + q][m];
-      if (bias) s += ToFloat(bias[out_row]);
-      out[static_cast<int64_t>(m) * n + out_row] = FromFloat<TOut>(s);
-    }
-  }
+  FinishRegisterGemv(acc, row_scale, active, warp, lane, wpr, row, rows_per_block, m_rows, n, bias, out, partial);
 }
 
 // Ring form: GemvRingKernel (gemv_smem_ring.cuh) with E4M3 units: each warp's lane 0 bulk-copies

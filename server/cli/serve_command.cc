@@ -361,7 +361,8 @@ int RunServe(int argc, char** argv) {
                    "run this process as a front end that survives its workers: it launches each replica's worker "
                    "group as 'PREFIX <this llm> worker ...' (e.g. \"mpirun -np 4 --hostfile hosts\"; \"\" for one "
                    "process), restarts a group that dies or hangs and resumes its requests; once, or once per replica");
-  flags.Int("replicas", &serve.replicas, "worker groups of the model (with --workers); requests go to the least loaded");
+  flags.Int("replicas", &serve.replicas, "worker groups of the model (with --workers); a request goes to the one that had its prompt's prefix, "
+            "else the least loaded");
   flags.String("worker-address", &serve.worker_address,
                "HOST:PORT the front end listens on for its worker groups (replica r: PORT + r; PORT 0: any)");
   flags.Int("worker-timeout-s", &serve.worker_timeout_s,

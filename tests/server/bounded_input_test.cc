@@ -93,10 +93,7 @@ TEST(BoundedInputFlood, DISABLED_SendHugePrompts) {
   std::vector<std::thread> clients;
   for (int i = 0; i < 64; ++i)
     clients.emplace_back([&, i] {
-      grpc::ChannelArguments args;
-      args.SetMaxSendMessageSize(64 << 20);
-      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-      auto stub = v1::Llm::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+      auto stub = v1::Llm::NewStub(NewClientChannel(address));
       v1::GenerateRequest r;
       r.set_text(huge);
       r.mutable_stopping()->set_max_tokens(16);

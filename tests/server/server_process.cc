@@ -220,12 +220,14 @@ double ServerProcess::Metric(const std::string& name) const {
   return it->second;
 }
 
-std::shared_ptr<grpc::Channel> ServerProcess::NewChannel() const {
+std::shared_ptr<grpc::Channel> NewClientChannel(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(64 << 20);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
+
+std::shared_ptr<grpc::Channel> ServerProcess::NewChannel() const { return NewClientChannel(address()); }
 
 grpc::health::v1::HealthCheckResponse::ServingStatus ServerProcess::Health(
     const std::shared_ptr<grpc::Channel>& channel) const {

@@ -66,6 +66,9 @@ class ServerProcess {
 // `mpirun ... -np ranks` as a front end's --workers prefix, with the flags this machine's tests
 // need (oversubscription, root, no cross-memory attach).
 std::string MpirunPrefix(int ranks);
+// A client channel to `address` on a connection of its own (as another client's would be), taking
+// messages up to 64 MiB.
+std::shared_ptr<grpc::Channel> NewClientChannel(const std::string& address);
 
 // One Generate or Complete call's outcome.
 struct CallResult {

@@ -28,9 +28,17 @@
 namespace llm::testing {
 namespace {
 
+// What can be read of `path` ("" when it cannot be opened). With read(2), not a stream: a /proc
+// file of a process that exits while it is read fails with ESRCH, which libstdc++'s filebuf
+// turns into an exception (seen: the survival test aborted while a worker was being killed).
 std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  std::string bytes;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return bytes;
+  char buf[4096];
+  for (ssize_t got; (got = read(fd, buf, sizeof(buf))) > 0;) bytes.append(buf, static_cast<size_t>(got));
+  close(fd);
+  return bytes;
 }
 
 // Reads lines from `fd` until one contains "llm serve: serving"; false on EOF or timeout.

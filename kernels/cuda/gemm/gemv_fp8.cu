@@ -133,16 +133,8 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
   const uint8_t* w_block = w + static_cast<int64_t>(row0) * k;
   auto unit_of = [&](int j) { return warp + j * kRingWarps; };
 
-  uint64_t policy = 0;
-  if (lane == 0) {
-    for (int s = 0; s < stages; ++s) MbarrierInit(&bars[s], 1);
-    FenceMbarrierInit();
-    policy = L2EvictFirstPolicy();
-    for (int j = 0; j < min(stages, my_units); ++j)
-      BulkLoadToShared(ring + j * chunk_bytes, w_block + static_cast<int64_t>(unit_of(j)) * chunk_elems, chunk_bytes,
-                       &bars[j], policy);
-    if (my_units <= stages) AllowDependentLaunch();
-  }
+  auto src_of = [&](int j) { return w_block + static_cast<int64_t>(unit_of(j)) * chunk_elems; };
+  const uint64_t policy = StartRing(lane, stages, my_units, bars, ring, chunk_bytes, src_of);
   GridDependencyWait();  // x is the predecessor's output
   StageXInShared(x, xs, m_rows * (k / kXVec));
   __syncthreads();
@@ -167,9 +159,7 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
       for (int m = 0; m < M; ++m)
         if (m < m_rows) acc[m] += scale * Dot16(wf, xk + m * k + v * kWVec);
     }
-    RefillRingStage(lane, j, stages, my_units, ring + s * chunk_bytes,
-                    [&](int u) { return w_block + static_cast<int64_t>(unit_of(u)) * chunk_elems; }, chunk_bytes,
-                    &bars[s], policy);
+    RefillRingStage(lane, j, stages, my_units, ring + s * chunk_bytes, src_of, chunk_bytes, &bars[s], policy);
     KeepUnitSums(acc, kGrouped ? 1.0f : row_scales[0], partial, unit, lane);
   }
   StoreRowSums<M>(partial, rows, split, m_rows, bias, row0, n, out);

@@ -1,5 +1,5 @@
 // The GEMV form that streams weights through a ring of shared-memory stages filled by bulk copies
-// (included by gemv.cu only).
+// (gemv.cu; its pieces also serve gemv_fp8.cu's and gemv_w4a16.cu's ring forms).
 //
 // Why: at batch 1 a decode linear of a tensor-parallel shard moves 8-25 MB, a few microseconds of
 // DRAM time, and the register-prefetching GEMV loses 3-5 us of each to ramp and tail: before the
@@ -66,6 +66,24 @@ __device__ __forceinline__ void StageXInShared(const T* __restrict__ x, T* xs, i
       if (i < x_vecs) StoreVec(xs + i * kVec, v[b]);
     }
   }
+}
+
+// Lane 0 initializes the warp's stage barriers and issues the copies of its first `stages` units
+// (unit j's weights at src_of(j)); a warp with no more units than stages has issued its last copy,
+// so the block's successors may launch. Returns lane 0's L2 policy for the later copies.
+template <typename SrcOf>
+__device__ __forceinline__ uint64_t StartRing(int lane, int stages, int my_units, uint64_t* bars, unsigned char* ring,
+                                              uint32_t chunk_bytes, SrcOf src_of) {
+  uint64_t policy = 0;
+  if (lane == 0) {
+    for (int s = 0; s < stages; ++s) MbarrierInit(&bars[s], 1);
+    FenceMbarrierInit();
+    policy = L2EvictFirstPolicy();
+    for (int j = 0; j < min(stages, my_units); ++j)
+      BulkLoadToShared(ring + j * chunk_bytes, src_of(j), chunk_bytes, &bars[j], policy);
+    if (my_units <= stages) AllowDependentLaunch();
+  }
+  return policy;
 }
 
 // Every lane has read stage `stage` of unit j (its values are in registers): lane 0 refills it
@@ -135,17 +153,8 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
   // (unit % split). Rows are contiguous, so its weights start at unit * chunk_elems.
   auto unit_of = [&](int j) { return warp + j * kRingWarps; };
 
-  uint64_t policy = 0;
-  if (lane == 0) {
-    for (int s = 0; s < stages; ++s) MbarrierInit(&bars[s], 1);
-    FenceMbarrierInit();
-    policy = L2EvictFirstPolicy();
-    for (int j = 0; j < min(stages, my_units); ++j)
-      BulkLoadToShared(ring + j * chunk_bytes, w_block + static_cast<int64_t>(unit_of(j)) * chunk_elems,
-                       chunk_bytes, &bars[j], policy);
-    // Once a warp has issued its last copy, the block's successors may launch (see below).
-    if (my_units <= stages) AllowDependentLaunch();
-  }
+  auto src_of = [&](int j) { return w_block + static_cast<int64_t>(unit_of(j)) * chunk_elems; };
+  const uint64_t policy = StartRing(lane, stages, my_units, bars, ring, chunk_bytes, src_of);
   GridDependencyWait();  // x is the predecessor's output
   StageXInShared(x, xs, m_rows * (k / kVec));
   __syncthreads();  // also publishes lane 0's barrier initialization to its warp
@@ -176,9 +185,7 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
         }
       }
     }
-    RefillRingStage(lane, j, stages, my_units, ring + s * chunk_bytes,
-                    [&](int u) { return w_block + static_cast<int64_t>(unit_of(u)) * chunk_elems; }, chunk_bytes,
-                    &bars[s], policy);
+    RefillRingStage(lane, j, stages, my_units, ring + s * chunk_bytes, src_of, chunk_bytes, &bars[s], policy);
     KeepUnitSums(acc, 1.0f, partial, unit, lane);
   }
   StoreRowSums<M>(partial, rows, split, m_rows, bias, row0, n, out);

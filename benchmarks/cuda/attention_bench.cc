@@ -32,21 +32,25 @@ constexpr int kHeadDim = 128;
 constexpr int kBlockSize = 16;
 
 // One attention call's device inputs: `seqs` sequences of `query_len` new tokens each at the end
-// of `context` cached tokens, random bf16 cache and queries, block tables shuffled. Owns them.
+// of `context` cached tokens, random bf16 queries and a random bf16 (or FP8 E4M3, scales 1/64)
+// cache, block tables shuffled. Owns them.
 class AttentionInputs {
  public:
   AttentionInputs(int heads, int kv_heads, int seqs, int query_len, int context, uint64_t seed,
-                  std::mt19937& rng, cudaStream_t s) {
+                  std::mt19937& rng, cudaStream_t s, bool fp8_cache = false) {
     const int blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
     const int64_t num_blocks = int64_t{seqs} * blocks_per_seq;
     const int64_t cache_elems = num_blocks * kv_heads * kBlockSize * kHeadDim;
     const int64_t tokens = int64_t{seqs} * query_len;
     const int64_t q_elems = tokens * heads * kHeadDim;
-    for (auto [ptr, elems] :
-         {std::pair{&k_, cache_elems}, {&v_, cache_elems}, {&q_, q_elems}, {&out_, q_elems}})
-      BENCH_CUDA(cudaMalloc(ptr, elems * 2));
-    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, k_, cache_elems, seed, -1.0f, 1.0f, s));
-    BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, v_, cache_elems, seed + 1, -1.0f, 1.0f, s));
+    const DType cache_dtype = fp8_cache ? DType::kF8E4M3 : DType::kBF16;
+    const int64_t cache_bytes = cache_elems * (fp8_cache ? 1 : 2);
+    for (auto [ptr, bytes] :
+         {std::pair{&k_, cache_bytes}, {&v_, cache_bytes}, {&q_, q_elems * 2}, {&out_, q_elems * 2}})
+      BENCH_CUDA(cudaMalloc(ptr, bytes));
+    const float range = fp8_cache ? 64.0f : 1.0f;  // FP8: values of 1/64 scale
+    BENCH_CHECK(cuda::LaunchFillUniform(cache_dtype, k_, cache_elems, seed, -range, range, s));
+    BENCH_CHECK(cuda::LaunchFillUniform(cache_dtype, v_, cache_elems, seed + 1, -range, range, s));
     BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, q_, q_elems, seed + 2, -1.0f, 1.0f, s));
     std::vector<int32_t> query_start(seqs + 1), context_lens(seqs, context), tables(num_blocks);
     for (int i = 0; i <= seqs; ++i) query_start[i] = i * query_len;
@@ -74,6 +78,8 @@ class AttentionInputs {
     p_.block_size = kBlockSize;
     p_.max_blocks_per_seq = blocks_per_seq;
     p_.scale = 0.088f;
+    p_.fp8_cache = fp8_cache;
+    p_.k_scale = p_.v_scale = fp8_cache ? 1.0f / 64 : 1.0f;
   }
   ~AttentionInputs() {
     for (void* ptr : {k_, v_, q_, out_}) cudaFree(ptr);
@@ -123,40 +129,59 @@ int Main(int argc, char** argv) {
   }
 
   const Case cases[] = {
-      {"8B (32/8)", 32, 8, 1, 128},       {"8B (32/8)", 32, 8, 1, 512},
-      {"8B (32/8)", 32, 8, 1, 2048},      {"8B (32/8)", 32, 8, 1, 8192},
-      {"8B (32/8)", 32, 8, 8, 1024},      {"8B (32/8)", 32, 8, 32, 1024},
-      {"8B (32/8)", 32, 8, 128, 1024},    {"TP2 rank (16/4)", 16, 4, 1, 128},
-      {"TP2 rank (16/4)", 16, 4, 1, 512}, {"TP2 rank (16/4)", 16, 4, 16, 1024},
-      {"TP4 rank (8/2)", 8, 2, 1, 128},   {"TP4 rank (8/2)", 8, 2, 1, 2048},
+      {"8B (32/8)", 32, 8, 1, 128},       {"8B (32/8)", 32, 8, 1, 512},      {"8B (32/8)", 32, 8, 1, 2048},
+      {"8B (32/8)", 32, 8, 1, 8192},      {"8B (32/8)", 32, 8, 8, 1024},     {"8B (32/8)", 32, 8, 32, 1024},
+      {"8B (32/8)", 32, 8, 128, 512},     {"8B (32/8)", 32, 8, 128, 1024},   {"8B (32/8)", 32, 8, 256, 384},
+      {"8B (32/8)", 32, 8, 256, 1536},    {"8B (32/8)", 32, 8, 512, 512},    {"TP2 rank (16/4)", 16, 4, 1, 128},
+      {"TP2 rank (16/4)", 16, 4, 1, 512}, {"TP2 rank (16/4)", 16, 4, 16, 1024}, {"TP4 rank (8/2)", 8, 2, 1, 128},
+      {"TP4 rank (8/2)", 8, 2, 1, 2048},
   };
   const size_t ws_bytes = size_t{32} << 20;  // the CUDA backend's default attention workspace
   void* ws = nullptr;
   BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
   BENCH_CUDA(cudaMemset(ws, 0, ws_bytes));  // LaunchPagedAttention: zero-filled before first use
-  Table table({"shape (heads/kv)", "batch", "context", "KV MB", "floor us", "default us", "% of floor",
-               "one pass (no split) us", "SIMT kernel us", "x trivial kernel"});
+  Table table({"shape (heads/kv)", "batch", "context", "KV MB", "floor us", "tensor-core us (default)", "% of floor",
+               "warp kernel us", "% of floor", "one pass (no split) us", "SIMT kernel us", "x trivial kernel"});
+  Table fp8_table({"shape (heads/kv)", "batch", "context", "KV MB", "floor us", "tensor-core us (default)",
+                   "% of floor", "warp kernel us", "% of floor"});
   std::mt19937 rng(7);
   for (const Case& c : cases) {
-    const AttentionInputs inputs(c.heads, c.kv_heads, c.batch, /*query_len=*/1, c.context, 3, rng, s);
-    const cuda::PagedAttentionParams& p = inputs.params();
-    auto run = [&](int splits, bool simt = false) {
-      cuda::AttentionOptions o;
-      o.num_sms = prop.multiProcessorCount;
-      o.force_splits = splits;
-      o.force_simt = simt;
-      o.pdl = true;
-      return GraphMicrosPerCall(s, kCalls, args.reps, [&](int) {
-        BENCH_CHECK(cuda::LaunchPagedAttention(DType::kBF16, p, ws, ws_bytes, o, s));
-      });
-    };
-    const double def_us = run(0), one_us = run(1), simt_us = run(0, true);
-    const double kv_bytes = 2.0 * c.batch * c.context * c.kv_heads * kHeadDim * 2;
-    const double floor_us = kv_bytes / copy_bw * 1e6;
-    table.Row({c.shape, std::to_string(c.batch), std::to_string(c.context), Fmt("%.2f", kv_bytes / 1e6),
-               Fmt("%.2f", floor_us), Fmt("%.2f", def_us), Fmt("%.0f%%", 100.0 * floor_us / def_us),
-               Fmt("%.2f", one_us), Fmt("%.2f", simt_us), Fmt("%.1f", def_us / trivial_us)});
-    std::fprintf(stderr, "%s batch %d context %d: %.2f us\n", c.shape, c.batch, c.context, def_us);
+    for (const bool fp8 : {false, true}) {
+      const AttentionInputs inputs(c.heads, c.kv_heads, c.batch, /*query_len=*/1, c.context, 3, rng, s, fp8);
+      const cuda::PagedAttentionParams& p = inputs.params();
+      auto run = [&](int splits, bool simt = false, cuda::DecodeKernel kernel = cuda::DecodeKernel::kAuto) {
+        cuda::AttentionOptions o;
+        o.num_sms = prop.multiProcessorCount;
+        o.force_splits = splits;
+        o.force_simt = simt;
+        o.decode_kernel = kernel;
+        o.pdl = true;
+        return GraphMicrosPerCall(s, kCalls, args.reps, [&](int) {
+          BENCH_CHECK(cuda::LaunchPagedAttention(DType::kBF16, p, ws, ws_bytes, o, s));
+        });
+      };
+      const double def_us = run(0), warp_us = run(0, false, cuda::DecodeKernel::kWarp);
+      const double kv_bytes = 2.0 * c.batch * c.context * c.kv_heads * kHeadDim * (fp8 ? 1 : 2);
+      const double floor_us = kv_bytes / copy_bw * 1e6;
+      std::vector<std::string> row = {c.shape,
+                                      std::to_string(c.batch),
+                                      std::to_string(c.context),
+                                      Fmt("%.2f", kv_bytes / 1e6),
+                                      Fmt("%.2f", floor_us),
+                                      Fmt("%.2f", def_us),
+                                      Fmt("%.0f%%", 100.0 * floor_us / def_us),
+                                      Fmt("%.2f", warp_us),
+                                      Fmt("%.0f%%", 100.0 * floor_us / warp_us)};
+      if (fp8) {
+        fp8_table.Row(row);
+      } else {
+        const double one_us = run(1), simt_us = run(0, true);
+        row.insert(row.end(), {Fmt("%.2f", one_us), Fmt("%.2f", simt_us), Fmt("%.1f", def_us / trivial_us)});
+        table.Row(row);
+      }
+      std::fprintf(stderr, "%s batch %d context %d%s: %.2f us (warp kernel %.2f)\n", c.shape, c.batch, c.context,
+                   fp8 ? " fp8" : "", def_us, warp_us);
+    }
   }
   cudaFree(ws);
 
@@ -189,6 +214,7 @@ int Main(int argc, char** argv) {
       "(RMSNorm of one 4096 row) in the same kind of graph: %.2f us.\n\n",
       prop.name, kCalls, args.reps, copy_bw / 1e12, trivial_us);
   const std::string report = std::string(head) + table.Markdown() +
+                             "\n### Decode attention over an FP8 E4M3 cache (bf16 queries)\n\n" + fp8_table.Markdown() +
                              "\n### Prefill attention (causal, tensor cores), eager calls\n\n" +
                              prefill.Markdown();
   std::printf("%s", report.c_str());

@@ -341,6 +341,13 @@ TEST_P(CudaFp8Test, AttentionReadsAnE4M3Cache) {
       {"mixed", {{37, 37}, {1, 200}, {5, 70}}, 8, 2, 128},
       {"long_split", {{1, 8192}, {1, 3}}, 32, 8, 128},
       {"hd80_simt", {{1, 300}, {40, 90}}, 6, 2, 80},
+      // Enough (sequence, KV head) blocks to fill the GPU, ragged contexts, then prefills behind the
+      // decodes (a mixed step: the decode kernel takes the leading ones).
+      {"decodes_fill_gpu_then_prefill",
+       {{1, 700}, {1, 33}, {1, 1}, {1, 256}, {1, 257}, {1, 1000}, {1, 31}, {1, 64}, {1, 65}, {1, 500}, {1, 129},
+        {1, 2}, {1, 300}, {1, 301}, {1, 17}, {1, 800}, {1, 96}, {1, 97}, {1, 640}, {1, 5}, {40, 40}, {64, 300}},
+       32, 8, 128},
+      {"group8_hd64", {{1, 333}, {1, 48}}, 16, 2, 64},
   };
   for (const Case& c : cases) {
     const int block_size = 16;
@@ -389,6 +396,7 @@ TEST_P(CudaFp8Test, AttentionReadsAnE4M3Cache) {
       meta.query_start = tqs.t;
       meta.context_lens = tctx.t;
       meta.block_tables = ttab.t.Reshape({meta.num_seqs, width});
+      while (meta.num_decode_seqs < meta.num_seqs && c.seqs[meta.num_decode_seqs].first == 1) ++meta.num_decode_seqs;
       AttentionArgs a;
       a.q = tq.t;
       a.num_heads = c.heads;
@@ -403,14 +411,17 @@ TEST_P(CudaFp8Test, AttentionReadsAnE4M3Cache) {
       return Download(b, out.t);
     };
     const std::vector<float> want = run(cpu_, DType::kF32, nullptr);
-    for (int variant = 0; variant < 4; ++variant) {  // as cuda_ops_test: defaults, SIMT, SIMT split, split
+    for (int variant = 0; variant < 6; ++variant) {  // as cuda_ops_test: defaults, SIMT, SIMT split, split,
+                                                      // the CUDA-core decode kernel unsplit and split
       gpu_->mutable_options().force_simt_attention = variant == 1 || variant == 2;
-      gpu_->mutable_options().attention_splits = variant >= 2 ? 7 : 0;
+      gpu_->mutable_options().attention_splits = variant == 2 || variant == 3 || variant == 5 ? 7 : 0;
+      gpu_->mutable_options().warp_decode_attention = variant >= 4;
       EXPECT_LE(RelErr(run(*gpu_, dtype_, gpu_.get()), want), Tolerance(dtype_)) << c.name << " variant " << variant;
     }
   }
   gpu_->mutable_options().force_simt_attention = false;
   gpu_->mutable_options().attention_splits = 0;
+  gpu_->mutable_options().warp_decode_attention = false;
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaFp8Test, ::testing::Values(DType::kBF16, DType::kF16),

@@ -411,6 +411,9 @@ std::vector<AttnCase> AttentionCases() {
       {"window_prefill", {{90, 200}}, 8, 2, 128, 16, 50},
       {"window_decode", {{1, 300}, {1, 20}}, 8, 2, 64, 16, 50},
       {"group16", {{1, 700}, {6, 30}}, 32, 2, 128},
+      // Groups that leave query rows of a head tile unused (6 of 8; 8 and 4 of 8 in two tiles).
+      {"group6_decode", {{1, 300}, {1, 40}, {1, 1}}, 12, 2, 128},
+      {"group12_decode_hd64", {{1, 515}, {1, 16}}, 24, 2, 64},
   };
 }
 
@@ -418,17 +421,20 @@ TEST_P(CudaOpsTest, PagedAttention) {
   for (const AttnCase& c : AttentionCases()) {
     AttentionHarness h(c, dtype_, rng_);
     const std::vector<float> want = h.Run(cpu_, DType::kF32, nullptr);
-    for (int variant = 0; variant < 4; ++variant) {
+    for (int variant = 0; variant < 6; ++variant) {
       // variant 0: default kernels; 1: SIMT only; 2: SIMT with a fixed 7-way decode split; 3: default
-      // kernels with a fixed 7-way decode split (the decode kernel's slices and the combine).
+      // kernels with a fixed 7-way decode split (the decode kernel's slices and their merge); 4, 5:
+      // the CUDA-core decode kernel instead of the tensor-core one, without and with the split.
       gpu_->mutable_options().force_simt_attention = variant == 1 || variant == 2;
-      gpu_->mutable_options().attention_splits = variant >= 2 ? 7 : 0;
+      gpu_->mutable_options().attention_splits = variant == 2 || variant == 3 || variant == 5 ? 7 : 0;
+      gpu_->mutable_options().warp_decode_attention = variant >= 4;
       const std::vector<float> got = h.Run(*gpu_, dtype_, gpu_.get());
       ExpectClose(got, want, Tolerance(dtype_), "Attention " + c.name + " variant " + std::to_string(variant));
     }
   }
   gpu_->mutable_options().force_simt_attention = false;
   gpu_->mutable_options().attention_splits = 0;
+  gpu_->mutable_options().warp_decode_attention = false;
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaOpsTest, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),

@@ -526,6 +526,7 @@ absl::Status CudaBackend::Attention(const AttentionArgs& a) {
   opts.num_sms = impl_->prop.multiProcessorCount;
   opts.force_splits = impl_->options.attention_splits;
   opts.force_simt = impl_->options.force_simt_attention;
+  if (impl_->options.warp_decode_attention) opts.decode_kernel = cuda::DecodeKernel::kWarp;
   opts.pdl = impl_->options.programmatic_launch;
   const double es = static_cast<double>(DTypeSize(a.cache.k.dtype()));
   const double kv_bytes = 2.0 * m.num_seqs * static_cast<double>(m.max_context_len) * a.num_kv_heads * a.head_dim * es;

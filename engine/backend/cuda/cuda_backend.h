@@ -78,6 +78,7 @@ struct CudaBackendOptions {
   // Test knobs.
   bool force_simt_attention = false;
   int attention_splits = 0;  // > 0: fixed decode split count
+  bool warp_decode_attention = false;  // the CUDA-core decode kernel instead of the tensor-core one
 };
 
 // One op's device time, from CUDA events around it, with the bytes and FLOPs it must at least

@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/attention/paged_attention.h"
 #include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/common/mma_sync.cuh"  // CpAsync16 and its groups
 
 namespace llm::cuda::attention {
 
@@ -19,18 +20,6 @@ __device__ __forceinline__ int FindSequence(const int32_t* query_start, int num_
       hi = mid - 1;
   }
   return lo;
-}
-
-// 16-byte global -> shared copy; src_bytes 0 zero-fills the destination.
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
 // A key's place in a paged cache ([page][kv_heads][block_size][head_dim]): its block-table

@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention/attention_common.cuh"
+#include "kernels/cuda/attention/attention_decode_merge.cuh"
 #include "kernels/cuda/common/fp8.cuh"
 
 namespace llm::cuda::attention {
@@ -31,9 +32,8 @@ namespace llm::cuda::attention {
 constexpr int kDecodeWarps = 8;
 constexpr int kDecodeThreads = 32 * kDecodeWarps;
 constexpr int kDecodeKeysPerBlockStep = 32 * kDecodeWarps;
-// Slices per sequence the in-kernel merge handles (its maxima and weights, 2 x G x splits floats,
-// live in the merge area's kDecodeWarps x G x D).
-constexpr int kDecodeMaxSplits = kDecodeWarps * 64 / 2;
+// Slices per sequence the in-kernel merge handles (at head_dim 64, the smaller merge area).
+constexpr int kDecodeMaxSplits = DecodeMergeMaxSplits<kDecodeWarps, 64>();
 
 // Dynamic shared memory: q_s [G][D] floats (scaled by scale * log2 e), then either the warps' K
 // stages (T [W][32][D + 8]: each warp's 32 rows, padded so that a lane reading its own row from
@@ -43,7 +43,7 @@ template <typename T, int G, int D>
 struct DecodeSmem {
   static constexpr int kRowPitch = D + 8;  // elements
   static constexpr size_t kStageBytes = sizeof(T) * kDecodeWarps * 32 * kRowPitch;
-  static constexpr size_t kMergeBytes = sizeof(float) * kDecodeWarps * G * (D + 2);
+  static constexpr size_t kMergeBytes = DecodeMergeArea<kDecodeWarps, G, D>::kBytes;
   static constexpr size_t kBytes =
       sizeof(float) * G * D + (kStageBytes > kMergeBytes ? kStageBytes : kMergeBytes);
 };
@@ -301,82 +301,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
     for (int c = 0; c < kCols; ++c) acc_w[(warp * G + r) * D + lane * kCols + c] = acc[r][c];
   }
   __syncthreads();
-  for (int i = tid; i < rows * D; i += kDecodeThreads) {
-    const int r = i / D, c = i % D;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, m_w[w * G + r]);
-    const float m_use = mx == -INFINITY ? 0.0f : mx;
-    float sum = 0.0f, o = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) {
-      const float wt = exp2f(m_w[w * G + r] - m_use);
-      sum += l_w[w * G + r] * wt;
-      o += acc_w[(w * G + r) * D + c] * wt;
-    }
-    if constexpr (kFp8) o *= p.v_scale;
-    const int64_t qh = t * p.num_heads + h0 + r;
-    if (splits == 1) {
-      static_cast<T*>(p.out)[qh * D + c] = FromFloat<T>(sum > 0.0f ? o / sum : 0.0f);
-    } else {
-      split.part_acc[(qh * split.splits + z) * D + c] = o;
-      if (c == 0) split.part_ml[qh * split.splits + z] = make_float2(mx, sum);
-    }
-  }
-  if (splits == 1) return;
-
-  // Split: count this slice in; the last one to arrive merges every slice's partials. The
-  // block's partial stores are ordered before its count by the barrier and thread 0's fence (the
-  // release), and the merging block's reads after the count by its fence (the acquire); it reads
-  // them from L2 (__ldcg), where the other SMs' stores are.
-  __syncthreads();
-  __shared__ bool last;
-  if (tid == 0) {
-    __threadfence();
-    unsigned* arrivals = split.arrivals + (t * p.num_kv_heads + kvh) * split.head_tiles + tile;
-    last = atomicAdd(arrivals, 1u) == static_cast<unsigned>(splits - 1);
-    if (last) {
-      *arrivals = 0u;  // every slice has arrived: ready for the next call
-      __threadfence();
-    }
-  }
-  __syncthreads();
-  if (!last) return;
-  // Each slice's weight for each head first (its max and sum, into the merge area), then the
-  // output columns.
-  float* mz = acc_w;              // [rows][splits]; the host keeps splits <= kDecodeMaxSplits
-  float* wt = acc_w + G * splits;  // same
-  for (int i = tid; i < rows * splits; i += kDecodeThreads) {
-    const int r = i / splits, zz = i % splits;
-    const float2 part = __ldcg(&split.part_ml[(t * p.num_heads + h0 + r) * split.splits + zz]);
-    mz[i] = part.x;
-    wt[i] = part.y;
-  }
-  __syncthreads();
-  if (tid < rows) {
-    float mx = -INFINITY;
-    for (int zz = 0; zz < splits; ++zz) mx = fmaxf(mx, mz[tid * splits + zz]);
-    const float m_use = mx == -INFINITY ? 0.0f : mx;
-    float sum = 0.0f;
-    for (int zz = 0; zz < splits; ++zz) {
-      const float e = exp2f(mz[tid * splits + zz] - m_use);
-      mz[tid * splits + zz] = e;
-      sum += wt[tid * splits + zz] * e;
-    }
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    for (int zz = 0; zz < splits; ++zz) wt[tid * splits + zz] = mz[tid * splits + zz] * inv;
-  }
-  __syncthreads();
-  for (int i = tid; i < rows * D; i += kDecodeThreads) {
-    const int r = i / D, c = i % D;
-    const int64_t qh = t * p.num_heads + h0 + r;
-    float o = 0.0f;
-    for (int zz = 0; zz < splits; ++zz) {
-      const float w = wt[r * splits + zz];
-      if (w > 0.0f) o += __ldcg(&split.part_acc[(qh * split.splits + zz) * D + c]) * w;
-    }
-    static_cast<T*>(p.out)[qh * D + c] = FromFloat<T>(o);
-  }
+  MergeDecodeWarps<T, kDecodeWarps, G, D, kDecodeThreads, kFp8>(p, split, t, kvh, tile, z, h0, rows, splits, m_w,
+                                                                l_w, acc_w);
 }
 
 }  // namespace llm::cuda::attention

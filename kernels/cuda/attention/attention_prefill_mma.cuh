@@ -5,59 +5,13 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention/attention_common.cuh"
+#include "kernels/cuda/attention/attention_mma_common.cuh"
 #include "kernels/cuda/common/fp8.cuh"
-#include "kernels/cuda/common/mma_sync.cuh"
 
 namespace llm::cuda::attention {
 
 constexpr int kMmaThreads = 128;
 constexpr int kMmaBlockN = 64;  // keys per tile
-
-template <typename T>
-struct MmaTraits;
-template <>
-struct MmaTraits<__nv_bfloat16> {
-  __device__ static uint32_t Pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-  __device__ static void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    Mma16816<__nv_bfloat16>::Run(c, a, b0, b1);
-  }
-};
-template <>
-struct MmaTraits<__half> {
-  __device__ static uint32_t Pack(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-  __device__ static void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    Mma16816<__half>::Run(c, a, b0, b1);
-  }
-};
-
-// 2^x on the SFU in one instruction (exp2f adds a denormal-range fix-up around it): the
-// probabilities it yields are in [0, 1], where flushing a denormal to zero changes nothing.
-__device__ __forceinline__ float FastExp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t r[4], const void* smem) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
-// Tiles in shared memory are [rows][D] of T, stored in 16-byte chunks XOR-swizzled by the row
-// (chunk c of row r lives at chunk c ^ (r & 7)), so that the 8 rows an ldmatrix reads at one
-// logical chunk fall in 8 different bank groups.
-template <int D>
-__device__ __forceinline__ int Swz(int row, int chunk) {
-  return row * D + ((chunk ^ (row & 7)) << 3);
-}
 
 // Rows per warp: kMmaMTiles m16 tiles (each K/V fragment read from shared memory feeds that many
 // MMAs, and each warp has that many independent accumulator chains).

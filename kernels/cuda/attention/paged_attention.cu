@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "kernels/cuda/attention/attention_decode.cuh"
+#include "kernels/cuda/attention/attention_decode_mma.cuh"
 #include "kernels/cuda/attention/attention_prefill_mma.cuh"
 #include "kernels/cuda/attention/attention_simt.cuh"
 #include "kernels/cuda/attention/paged_attention.h"
@@ -14,8 +15,10 @@ namespace {
 
 using attention::AttentionCombineKernel;
 using attention::AttentionDecodeKernel;
+using attention::AttentionDecodeMmaKernel;
 using attention::AttentionPrefillMmaKernel;
 using attention::AttentionSimtKernel;
+using attention::DecodeMmaSmem;
 using attention::DecodeSmem;
 using attention::DecodeSplit;
 using attention::SimtSmem;
@@ -100,34 +103,39 @@ DecodeSplit ChooseSimtSplit(const PagedAttentionParams& p, const AttentionOption
 
 // --- the decode kernel (16-bit, head_dim 64 or 128, one query token per sequence) ---
 
-// A block covers 256 keys per step (8 warps x 32); the split is for the GPU's idle SMs only: no
-// more slices than leave every (token, KV head) block an SM of its own, and none shorter than one
-// block step (H100, batch 1, 8B heads: 2048 keys in 8 slices of 256 take 10.3 us, in 4 of 512
-// 14.6 us; 512 keys in 2 slices 9.8 us, in one 11.7 us). The count is for the
-// longest context the call may see (for a CUDA graph, the longest the graph serves); each
-// sequence uses as many of the slices as its own context needs (attention_decode.cuh).
+// The split is for the GPU's idle SMs only: no more slices than leave every (token, KV head)
+// block a place of its own (`blocks_per_sm` of them an SM), and none shorter than `min_chunk` keys
+// (H100, batch 1, 8B heads, warp kernel: 2048 keys in 8 slices of 256 take 10.3 us, in 4 of 512
+// 14.6 us; 512 keys in 2 slices 9.8 us, in one 11.7 us). The count is for the longest context the
+// call may see (for a CUDA graph, the longest the graph serves); each sequence uses as many of the
+// slices as its own context needs (MergeDecodeWarps).
 DecodeSplit ChooseDecodeSplit(const PagedAttentionParams& p, const AttentionOptions& options, int head_tiles,
-                              void* workspace, size_t workspace_bytes) {
+                              int min_chunk, int blocks_per_sm, int max_splits, void* workspace,
+                              size_t workspace_bytes) {
   DecodeSplit split;
   split.head_tiles = head_tiles;
   const int keys = p.sliding_window > 0 ? std::min(p.max_context_len, p.sliding_window) : p.max_context_len;
   const int64_t base = p.num_tokens * p.num_kv_heads * head_tiles;
-  const int min_chunk = options.force_splits > 0 ? 32 : attention::kDecodeKeysPerBlockStep;
-  const int wanted = options.force_splits > 0 ? options.force_splits
-                                             : static_cast<int>(std::min<int64_t>(options.num_sms / base, 65535));
-  int splits = std::min({wanted, (keys + min_chunk - 1) / min_chunk, attention::kDecodeMaxSplits});
+  if (options.force_splits > 0) min_chunk = 32;
+  const int wanted = options.force_splits > 0
+                         ? options.force_splits
+                         : static_cast<int>(std::min<int64_t>(int64_t{blocks_per_sm} * options.num_sms / base, 65535));
+  int splits = std::min({wanted, (keys + min_chunk - 1) / min_chunk, max_splits});
   if (base > static_cast<int64_t>(kArrivalCounters)) splits = 1;
   split.splits = FitSplits(p, splits, workspace, workspace_bytes);
   split.min_chunk = min_chunk;
   return split;
 }
 
+// The warp kernel: a block covers 256 keys per step (8 warps x 32).
 template <typename T, int G, int D>
-absl::Status LaunchDecode(const PagedAttentionParams& p, DecodeSplit split, void* workspace, bool pdl,
-                          int num_sms, Stream stream) {
+absl::Status LaunchDecode(const PagedAttentionParams& p, const AttentionOptions& options, int head_tiles,
+                          void* workspace, size_t workspace_bytes, Stream stream) {
+  DecodeSplit split = ChooseDecodeSplit(p, options, head_tiles, attention::kDecodeKeysPerBlockStep, 1,
+                                        attention::kDecodeMaxSplits, workspace, workspace_bytes);
   // When the (token, KV head) blocks alone fill every SM, occupancy counts more than hiding each
   // warp's V latency: the 128-register variant (two blocks per SM).
-  const bool v_smem = p.num_tokens * p.num_kv_heads * split.head_tiles >= num_sms;
+  const bool v_smem = p.num_tokens * p.num_kv_heads * split.head_tiles >= options.num_sms;
   auto kernel = p.fp8_cache ? (v_smem ? AttentionDecodeKernel<T, G, D, true, true> : AttentionDecodeKernel<T, G, D, false, true>)
                             : (v_smem ? AttentionDecodeKernel<T, G, D, true> : AttentionDecodeKernel<T, G, D, false>);
   constexpr size_t smem = DecodeSmem<T, G, D>::kBytes;
@@ -135,15 +143,38 @@ absl::Status LaunchDecode(const PagedAttentionParams& p, DecodeSplit split, void
   PlacePartials(p, workspace, &split);
   const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
   CUDA_RETURN_IF_ERROR(
-      LaunchKernel(kernel, grid, dim3(attention::kDecodeThreads), smem, stream, pdl, p, split));
+      LaunchKernel(kernel, grid, dim3(attention::kDecodeThreads), smem, stream, options.pdl, p, split));
   return absl::OkStatus();  // the kernel merges its own slices
 }
 
+// The tensor-core kernel: two blocks an SM, 64 keys a block step (4 warps x 16); slices of at
+// least 128 keys.
+template <typename T, int G, int D>
+absl::Status LaunchDecodeMma(const PagedAttentionParams& p, const AttentionOptions& options, int head_tiles,
+                             void* workspace, size_t workspace_bytes, Stream stream) {
+  DecodeSplit split = ChooseDecodeSplit(p, options, head_tiles, 2 * attention::kDecodeMmaKeysPerBlockStep, 2,
+                                        attention::kDecodeMmaMaxSplits, workspace, workspace_bytes);
+  auto launch = [&](auto kernel, size_t smem) -> absl::Status {
+    CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
+    PlacePartials(p, workspace, &split);
+    const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
+    CUDA_RETURN_IF_ERROR(
+        LaunchKernel(kernel, grid, dim3(attention::kDecodeMmaThreads), smem, stream, options.pdl, p, split));
+    return absl::OkStatus();  // the kernel merges its own slices
+  };
+  if (p.fp8_cache) return launch(AttentionDecodeMmaKernel<T, G, D, true>, DecodeMmaSmem<T, G, D, true>::kBytes);
+  return launch(AttentionDecodeMmaKernel<T, G, D, false>, DecodeMmaSmem<T, G, D, false>::kBytes);
+}
+
 template <typename T, int G>
-absl::Status LaunchDecodeDim(const PagedAttentionParams& p, const DecodeSplit& split, void* workspace,
-                             bool pdl, int num_sms, Stream stream) {
-  if (p.head_dim == 64) return LaunchDecode<T, G, 64>(p, split, workspace, pdl, num_sms, stream);
-  return LaunchDecode<T, G, 128>(p, split, workspace, pdl, num_sms, stream);
+absl::Status LaunchDecodeDim(const PagedAttentionParams& p, const AttentionOptions& options, int head_tiles,
+                             void* workspace, size_t workspace_bytes, Stream stream) {
+  if (options.decode_kernel == DecodeKernel::kWarp) {
+    if (p.head_dim == 64) return LaunchDecode<T, G, 64>(p, options, head_tiles, workspace, workspace_bytes, stream);
+    return LaunchDecode<T, G, 128>(p, options, head_tiles, workspace, workspace_bytes, stream);
+  }
+  if (p.head_dim == 64) return LaunchDecodeMma<T, G, 64>(p, options, head_tiles, workspace, workspace_bytes, stream);
+  return LaunchDecodeMma<T, G, 128>(p, options, head_tiles, workspace, workspace_bytes, stream);
 }
 
 template <typename T>
@@ -201,16 +232,15 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
     // One query token per sequence (token t is sequence t), aligned rows: the decode kernel.
     if (p.max_query_len == 1 && p.num_seqs == p.num_tokens && !options.force_simt && mma_dim &&
         Aligned16(p.k_cache) && Aligned16(p.v_cache) && Aligned16(p.q) && Aligned16(p.out)) {
-      const DecodeSplit split = ChooseDecodeSplit(p, options, head_tiles, workspace, workspace_bytes);
       switch (g) {
         case 1:
-          return LaunchDecodeDim<T, 1>(p, split, workspace, options.pdl, options.num_sms, stream);
+          return LaunchDecodeDim<T, 1>(p, options, head_tiles, workspace, workspace_bytes, stream);
         case 2:
-          return LaunchDecodeDim<T, 2>(p, split, workspace, options.pdl, options.num_sms, stream);
+          return LaunchDecodeDim<T, 2>(p, options, head_tiles, workspace, workspace_bytes, stream);
         case 4:
-          return LaunchDecodeDim<T, 4>(p, split, workspace, options.pdl, options.num_sms, stream);
+          return LaunchDecodeDim<T, 4>(p, options, head_tiles, workspace, workspace_bytes, stream);
         default:
-          return LaunchDecodeDim<T, 8>(p, split, workspace, options.pdl, options.num_sms, stream);
+          return LaunchDecodeDim<T, 8>(p, options, head_tiles, workspace, workspace_bytes, stream);
       }
     }
   }

@@ -10,8 +10,9 @@
 //
 // Kernels (chosen per call on the host; a step that mixes decodes and prefills runs both, the
 // decode kernel over its leading single-token sequences, see num_decode_seqs):
-//   decode  (one query token per sequence; bf16/fp16, head_dim 64 or 128): warp-per-32-keys
-//           kernel (attention_decode.cuh); a block owns one token, one KV head and the query
+//   decode  (one query token per sequence; bf16/fp16, head_dim 64 or 128): tensor-core kernel
+//           (attention_decode_mma.cuh; the CUDA-core warp-per-32-keys kernel of
+//           attention_decode.cuh on request); a block owns one token, one KV head and the query
 //           heads of its GQA group (each K/V row is read once per group) and, for long
 //           contexts, a slice of them ("flash-decoding" split-K; the last slice to finish
 //           merges them).
@@ -64,10 +65,18 @@ struct PagedAttentionParams {
   float v_scale = 1.0f;
 };
 
+// The decode kernel for one-token sequences over 16-bit or FP8 caches with head_dim 64 or 128.
+enum class DecodeKernel {
+  kAuto,  // the tensor-core kernel
+  kWarp,  // the CUDA-core kernel, a warp per 32 keys (attention_decode.cuh; tests and benches)
+  kMma,   // the tensor-core kernel (attention_decode_mma.cuh)
+};
+
 struct AttentionOptions {
   int num_sms = 132;       // multiprocessors of the device (sizes the decode split)
   int force_splits = 0;    // > 0: use exactly this many context slices in decode (tests)
-  bool force_simt = false; // never use the tensor-core prefill kernel (tests)
+  bool force_simt = false; // never use the tensor-core prefill kernel nor the decode kernels above (tests)
+  DecodeKernel decode_kernel = DecodeKernel::kAuto;
   bool pdl = false;        // decode kernels with programmatic dependent launch (launch overlaps the predecessor)
 };
 

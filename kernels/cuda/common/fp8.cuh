@@ -16,6 +16,13 @@ __device__ __forceinline__ float2 Fp8x2ToFloat2(uint16_t v) {
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
+// Two E4M3 bytes (the lower in the low half) as an f16 pair, exactly.
+__device__ __forceinline__ uint32_t Fp8x2ToHalf2Bits(uint32_t two_bytes) {
+  uint32_t h;
+  asm("{\n .reg .b16 lo;\n cvt.u16.u32 lo, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(h) : "r"(two_bytes));
+  return h;
+}
+
 // Four E4M3 values packed in a word (the lowest byte first) into floats.
 __device__ __forceinline__ void Fp8x4ToFloat(uint32_t v, float* out) {
   const float2 lo = Fp8x2ToFloat2(static_cast<uint16_t>(v & 0xffffu));

@@ -32,6 +32,7 @@
 
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/common/fp8.cuh"
 #include "kernels/cuda/common/mma_sync.cuh"
 
 namespace llm::cuda {
@@ -112,13 +113,6 @@ inline bool PlanGemvFp8Mma(int64_t n, int64_t k, int m_template, int num_sms, si
   best.blocks = static_cast<int>((n + best.rows_per_block - 1) / best.rows_per_block);
   *plan = best;
   return true;
-}
-
-// Two E4M3 bytes (the lower in the low half) as an f16 pair, exactly.
-__device__ __forceinline__ uint32_t Fp8x2ToHalf2Bits(uint32_t two_bytes) {
-  uint32_t h;
-  asm("{\n .reg .b16 lo;\n cvt.u16.u32 lo, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(h) : "r"(two_bytes));
-  return h;
 }
 
 // out[m, n] = (x[m, :] · W[n, :]) * row_scale(n) (+ bias[n]) for m < m_rows <= M, with W E4M3

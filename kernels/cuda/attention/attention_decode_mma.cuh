@@ -1,0 +1,332 @@
+// Internal: decode attention on the tensor cores (mma.sync m16n8k16, float32 accumulation) for
+// head_dim 64 or 128 over 16-bit or FP8 E4M3 caches, one query token per sequence.
+//
+// Why: the warp-per-32-keys kernel (attention_decode.cuh) does the group's G x D multiply-adds per
+// key on the CUDA cores, one key per lane. With GQA (G = 4 for the Llama-3 shapes) that is ~1,500
+// instructions a warp per 32 keys, and over an FP8 cache (half the bytes a key, plus the widening)
+// the SMs run out of issue slots before the memory system runs out of bandwidth: 41-56% of the read
+// bandwidth in the 8B-shape steps, against 61-74% over bf16. Here a warp's 16 keys cost 32 MMAs:
+//   S = Q K^T  the G query heads are the rows of the A operand (16 rows, G used), K the B operand
+//              (ldmatrix from the staged tile); 8 k-steps of 16 columns for D = 128;
+//   softmax    online, per head, in the log2 domain (as the prefill kernel: the scale goes into the
+//              exponent);
+//   O += P V   P's accumulators become the A operand directly (FlashAttention-2), V the B operand
+//              through ldmatrix.trans.
+// Rows G..15 of every MMA are padding: the tensor cores have ~10x the throughput this needs, and
+// what counts is that a warp's instructions per byte stay far below the SM's issue rate.
+//
+// Memory: each warp owns its own keys (16 at a time, tiles warp, warp + W, ... of the block's
+// slice) and a ring of kStages tiles in shared memory filled by cp.async, so that kStages - 1 tiles
+// a warp (with two blocks an SM: 128-160 KB an SM) are always in flight; warps never wait for each
+// other until the merge (attention_decode_merge.cuh).
+//
+// An FP8 cache is staged as bytes (half the shared memory a key, so twice the stages) and widened
+// exactly to f16 in registers; the MMAs then run in f16 (Q converted, saturating at 65504; P in
+// [0, 1]). ldmatrix reads the byte tiles as 16-bit pairs, so the fragments come out permuted, and
+// the MMAs' freedom of order absorbs it: for S, a lane's four K slots of a 16-column step are four
+// adjacent bytes (4t..4t+3, with Q loaded in the same order); for O, the transposing ldmatrix gives
+// a lane two adjacent bytes of two keys, which one byte permute splits into an even-column and an
+// odd-column n8 tile of V, and the output is stored back in order.
+#pragma once
+
+#include <type_traits>
+
+#include "kernels/cuda/attention/attention_common.cuh"
+#include "kernels/cuda/attention/attention_decode_merge.cuh"
+#include "kernels/cuda/attention/attention_mma_common.cuh"
+#include "kernels/cuda/common/fp8.cuh"
+
+namespace llm::cuda::attention {
+
+constexpr int kDecodeMmaWarps = 4;
+constexpr int kDecodeMmaThreads = 32 * kDecodeMmaWarps;
+constexpr int kDecodeMmaTileKeys = 16;  // keys a warp takes at a time
+constexpr int kDecodeMmaKeysPerBlockStep = kDecodeMmaWarps * kDecodeMmaTileKeys;
+constexpr int kDecodeMmaMaxSplits = DecodeMergeMaxSplits<kDecodeMmaWarps, 64>();
+
+// Operand type of the MMAs: the cache's 16-bit type, or f16 for an FP8 cache (E4M3 widens exactly
+// to f16 in one instruction).
+template <typename T, bool kFp8>
+using DecodeMmaOperand = std::conditional_t<kFp8, __half, T>;
+
+// Dynamic shared memory: per warp, kStages tiles of K rows then V rows (swizzled [16][D] of T, or of
+// bytes for FP8: SwzBytes), read by ldmatrix; after the loop, the merge area aliases all of it.
+template <typename T, int G, int D, bool kFp8>
+struct DecodeMmaSmem {
+  static constexpr int kStages = kFp8 ? 6 : 3;
+  static constexpr size_t kTileBytes = (kFp8 ? 1 : sizeof(T)) * 2 * kDecodeMmaTileKeys * D;  // K + V
+  static constexpr size_t kWarpBytes = kStages * kTileBytes;
+  static constexpr size_t kLoopBytes = kDecodeMmaWarps * kWarpBytes;
+  static constexpr size_t kMergeBytes = DecodeMergeArea<kDecodeMmaWarps, G, D>::kBytes;
+  static constexpr size_t kBytes = kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes;
+};
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of D-byte rows (an FP8 stage), XOR-
+// swizzled so that the 8 rows an ldmatrix reads at one logical chunk fall in 8 different bank
+// groups (rows of 64 bytes: two share a 128-byte line).
+template <int D>
+__device__ __forceinline__ int SwzBytes(int row, int chunk) {
+  constexpr int kRowsPerLine = 128 / D, kChunks = D / 16;
+  return row * D + ((chunk ^ ((row / kRowsPerLine) & (kChunks - 1))) << 4);
+}
+
+// A bf16 query pair as the f16 operands of an FP8 cache's MMAs: saturating, so that a query beyond
+// f16's range stays finite.
+__device__ __forceinline__ uint32_t PackHalf2Saturating(float lo, float hi) {
+  uint32_t v;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(v) : "f"(hi), "f"(lo));
+  return v;
+}
+
+// grid: (num_tokens, num_kv_heads * head_tiles, splits); block: kDecodeMmaThreads. Block (t, kvh,
+// tile, z) as in AttentionDecodeKernel (same split and merge): token t == sequence t, the G query
+// heads kvh * group + tile * G + [0, G), slice z of the visible keys.
+template <typename T, int G, int D, bool kFp8>
+__global__ void __launch_bounds__(kDecodeMmaThreads, 2)
+    AttentionDecodeMmaKernel(PagedAttentionParams p, DecodeSplit split) {
+  static_assert(sizeof(T) == 2 && (D == 64 || D == 128) && G <= 8);
+  using OT = DecodeMmaOperand<T, kFp8>;
+  using Smem = DecodeMmaSmem<T, G, D, kFp8>;
+  constexpr int kStages = Smem::kStages;
+  constexpr int kKeys = kDecodeMmaTileKeys;
+  constexpr int kChunks = D / 8;                      // 16-byte chunks of a 16-bit row
+  constexpr int kRawChunks = kFp8 ? D / 16 : kChunks;  // 16-byte chunks of a cache row
+  constexpr int kTilesD = D / 8, kStepsD = D / 16;
+  AllowDependentLaunch();
+  extern __shared__ __align__(128) unsigned char decode_mma_smem[];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  unsigned char* const warp_smem = decode_mma_smem + warp * Smem::kWarpBytes;
+  const int64_t t = blockIdx.x;
+  const int kvh = blockIdx.y / split.head_tiles, tile = blockIdx.y % split.head_tiles, z = blockIdx.z;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int h0 = kvh * group + tile * G;
+  const int rows = min(G, group - tile * G);
+  // Metadata first, before waiting for the predecessor (the host wrote it).
+  const int ctx = p.context_lens[t];
+  const int32_t* table = p.block_tables + t * p.max_blocks_per_seq;
+  const int first = p.sliding_window > 0 ? max(0, ctx - p.sliding_window) : 0;
+  int chunk = ctx - first, splits = 1;
+  if (split.splits > 1) {
+    chunk = max(split.min_chunk, ((ctx - first + split.splits - 1) / split.splits + 31) / 32 * 32);
+    splits = max(1, (ctx - first + chunk - 1) / chunk);
+    if (z >= splits) return;
+  }
+  const int start = first + z * chunk;
+  const int end = min(ctx, start + chunk);
+  const int n_tiles = (end - start + kKeys - 1) / kKeys;  // of the slice; this warp takes every W-th
+  const int page_shift = (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1;
+  // Element offset of key `key`'s row (clamped into the table: keys past the context are never read).
+  auto row_offset = [&](int key) -> int64_t {
+    const PagedKeySlot at = page_shift >= 0 ? LocateKey<true>(key, p.block_size, page_shift)
+                                            : LocateKey<false>(key, p.block_size, 0);
+    return PagedRowOffset(table, at, kvh, p.num_kv_heads, p.block_size, p.max_blocks_per_seq - 1, D);
+  };
+  // Lanes l and l + 16 hold the offset of key l of a tile.
+  const int my_tiles = n_tiles > warp ? (n_tiles - warp + kDecodeMmaWarps - 1) / kDecodeMmaWarps : 0;
+  auto tile_offset = [&](int j) -> int64_t {
+    return j < my_tiles ? row_offset(start + (warp + j * kDecodeMmaWarps) * kKeys + (lane & (kKeys - 1))) : 0;
+  };
+  int64_t next_off = tile_offset(0);
+  GridDependencyWait();
+
+  // Tile j of this warp into stage j % kStages: K rows, then V rows (rows past `end`: zeros).
+  using TC = std::conditional_t<kFp8, uint8_t, T>;
+  const TC* kc = static_cast<const TC*>(p.k_cache);
+  const TC* vc = static_cast<const TC*>(p.v_cache);
+  auto issue_tile = [&](int j, int64_t off) {
+    unsigned char* stage = warp_smem + (j % kStages) * Smem::kTileBytes;
+    const int k0 = start + (warp + j * kDecodeMmaWarps) * kKeys;
+#pragma unroll
+    for (int i = 0; i < (j < my_tiles ? kKeys * kRawChunks / 32 : 0); ++i) {
+      const int piece = i * 32 + lane, row = piece / kRawChunks, c = piece % kRawChunks;
+      const int64_t orow = __shfl_sync(0xffffffffu, off, row);
+      const bool valid = k0 + row < end;
+      if constexpr (kFp8) {
+        uint8_t* ks = stage;
+        uint8_t* vs = stage + kKeys * D;
+        CpAsync16(ks + SwzBytes<D>(row, c), kc + orow + c * 16, valid);
+        CpAsync16(vs + SwzBytes<D>(row, c), vc + orow + c * 16, valid);
+      } else {
+        T* ks = reinterpret_cast<T*>(stage);
+        T* vs = ks + kKeys * D;
+        CpAsync16(ks + Swz<D>(row, c), kc + orow + c * 8, valid);
+        CpAsync16(vs + Swz<D>(row, c), vc + orow + c * 8, valid);
+      }
+    }
+    CpAsyncCommit();  // one group a tile, empty past the warp's last
+  };
+
+  // Q as the A operand: rows = heads (row g of the fragment; rows >= `rows` and g + 8 are zero),
+  // k = head dimensions, kept in registers for the whole loop (a0 and a2 of each 16-column step).
+  uint32_t qa[kStepsD][2];
+  {
+    const int g = lane >> 2, c2 = 2 * (lane & 3);
+    const T* q = static_cast<const T*>(p.q) + (t * p.num_heads + h0 + min(g, rows - 1)) * static_cast<int64_t>(D);
+    auto pair = [&](int col) -> uint32_t {  // q[col], q[col + 1] as an OT pair
+      if (g >= rows) return 0u;
+      const uint32_t raw = *reinterpret_cast<const uint32_t*>(q + col);
+      if constexpr (std::is_same_v<T, OT>) {
+        return raw;
+      } else {
+        const T* e = reinterpret_cast<const T*>(&raw);
+        return PackHalf2Saturating(ToFloat(e[0]), ToFloat(e[1]));
+      }
+    };
+#pragma unroll
+    for (int kk = 0; kk < kStepsD; ++kk) {
+      // FP8: the slots 2t, 2t + 1, 2t + 8, 2t + 9 of a step hold its columns 4t .. 4t + 3 (as K's).
+      qa[kk][0] = pair(kk * 16 + (kFp8 ? 2 * c2 : c2));
+      qa[kk][1] = pair(kk * 16 + (kFp8 ? 2 * c2 + 2 : c2 + 8));
+    }
+  }
+  for (int j = 0; j < kStages - 1; ++j) {
+    issue_tile(j, next_off);
+    next_off = tile_offset(j + 1);
+  }
+
+  const float scale = p.scale * kLog2e * (kFp8 ? p.k_scale : 1.0f);
+  float m = -INFINITY, l = 0.0f;  // head g = lane / 4 (its quad agrees on m; l is the lane's share)
+  float o[kTilesD][2];            // O[g][dt * 8 + 2 * (lane % 4) + {0, 1}]
+#pragma unroll
+  for (int i = 0; i < kTilesD; ++i) o[i][0] = o[i][1] = 0.0f;
+
+  for (int j = 0; j < my_tiles; ++j) {
+    CpAsyncWait<kStages - 2>();  // tile j has landed (this lane's copies)
+    __syncwarp();                // ... and every lane's
+    // Refill: tile j + kStages - 1 into the stage tile j - 1 used (done with at the last __syncwarp).
+    issue_tile(j + kStages - 1, next_off);
+    next_off = tile_offset(j + kStages);
+
+    const unsigned char* stage = warp_smem + (j % kStages) * Smem::kTileBytes;
+    // S = Q K^T: 16 keys in two n8 tiles (ldmatrix matrix mi: keys (mi & 1) * 8 .., column step
+    // kk + (mi >> 1); FP8: a 16-byte chunk of bytes is one 16-column step).
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    const int mi = lane >> 3;
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int kk = 0; kk < kStepsD; kk += 2) {
+        uint32_t r[4];
+        LdMatrixX4(r, stage + SwzBytes<D>((mi & 1) * 8 + (lane & 7), kk + (mi >> 1)));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t a[4] = {qa[kk + h][0], 0u, qa[kk + h][1], 0u};
+          MmaTraits<OT>::Mma(s[0], a, Fp8x2ToHalf2Bits(r[2 * h]), Fp8x2ToHalf2Bits(r[2 * h] >> 16));
+          MmaTraits<OT>::Mma(s[1], a, Fp8x2ToHalf2Bits(r[2 * h + 1]), Fp8x2ToHalf2Bits(r[2 * h + 1] >> 16));
+        }
+      }
+    } else {
+      const OT* k_s = reinterpret_cast<const OT*>(stage);
+#pragma unroll
+      for (int kk = 0; kk < kStepsD; ++kk) {
+        uint32_t b[4];
+        LdMatrixX4(b, k_s + Swz<D>((mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
+        const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+        MmaTraits<OT>::Mma(s[0], a, b[0], b[1]);
+        MmaTraits<OT>::Mma(s[1], a, b[2], b[3]);
+      }
+    }
+    // Online softmax for head g over this tile's keys k0 + nt * 8 + 2 * (lane % 4) + e.
+    const int k0 = start + (warp + j * kDecodeMmaWarps) * kKeys;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        if (k0 + nt * 8 + 2 * (lane & 3) + e >= end) s[nt][e] = -INFINITY;
+        mx = fmaxf(mx, s[nt][e]);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m, mx * scale);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float corr = FastExp2(m - m_use);
+    m = m_new;
+    float pr[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      pr[nt][0] = FastExp2(fmaf(s[nt][0], scale, -m_use));
+      pr[nt][1] = FastExp2(fmaf(s[nt][1], scale, -m_use));
+    }
+    l = l * corr + (pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1]);
+    if (__any_sync(0xffffffffu, corr != 1.0f)) {
+#pragma unroll
+      for (int i = 0; i < kTilesD; ++i) {
+        o[i][0] *= corr;
+        o[i][1] *= corr;
+      }
+    }
+    // O += P V: P's fragments are the A operand (keys 2t.. of n-tile 0 in a0, of n-tile 1 in a2).
+    const uint32_t a[4] = {MmaTraits<OT>::Pack(pr[0][0], pr[0][1]), 0u, MmaTraits<OT>::Pack(pr[1][0], pr[1][1]), 0u};
+    auto mma_o = [&](int nt, uint32_t b0, uint32_t b1) {
+      float c[4] = {o[nt][0], o[nt][1], 0.0f, 0.0f};
+      MmaTraits<OT>::Mma(c, a, b0, b1);
+      o[nt][0] = c[0];
+      o[nt][1] = c[1];
+    };
+    if constexpr (kFp8) {
+      // Matrices: keys 0-7 and 8-15 of chunk cc, then of chunk cc + 1. Transposed, a lane holds
+      // bytes (2g, 2g + 1) of keys 2t and 2t + 1; the permute pairs the keys of column 2g in the
+      // low half and of 2g + 1 in the high half: n8 tiles 2cc (even columns) and 2cc + 1 (odd).
+      const uint8_t* v_s = stage + kKeys * D;
+#pragma unroll
+      for (int cc = 0; cc < D / 16; cc += 2) {
+        uint32_t r[4];
+        LdMatrixX4Trans(r, v_s + SwzBytes<D>((mi & 1) * 8 + (lane & 7), cc + (mi >> 1)));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t lo = __byte_perm(r[2 * h], 0u, 0x3120), hi = __byte_perm(r[2 * h + 1], 0u, 0x3120);
+          mma_o(2 * (cc + h), Fp8x2ToHalf2Bits(lo), Fp8x2ToHalf2Bits(hi));
+          mma_o(2 * (cc + h) + 1, Fp8x2ToHalf2Bits(lo >> 16), Fp8x2ToHalf2Bits(hi >> 16));
+        }
+      }
+    } else {
+      const OT* v_s = reinterpret_cast<const OT*>(stage) + kKeys * D;
+#pragma unroll
+      for (int dt2 = 0; dt2 < kTilesD / 2; ++dt2) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, v_s + Swz<D>((mi & 1) * 8 + (lane & 7), dt2 * 2 + (mi >> 1)));
+        mma_o(2 * dt2, b[0], b[1]);
+        mma_o(2 * dt2 + 1, b[2], b[3]);
+      }
+    }
+    __syncwarp();  // every lane is done with this stage before it is refilled
+  }
+  CpAsyncWait<0>();
+  __syncthreads();  // the stages are done with: the merge area aliases them
+
+  // This warp's state for its heads into the merge area.
+  float* m_w = reinterpret_cast<float*>(decode_mma_smem);
+  float* l_w = m_w + kDecodeMmaWarps * G;
+  float* acc_w = l_w + kDecodeMmaWarps * G;
+  {
+    const int g = lane >> 2, c2 = 2 * (lane & 3);
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (g < G) {
+      if ((lane & 3) == 0) {
+        m_w[warp * G + g] = m;
+        l_w[warp * G + g] = l;
+      }
+      float* acc = acc_w + (warp * G + g) * D;
+      if constexpr (kFp8) {
+        // n8 tiles 2cc and 2cc + 1 hold columns 16cc + 2n and 16cc + 2n + 1: this lane's four are
+        // 16cc + 4t .. 16cc + 4t + 3.
+#pragma unroll
+        for (int cc = 0; cc < D / 16; ++cc)
+          *reinterpret_cast<float4*>(acc + cc * 16 + 2 * c2) =
+              make_float4(o[2 * cc][0], o[2 * cc + 1][0], o[2 * cc][1], o[2 * cc + 1][1]);
+      } else {
+#pragma unroll
+        for (int dt = 0; dt < kTilesD; ++dt)
+          *reinterpret_cast<float2*>(acc + dt * 8 + c2) = make_float2(o[dt][0], o[dt][1]);
+      }
+    }
+  }
+  __syncthreads();
+  MergeDecodeWarps<T, kDecodeMmaWarps, G, D, kDecodeMmaThreads, kFp8>(p, split, t, kvh, tile, z, h0, rows, splits,
+                                                                      m_w, l_w, acc_w);
+}
+
+}  // namespace llm::cuda::attention

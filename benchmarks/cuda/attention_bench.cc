@@ -186,7 +186,8 @@ int Main(int argc, char** argv) {
   cudaFree(ws);
 
   // Prefill: one prompt (or several) attending causally to itself, the tensor-core kernel.
-  Table prefill({"shape (heads/kv)", "sequences x prompt", "TFLOP/s", "us", "GEMM-peak floor us"});
+  Table prefill({"shape (heads/kv)", "sequences x prompt", "TFLOP/s", "us", "GEMM-peak floor us", "FP8 cache TFLOP/s",
+                 "FP8 cache us"});
   const double peak = MeasureGemmPeak(s);
   struct PrefillCase {
     const char* shape;
@@ -195,16 +196,20 @@ int Main(int argc, char** argv) {
   for (const PrefillCase& c :
        {PrefillCase{"8B (32/8)", 32, 8, 1, 2048}, PrefillCase{"8B (32/8)", 32, 8, 1, 8192},
         PrefillCase{"8B (32/8)", 32, 8, 8, 512}, PrefillCase{"TP2 rank (16/4)", 16, 4, 1, 2048}}) {
-    const AttentionInputs inputs(c.heads, c.kv_heads, c.seqs, /*query_len=*/c.len, c.len, 6, rng, s);
-    const cuda::PagedAttentionParams& p = inputs.params();
-    cuda::AttentionOptions o;
-    o.num_sms = prop.multiProcessorCount;
-    const auto ms = TimeOnStream(
-        s, 2, args.reps, [&] { BENCH_CHECK(cuda::LaunchPagedAttention(DType::kBF16, p, nullptr, 0, o, s)); });
-    const double us = 1e3 * Median(ms);
+    double us[2];
+    for (const bool fp8 : {false, true}) {
+      const AttentionInputs inputs(c.heads, c.kv_heads, c.seqs, /*query_len=*/c.len, c.len, 6, rng, s, fp8);
+      const cuda::PagedAttentionParams& p = inputs.params();
+      cuda::AttentionOptions o;
+      o.num_sms = prop.multiProcessorCount;
+      const auto ms = TimeOnStream(
+          s, 2, args.reps, [&] { BENCH_CHECK(cuda::LaunchPagedAttention(DType::kBF16, p, nullptr, 0, o, s)); });
+      us[fp8] = 1e3 * Median(ms);
+    }
     const double flops = 4.0 * c.seqs * c.heads * kHeadDim * (static_cast<double>(c.len) * (c.len + 1) / 2);
     prefill.Row({c.shape, std::to_string(c.seqs) + " x " + std::to_string(c.len),
-                 Fmt("%.0f", flops / (us * 1e-6) / 1e12), Fmt("%.1f", us), Fmt("%.1f", flops / peak * 1e6)});
+                 Fmt("%.0f", flops / (us[0] * 1e-6) / 1e12), Fmt("%.1f", us[0]), Fmt("%.1f", flops / peak * 1e6),
+                 Fmt("%.0f", flops / (us[1] * 1e-6) / 1e12), Fmt("%.1f", us[1])});
   }
   char head[1024];
   std::snprintf(

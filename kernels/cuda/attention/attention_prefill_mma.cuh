@@ -18,10 +18,11 @@ constexpr int kMmaBlockN = 64;  // keys per tile
 constexpr int kMmaMTiles = 2;
 constexpr int kMmaBlockRows = 4 * 16 * kMmaMTiles;  // query rows per block (4 warps)
 
-// Dynamic shared memory: Q [kMmaBlockRows][D], K and V [kMmaBlockN][D], all swizzled (Swz).
-template <typename T, int D>
+// Dynamic shared memory: Q [kMmaBlockRows][D], K and V [kMmaBlockN][D], all swizzled (Swz); for an
+// FP8 cache also the K and V tiles as staged bytes ([kMmaBlockN][D] each).
+template <typename T, int D, bool kFp8 = false>
 constexpr size_t PrefillSmemBytes() {
-  return sizeof(T) * static_cast<size_t>(kMmaBlockRows + 2 * kMmaBlockN) * D;
+  return sizeof(T) * static_cast<size_t>(kMmaBlockRows + 2 * kMmaBlockN) * D + (kFp8 ? 2 * kMmaBlockN * D : 0);
 }
 
 // grid: (num_heads, ceil(max_query_len / kMmaBlockRows), num_seqs); query block
@@ -30,10 +31,11 @@ constexpr size_t PrefillSmemBytes() {
 // 16 of them from mt * 16; per m-tile each thread holds rows ra = .. + lane / 4 and rb = ra + 8.
 // kPow2Pages: the cache's page size is a power of two (the usual case), so a key's page and slot
 // take a shift and a mask instead of an integer division.
-// kFp8: the cache holds E4M3 (PagedAttentionParams::fp8_cache): each 8-element chunk of a K/V
-// row is read (8 bytes), widened exactly to T and stored into the swizzled tile (synchronously,
-// outside the cp.async groups, which then carry Q only); k_scale joins the query's scale and
-// v_scale the output's normalization.
+// kFp8: the cache holds E4M3 (PagedAttentionParams::fp8_cache): the K/V tiles travel as bytes in
+// the same cp.async groups the 16-bit tiles take (half the bytes), and once a tile has landed the
+// block widens it exactly to T into the swizzled tile the MMAs read (loading and widening each
+// chunk synchronously instead left every warp waiting on global memory: 121 TFLOP/s against bf16's
+// 200 in the 8B prefill); k_scale joins the query's scale and v_scale the output's normalization.
 template <typename T, int D, bool kPow2Pages, bool kFp8 = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(PagedAttentionParams p) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim tile");
@@ -46,6 +48,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
   T* const q_s = reinterpret_cast<T*>(prefill_smem);
   T* const k_s = q_s + BM * D;
   T* const v_s = k_s + kMmaBlockN * D;
+  uint8_t* const k8_s = reinterpret_cast<uint8_t*>(v_s + kMmaBlockN * D);  // kFp8 only
+  uint8_t* const v8_s = k8_s + kMmaBlockN * D;
 
   const int m_blk = gridDim.y - 1 - blockIdx.y, h = blockIdx.x, seq = blockIdx.z;
   const int q_begin = p.query_start[seq], q_len = p.query_start[seq + 1] - q_begin;
@@ -79,34 +83,46 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
   // that the copy needs no branch. The page lookup is the loop's main integer work: a division
   // here cost as much as the tile's softmax.
   const int page_shift = kPow2Pages ? __ffs(p.block_size) - 1 : 0;
-  auto load_kv = [&](T* dst, const TC* cache, int n0) {
-    const int c = tid % kChunks;
+  auto load_kv = [&](TC* dst, const TC* cache, int n0) {
+    constexpr int kRowChunks = kFp8 ? D / 16 : kChunks;  // 16-byte chunks of a cache row
+    const int c = tid % kRowChunks;
 #pragma unroll
-    for (int j = tid / kChunks; j < kMmaBlockN; j += kMmaThreads / kChunks) {
+    for (int j = tid / kRowChunks; j < kMmaBlockN; j += kMmaThreads / kRowChunks) {
       const int key = min(n0 + j, kv_end - 1);
       // key is already clamped into the context: no table clamp (kNoBlockClamp folds it away).
       const TC* src = cache +
                       PagedRowOffset(table, LocateKey<kPow2Pages>(key, p.block_size, page_shift), kvh, p.num_kv_heads,
                                      p.block_size, kNoBlockClamp, D) +
-                      c * 8;
-      if constexpr (kFp8) {
-        uint4 wide = make_uint4(0, 0, 0, 0);
-        if (n0 + j < kv_end) {
-          const uint2 raw = *reinterpret_cast<const uint2*>(src);
-          float f[8];
-          Fp8x4ToFloat(raw.x, f);
-          Fp8x4ToFloat(raw.y, f + 4);
-          uint32_t* w = reinterpret_cast<uint32_t*>(&wide);
+                      c * (16 / sizeof(TC));
+      if constexpr (kFp8) CpAsync16(dst + j * D + c * 16, src, n0 + j < kv_end);
+      else CpAsync16(dst + Swz<D>(j, c), src, n0 + j < kv_end);
+    }
+  };
+  // FP8: a landed byte tile -> its swizzled T tile (every thread; the caller synchronizes around it).
+  auto widen = [&](T* dst, const uint8_t* src) {
+    if constexpr (kFp8) {
+      constexpr int kRowChunks = D / 16;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) w[e] = MmaTraits<T>::Pack(f[2 * e], f[2 * e + 1]);
+      for (int i = tid; i < kMmaBlockN * kRowChunks; i += kMmaThreads) {
+        const int j = i / kRowChunks, c = i % kRowChunks;
+        const uint4 raw = *reinterpret_cast<const uint4*>(src + j * D + c * 16);
+        const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+        uint32_t w[8];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float f[4];
+          Fp8x4ToFloat(words[e], f);
+          w[2 * e] = MmaTraits<T>::Pack(f[0], f[1]);
+          w[2 * e + 1] = MmaTraits<T>::Pack(f[2], f[3]);
         }
-        *reinterpret_cast<uint4*>(dst + Swz<D>(j, c)) = wide;
-      } else {
-        CpAsync16(dst + Swz<D>(j, c), src, n0 + j < kv_end);
+        *reinterpret_cast<uint4*>(dst + Swz<D>(j, 2 * c)) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4*>(dst + Swz<D>(j, 2 * c + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
       }
     }
   };
-  load_kv(k_s, kc, n_first);
+  TC* const k_stage = kFp8 ? reinterpret_cast<TC*>(k8_s) : reinterpret_cast<TC*>(k_s);
+  TC* const v_stage = kFp8 ? reinterpret_cast<TC*>(v8_s) : reinterpret_cast<TC*>(v_s);
+  load_kv(k_stage, kc, n_first);
   CpAsyncCommit();  // group: Q + K(first)
 
   const int warp_row = warp * 16 * MT;
@@ -122,10 +138,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
   }
 
   for (int n0 = n_first; n0 < kv_end; n0 += kMmaBlockN) {
-    load_kv(v_s, vc, n0);
+    load_kv(v_stage, vc, n0);
     CpAsyncCommit();  // group: V(n0)
     CpAsyncWait<1>();  // K(n0) (and Q) have landed
     __syncthreads();
+    if constexpr (kFp8) {
+      widen(k_s, k8_s);
+      __syncthreads();
+    }
     // S = Q K^T for this warp's rows x 64 keys.
     float s[MT][kTilesN][4];
 #pragma unroll
@@ -154,7 +174,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
     }
     __syncthreads();  // every warp is done with k_s
     if (n0 + kMmaBlockN < kv_end) {
-      load_kv(k_s, kc, n0 + kMmaBlockN);
+      load_kv(k_stage, kc, n0 + kMmaBlockN);
       CpAsyncCommit();
     }
     // Mask (causal, sliding window) and online softmax in the log2 domain. Tiles wholly below
@@ -222,6 +242,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
     if (n0 + kMmaBlockN < kv_end) CpAsyncWait<1>();  // V(n0) has landed (K(next) may be in flight)
     else CpAsyncWait<0>();
     __syncthreads();
+    if constexpr (kFp8) {
+      widen(v_s, v8_s);
+      __syncthreads();
+    }
     // O += P V: P's accumulator fragments become the A operand directly.
 #pragma unroll
     for (int kk = 0; kk < kMmaBlockN / 16; ++kk) {

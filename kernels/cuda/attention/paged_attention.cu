@@ -221,11 +221,11 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
       auto launch_dim = [&](auto fp8) -> absl::Status {
         constexpr bool kFp8 = decltype(fp8)::value;
         if (p.head_dim == 64) {
-          return pow2 ? launch(AttentionPrefillMmaKernel<T, 64, true, kFp8>, attention::PrefillSmemBytes<T, 64>())
-                      : launch(AttentionPrefillMmaKernel<T, 64, false, kFp8>, attention::PrefillSmemBytes<T, 64>());
+          return pow2 ? launch(AttentionPrefillMmaKernel<T, 64, true, kFp8>, attention::PrefillSmemBytes<T, 64, kFp8>())
+                      : launch(AttentionPrefillMmaKernel<T, 64, false, kFp8>, attention::PrefillSmemBytes<T, 64, kFp8>());
         }
-        return pow2 ? launch(AttentionPrefillMmaKernel<T, 128, true, kFp8>, attention::PrefillSmemBytes<T, 128>())
-                    : launch(AttentionPrefillMmaKernel<T, 128, false, kFp8>, attention::PrefillSmemBytes<T, 128>());
+        return pow2 ? launch(AttentionPrefillMmaKernel<T, 128, true, kFp8>, attention::PrefillSmemBytes<T, 128, kFp8>())
+                    : launch(AttentionPrefillMmaKernel<T, 128, false, kFp8>, attention::PrefillSmemBytes<T, 128, kFp8>());
       };
       return p.fp8_cache ? launch_dim(std::true_type{}) : launch_dim(std::false_type{});
     }

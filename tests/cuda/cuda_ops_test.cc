@@ -421,13 +421,16 @@ TEST_P(CudaOpsTest, PagedAttention) {
   for (const AttnCase& c : AttentionCases()) {
     AttentionHarness h(c, dtype_, rng_);
     const std::vector<float> want = h.Run(cpu_, DType::kF32, nullptr);
-    for (int variant = 0; variant < 6; ++variant) {
+    for (int variant = 0; variant < 7; ++variant) {
       // variant 0: default kernels; 1: SIMT only; 2: SIMT with a fixed 7-way decode split; 3: default
       // kernels with a fixed 7-way decode split (the decode kernel's slices and their merge); 4, 5:
-      // the CUDA-core decode kernel instead of the tensor-core one, without and with the split.
+      // the CUDA-core decode kernel instead of the tensor-core one, without and with the split; 6:
+      // a mixed step's prefill attention after its decode attention on one stream (by default the
+      // two run side by side on two streams).
       gpu_->mutable_options().force_simt_attention = variant == 1 || variant == 2;
       gpu_->mutable_options().attention_splits = variant == 2 || variant == 3 || variant == 5 ? 7 : 0;
-      gpu_->mutable_options().warp_decode_attention = variant >= 4;
+      gpu_->mutable_options().warp_decode_attention = variant == 4 || variant == 5;
+      gpu_->mutable_options().serial_mixed_attention = variant == 6;
       const std::vector<float> got = h.Run(*gpu_, dtype_, gpu_.get());
       ExpectClose(got, want, Tolerance(dtype_), "Attention " + c.name + " variant " + std::to_string(variant));
     }
@@ -435,6 +438,7 @@ TEST_P(CudaOpsTest, PagedAttention) {
   gpu_->mutable_options().force_simt_attention = false;
   gpu_->mutable_options().attention_splits = 0;
   gpu_->mutable_options().warp_decode_attention = false;
+  gpu_->mutable_options().serial_mixed_attention = false;
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaOpsTest, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),

@@ -123,6 +123,10 @@ constexpr int kMaxTimedOps = 8192;
 struct CudaBackend::Impl {
   CudaBackendOptions options;
   cudaStream_t stream = nullptr;
+  // A mixed step's prefill attention runs on side_stream beside its decode attention (forked and
+  // joined by the two events; cuda::AttentionOptions::side_stream).
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t fork_event = nullptr, join_event = nullptr;
   cudaDeviceProp prop{};
   // Shared with every Buffer carved from it (their deleters hold it), so it outlives them all.
   std::shared_ptr<DeviceArena> arena;
@@ -151,6 +155,9 @@ struct CudaBackend::Impl {
   ~Impl() {
     for (cudaEvent_t e : events) cudaEventDestroy(e);
     gemm.reset();
+    if (fork_event) cudaEventDestroy(fork_event);
+    if (join_event) cudaEventDestroy(join_event);
+    if (side_stream) cudaStreamDestroy(side_stream);
     if (stream) cudaStreamDestroy(stream);
   }
 };
@@ -211,6 +218,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device_index));
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&impl->prop, options.device_index));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->side_stream, cudaStreamNonBlocking));
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&impl->fork_event, cudaEventDisableTiming));
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&impl->join_event, cudaEventDisableTiming));
   DeviceArenaOptions arena;
   arena.device_index = options.device_index;
   arena.device_name = impl->prop.name;
@@ -527,6 +537,11 @@ absl::Status CudaBackend::Attention(const AttentionArgs& a) {
   opts.force_splits = impl_->options.attention_splits;
   opts.force_simt = impl_->options.force_simt_attention;
   if (impl_->options.warp_decode_attention) opts.decode_kernel = cuda::DecodeKernel::kWarp;
+  if (!impl_->options.serial_mixed_attention) {
+    opts.side_stream = impl_->side_stream;
+    opts.fork_event = impl_->fork_event;
+    opts.join_event = impl_->join_event;
+  }
   opts.pdl = impl_->options.programmatic_launch;
   const double es = static_cast<double>(DTypeSize(a.cache.k.dtype()));
   const double kv_bytes = 2.0 * m.num_seqs * static_cast<double>(m.max_context_len) * a.num_kv_heads * a.head_dim * es;

@@ -79,6 +79,7 @@ struct CudaBackendOptions {
   bool force_simt_attention = false;
   int attention_splits = 0;  // > 0: fixed decode split count
   bool warp_decode_attention = false;  // the CUDA-core decode kernel instead of the tensor-core one
+  bool serial_mixed_attention = false; // a mixed step's prefill attention after its decode attention, one stream
 };
 
 // One op's device time, from CUDA events around it, with the bytes and FLOPs it must at least

@@ -194,13 +194,23 @@ absl::Status LaunchTyped(const PagedAttentionParams& p, void* workspace, size_t 
       decode.num_seqs = decode.num_decode_seqs = p.num_decode_seqs;
       decode.num_tokens = p.num_decode_seqs;
       decode.max_query_len = 1;
-      RETURN_IF_ERROR(LaunchTyped<T>(decode, workspace, workspace_bytes, options, stream));
       PagedAttentionParams prefill = p;
       prefill.num_seqs = p.num_seqs - p.num_decode_seqs;
       prefill.num_decode_seqs = 0;
       prefill.query_start = p.query_start + p.num_decode_seqs;
       prefill.context_lens = p.context_lens + p.num_decode_seqs;
       prefill.block_tables = p.block_tables + static_cast<int64_t>(p.num_decode_seqs) * p.max_blocks_per_seq;
+      if (options.side_stream != nullptr && options.fork_event != nullptr && options.join_event != nullptr) {
+        // The prefill kernel (no workspace) on the side stream, the decode kernel here.
+        CUDA_RETURN_IF_ERROR(cudaEventRecord(options.fork_event, stream));
+        CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(options.side_stream, options.fork_event, 0));
+        RETURN_IF_ERROR(LaunchTyped<T>(prefill, nullptr, 0, options, options.side_stream));
+        CUDA_RETURN_IF_ERROR(cudaEventRecord(options.join_event, options.side_stream));
+        RETURN_IF_ERROR(LaunchTyped<T>(decode, workspace, workspace_bytes, options, stream));
+        CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, options.join_event, 0));
+        return absl::OkStatus();
+      }
+      RETURN_IF_ERROR(LaunchTyped<T>(decode, workspace, workspace_bytes, options, stream));
       return LaunchTyped<T>(prefill, workspace, workspace_bytes, options, stream);
     }
     if (p.max_query_len > 1 && !options.force_simt && mma_dim) {

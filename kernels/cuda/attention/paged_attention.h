@@ -78,6 +78,13 @@ struct AttentionOptions {
   bool force_simt = false; // never use the tensor-core prefill kernel nor the decode kernels above (tests)
   DecodeKernel decode_kernel = DecodeKernel::kAuto;
   bool pdl = false;        // decode kernels with programmatic dependent launch (launch overlaps the predecessor)
+  // A mixed step's prefill attention runs on side_stream beside its decode attention, forked from
+  // and joined back into the call's stream through the two events (all three owned by the caller;
+  // null: one after the other). The prefill part of a serving step is often one short prompt: a
+  // few dozen blocks that would otherwise run alone after the decode kernel (~20 us a layer).
+  Stream side_stream = nullptr;
+  Event fork_event = nullptr;
+  Event join_event = nullptr;
 };
 
 // Bytes of split-K workspace that lets decode use up to `max_splits` slices for this shape.

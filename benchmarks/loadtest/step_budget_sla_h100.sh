@@ -7,6 +7,7 @@
 #           P99 (the target: ITL P99 <= 2x TPOT P50 while throughput holds);
 #   mix     a ShareGPT-like length mix (lognormal prompts and outputs, medians 180/150 tokens,
 #           capped at 2048), 1000 requests all at once, with the default budget;
+#   rates   fixed Poisson rates of the same requests (SLA_RATES, SLA_DURATION a rate)
 #   sla     Poisson arrivals of 1000-in/1000-out requests, the highest rate meeting MLPerf's
 #           Llama-3.1-8B server limits (P99 TTFT <= 2 s, P99 TPOT <= 100 ms): SLA_REQUESTS a probe,
 #           or, with SLA_DURATION (e.g. 150s), arrivals for that long a probe: a steady state, where
@@ -44,6 +45,15 @@ for part in $PARTS; do
       serve mix
       loadtest mix_sharegpt_like --rate inf --num-requests 1000 --input-len lognormal:180:1.0:2048 \
         --output-len lognormal:150:1.0:2048 --request-timeout 10m --progress-interval 10 || true
+      stop_server ;;
+    rates)
+      # Fixed Poisson rates (SLA_RATES), arrivals for SLA_DURATION (default 120s) each: whether a
+      # sustained rate meets the limits, without the search's doubling from a low start.
+      serve rates
+      for r in ${SLA_RATES:-7 8}; do
+        loadtest "sla_rate_$r" --rate "$r" --duration "${SLA_DURATION:-120s}" --sla-ttft-p99 2s --sla-tpot-p99 100ms \
+          --input-len 1000 --output-len 1000 --request-timeout 10m --progress-interval 10 || true
+      done
       stop_server ;;
     sla)
       probe=(--num-requests "$SLA_REQUESTS")

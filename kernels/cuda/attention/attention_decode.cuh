@@ -87,30 +87,16 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   T* const k_stage = reinterpret_cast<T*>(q_s + G * D) + warp * 32 * Smem::kRowPitch;
   uint8_t* const k_stage8 = reinterpret_cast<uint8_t*>(q_s + G * D) + warp * 32 * kFp8Pitch;
-  const int64_t t = blockIdx.x;
-  const int kvh = blockIdx.y / split.head_tiles, tile = blockIdx.y % split.head_tiles, z = blockIdx.z;
-  const int group = p.num_heads / p.num_kv_heads;
-  const int h0 = kvh * group + tile * G;
-  const int rows = min(G, group - tile * G);
-  // Metadata first, before waiting for the predecessor (the host wrote it; see the SIMT kernel).
-  const int ctx = p.context_lens[t];
-  const int32_t* table = p.block_tables + t * p.max_blocks_per_seq;
-  const int first = p.sliding_window > 0 ? max(0, ctx - p.sliding_window) : 0;
-  // This sequence's slices: as many of the launched ones as its context needs.
-  // (Kept in shared memory, not a register, through the key loop: the 128-register variant
-  // has none to spare.)
+  const DecodeSlice slice = LocateDecodeSlice<G>(p, split);
+  if (slice.z >= slice.splits) return;
+  const int64_t t = slice.t;
+  const int kvh = slice.kvh, tile = slice.tile, z = slice.z, h0 = slice.h0, rows = slice.rows;
+  const int ctx = slice.ctx, start = slice.start;
+  const int32_t* table = slice.table;
+  // The slice count is kept in shared memory, not a register, through the key loop: the
+  // 128-register variant has none to spare.
   __shared__ int seq_splits;
-  int chunk = ctx - first;
-  {
-    int splits = 1;
-    if (split.splits > 1) {
-      chunk = max(split.min_chunk, ((ctx - first + split.splits - 1) / split.splits + 31) / 32 * 32);
-      splits = max(1, (ctx - first + chunk - 1) / chunk);
-      if (z >= splits) return;
-    }
-    if (tid == 0) seq_splits = splits;
-  }
-  const int start = first + z * chunk;
+  if (tid == 0) seq_splits = slice.splits;
   const T* kc = static_cast<const T*>(p.k_cache);
   const T* vc = static_cast<const T*>(p.v_cache);
   const uint8_t* kc8 = static_cast<const uint8_t*>(p.k_cache);
@@ -123,7 +109,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kVSmem ? 2 : 1)
     return PagedRowOffset(table, at, kvh, p.num_kv_heads, p.block_size, p.max_blocks_per_seq - 1, D);
   };
   int64_t next_off = row_offset(start + warp * 32 + lane);
-  const int end = min(ctx, start + chunk);
+  const int end = slice.end;
   GridDependencyWait();
 
   const float qscale = kFp8 ? p.scale * kLog2e * p.k_scale : p.scale * kLog2e;

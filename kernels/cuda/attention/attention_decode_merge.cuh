@@ -11,6 +11,43 @@
 
 namespace llm::cuda::attention {
 
+// What a decode block (t, kvh, tile, z) owns: grid (num_tokens, num_kv_heads * head_tiles, splits),
+// token t == sequence t, the `rows` (<= G) query heads from h0, and slice z of its visible keys
+// [start, end). A sequence uses only the slices its own context needs (`splits` of them; a CUDA
+// graph is captured for the longest context it serves): blocks with z >= splits have no keys.
+struct DecodeSlice {
+  int64_t t;
+  int kvh, tile, z, h0, rows;
+  int ctx;                // the sequence's context length
+  const int32_t* table;   // its block-table row
+  int start, end, splits;
+};
+
+// Reads the sequence's metadata (the host wrote it: callable before the grid-dependency wait).
+template <int G>
+__device__ __forceinline__ DecodeSlice LocateDecodeSlice(const PagedAttentionParams& p, const DecodeSplit& split) {
+  DecodeSlice s;
+  s.t = blockIdx.x;
+  s.kvh = blockIdx.y / split.head_tiles;
+  s.tile = blockIdx.y % split.head_tiles;
+  s.z = blockIdx.z;
+  const int group = p.num_heads / p.num_kv_heads;
+  s.h0 = s.kvh * group + s.tile * G;
+  s.rows = min(G, group - s.tile * G);
+  s.ctx = p.context_lens[s.t];
+  s.table = p.block_tables + s.t * p.max_blocks_per_seq;
+  const int first = p.sliding_window > 0 ? max(0, s.ctx - p.sliding_window) : 0;
+  int chunk = s.ctx - first;
+  s.splits = 1;
+  if (split.splits > 1) {
+    chunk = max(split.min_chunk, ((s.ctx - first + split.splits - 1) / split.splits + 31) / 32 * 32);
+    s.splits = max(1, (s.ctx - first + chunk - 1) / chunk);
+  }
+  s.start = first + s.z * chunk;
+  s.end = min(s.ctx, s.start + chunk);
+  return s;
+}
+
 // Shared memory of the merge (floats): m [W][G], l [W][G], acc [W][G][D], written by the warps
 // before the call (and synchronized). The slices' merge reuses acc as scratch (2 x G x splits
 // floats), which bounds the slices a launch may use: DecodeMergeMaxSplits.

@@ -97,23 +97,11 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   unsigned char* const warp_smem = decode_mma_smem + warp * Smem::kWarpBytes;
-  const int64_t t = blockIdx.x;
-  const int kvh = blockIdx.y / split.head_tiles, tile = blockIdx.y % split.head_tiles, z = blockIdx.z;
-  const int group = p.num_heads / p.num_kv_heads;
-  const int h0 = kvh * group + tile * G;
-  const int rows = min(G, group - tile * G);
-  // Metadata first, before waiting for the predecessor (the host wrote it).
-  const int ctx = p.context_lens[t];
-  const int32_t* table = p.block_tables + t * p.max_blocks_per_seq;
-  const int first = p.sliding_window > 0 ? max(0, ctx - p.sliding_window) : 0;
-  int chunk = ctx - first, splits = 1;
-  if (split.splits > 1) {
-    chunk = max(split.min_chunk, ((ctx - first + split.splits - 1) / split.splits + 31) / 32 * 32);
-    splits = max(1, (ctx - first + chunk - 1) / chunk);
-    if (z >= splits) return;
-  }
-  const int start = first + z * chunk;
-  const int end = min(ctx, start + chunk);
+  const DecodeSlice slice = LocateDecodeSlice<G>(p, split);
+  if (slice.z >= slice.splits) return;
+  const int64_t t = slice.t;
+  const int kvh = slice.kvh, h0 = slice.h0, rows = slice.rows, start = slice.start, end = slice.end;
+  const int32_t* table = slice.table;
   const int n_tiles = (end - start + kKeys - 1) / kKeys;  // of the slice; this warp takes every W-th
   const int page_shift = (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1;
   // Element offset of key `key`'s row (clamped into the table: keys past the context are never read).
@@ -325,8 +313,8 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
     }
   }
   __syncthreads();
-  MergeDecodeWarps<T, kDecodeMmaWarps, G, D, kDecodeMmaThreads, kFp8>(p, split, t, kvh, tile, z, h0, rows, splits,
-                                                                      m_w, l_w, acc_w);
+  MergeDecodeWarps<T, kDecodeMmaWarps, G, D, kDecodeMmaThreads, kFp8>(p, split, t, kvh, slice.tile, slice.z, h0,
+                                                                      rows, slice.splits, m_w, l_w, acc_w);
 }
 
 }  // namespace llm::cuda::attention

@@ -127,6 +127,17 @@ DecodeSplit ChooseDecodeSplit(const PagedAttentionParams& p, const AttentionOpti
   return split;
 }
 
+// A decode kernel over its grid: (token, KV head x head tile, slice); it merges its own slices.
+absl::Status LaunchDecodeGrid(void (*kernel)(PagedAttentionParams, DecodeSplit), int threads, size_t smem,
+                              const PagedAttentionParams& p, const AttentionOptions& options, DecodeSplit split,
+                              void* workspace, Stream stream) {
+  CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
+  PlacePartials(p, workspace, &split);
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
+  CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, grid, dim3(threads), smem, stream, options.pdl, p, split));
+  return absl::OkStatus();
+}
+
 // The warp kernel: a block covers 256 keys per step (8 warps x 32).
 template <typename T, int G, int D>
 absl::Status LaunchDecode(const PagedAttentionParams& p, const AttentionOptions& options, int head_tiles,
@@ -138,13 +149,8 @@ absl::Status LaunchDecode(const PagedAttentionParams& p, const AttentionOptions&
   const bool v_smem = p.num_tokens * p.num_kv_heads * split.head_tiles >= options.num_sms;
   auto kernel = p.fp8_cache ? (v_smem ? AttentionDecodeKernel<T, G, D, true, true> : AttentionDecodeKernel<T, G, D, false, true>)
                             : (v_smem ? AttentionDecodeKernel<T, G, D, true> : AttentionDecodeKernel<T, G, D, false>);
-  constexpr size_t smem = DecodeSmem<T, G, D>::kBytes;
-  CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
-  PlacePartials(p, workspace, &split);
-  const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
-  CUDA_RETURN_IF_ERROR(
-      LaunchKernel(kernel, grid, dim3(attention::kDecodeThreads), smem, stream, options.pdl, p, split));
-  return absl::OkStatus();  // the kernel merges its own slices
+  return LaunchDecodeGrid(kernel, attention::kDecodeThreads, DecodeSmem<T, G, D>::kBytes, p, options, split, workspace,
+                          stream);
 }
 
 // The tensor-core kernel: two blocks an SM, 64 keys a block step (4 warps x 16); slices of at
@@ -154,16 +160,12 @@ absl::Status LaunchDecodeMma(const PagedAttentionParams& p, const AttentionOptio
                              void* workspace, size_t workspace_bytes, Stream stream) {
   DecodeSplit split = ChooseDecodeSplit(p, options, head_tiles, 2 * attention::kDecodeMmaKeysPerBlockStep, 2,
                                         attention::kDecodeMmaMaxSplits, workspace, workspace_bytes);
-  auto launch = [&](auto kernel, size_t smem) -> absl::Status {
-    CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
-    PlacePartials(p, workspace, &split);
-    const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
-    CUDA_RETURN_IF_ERROR(
-        LaunchKernel(kernel, grid, dim3(attention::kDecodeMmaThreads), smem, stream, options.pdl, p, split));
-    return absl::OkStatus();  // the kernel merges its own slices
-  };
-  if (p.fp8_cache) return launch(AttentionDecodeMmaKernel<T, G, D, true>, DecodeMmaSmem<T, G, D, true>::kBytes);
-  return launch(AttentionDecodeMmaKernel<T, G, D, false>, DecodeMmaSmem<T, G, D, false>::kBytes);
+  constexpr int kThreads = attention::kDecodeMmaThreads;
+  if (p.fp8_cache)
+    return LaunchDecodeGrid(AttentionDecodeMmaKernel<T, G, D, true>, kThreads, DecodeMmaSmem<T, G, D, true>::kBytes, p,
+                            options, split, workspace, stream);
+  return LaunchDecodeGrid(AttentionDecodeMmaKernel<T, G, D, false>, kThreads, DecodeMmaSmem<T, G, D, false>::kBytes, p,
+                          options, split, workspace, stream);
 }
 
 template <typename T, int G>

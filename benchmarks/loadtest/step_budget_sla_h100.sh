@@ -42,8 +42,8 @@ for part in $PARTS; do
         stop_server
       done ;;
     mix)
-      serve mix
-      loadtest mix_sharegpt_like --rate inf --num-requests 1000 --input-len lognormal:180:1.0:2048 \
+      serve mix ${MIX_FLAGS:-}  # e.g. MIX_FLAGS="--quantization fp8 --kv-cache-dtype fp8"
+      loadtest "mix_sharegpt_like${MIX_TAG:-}" --rate inf --num-requests 1000 --input-len lognormal:180:1.0:2048 \
         --output-len lognormal:150:1.0:2048 --request-timeout 10m --progress-interval 10 || true
       stop_server ;;
     rates)

@@ -414,6 +414,9 @@ std::vector<AttnCase> AttentionCases() {
       // Groups that leave query rows of a head tile unused (6 of 8; 8 and 4 of 8 in two tiles).
       {"group6_decode", {{1, 300}, {1, 40}, {1, 1}}, 12, 2, 128},
       {"group12_decode_hd64", {{1, 515}, {1, 16}}, 24, 2, 64},
+      // One and two query heads a KV head (Llama-2-7B's MHA; a group of 2), head_dim 128.
+      {"mha_decode", {{1, 300}, {1, 5}, {1, 1000}}, 8, 8, 128},
+      {"group2_decode", {{1, 77}, {1, 600}, {1, 2048}}, 8, 4, 128},
   };
 }
 

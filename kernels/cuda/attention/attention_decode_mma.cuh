@@ -125,21 +125,23 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
   auto issue_tile = [&](int j, int64_t off) {
     unsigned char* stage = warp_smem + (j % kStages) * Smem::kTileBytes;
     const int k0 = start + (warp + j * kDecodeMmaWarps) * kKeys;
+    if (j < my_tiles) {
 #pragma unroll
-    for (int i = 0; i < (j < my_tiles ? kKeys * kRawChunks / 32 : 0); ++i) {
-      const int piece = i * 32 + lane, row = piece / kRawChunks, c = piece % kRawChunks;
-      const int64_t orow = __shfl_sync(0xffffffffu, off, row);
-      const bool valid = k0 + row < end;
-      if constexpr (kFp8) {
-        uint8_t* ks = stage;
-        uint8_t* vs = stage + kKeys * D;
-        CpAsync16(ks + SwzBytes<D>(row, c), kc + orow + c * 16, valid);
-        CpAsync16(vs + SwzBytes<D>(row, c), vc + orow + c * 16, valid);
-      } else {
-        T* ks = reinterpret_cast<T*>(stage);
-        T* vs = ks + kKeys * D;
-        CpAsync16(ks + Swz<D>(row, c), kc + orow + c * 8, valid);
-        CpAsync16(vs + Swz<D>(row, c), vc + orow + c * 8, valid);
+      for (int i = 0; i < kKeys * kRawChunks / 32; ++i) {
+        const int piece = i * 32 + lane, row = piece / kRawChunks, c = piece % kRawChunks;
+        const int64_t orow = __shfl_sync(0xffffffffu, off, row);
+        const bool valid = k0 + row < end;
+        if constexpr (kFp8) {
+          uint8_t* ks = stage;
+          uint8_t* vs = stage + kKeys * D;
+          CpAsync16(ks + SwzBytes<D>(row, c), kc + orow + c * 16, valid);
+          CpAsync16(vs + SwzBytes<D>(row, c), vc + orow + c * 16, valid);
+        } else {
+          T* ks = reinterpret_cast<T*>(stage);
+          T* vs = ks + kKeys * D;
+          CpAsync16(ks + Swz<D>(row, c), kc + orow + c * 8, valid);
+          CpAsync16(vs + Swz<D>(row, c), vc + orow + c * 8, valid);
+        }
       }
     }
     CpAsyncCommit();  // one group a tile, empty past the warp's last

@@ -3,30 +3,30 @@
 // tile layout.
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/cuda/common/mma_sync.cuh"
 
 namespace llm::cuda::attention {
 
+// The m16n8k16 MMA on T operands, and two floats packed as the T pair an operand register holds
+// (the first in the low half).
 template <typename T>
-struct MmaTraits;
-template <>
-struct MmaTraits<__nv_bfloat16> {
+struct MmaTraits {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "16-bit operands");
   __device__ static uint32_t Pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
+    uint32_t v;
+    if constexpr (std::is_same_v<T, __half>) {
+      const __half2 h = __floats2half2_rn(lo, hi);
+      v = *reinterpret_cast<const uint32_t*>(&h);
+    } else {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+      v = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    return v;
   }
   __device__ static void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    Mma16816<__nv_bfloat16>::Run(c, a, b0, b1);
-  }
-};
-template <>
-struct MmaTraits<__half> {
-  __device__ static uint32_t Pack(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-  __device__ static void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    Mma16816<__half>::Run(c, a, b0, b1);
+    Mma16816<T>::Run(c, a, b0, b1);
   }
 };
 

@@ -50,7 +50,7 @@ int Main(int argc, char** argv) {
   BENCH_CUDA(cudaMalloc(&slice, slice_cap));
 
   const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
-  const int row_counts[] = {1, 16, 32, 128};
+  const int row_counts[] = {1, 4, 8, 16, 32, 128};
   const int64_t max_k = 14336, max_rows = 128;
   void *x = nullptr, *xn = nullptr, *nw = nullptr, *y = nullptr;
   BENCH_CUDA(cudaMalloc(&x, max_rows * max_k * 2));
@@ -147,7 +147,7 @@ int Main(int argc, char** argv) {
         const double us = timed([&](int i) {
           for (int64_t r0 = 0; r0 < sh.n; r0 += srows) {
             const int64_t nr = std::min(srows, sh.n - r0);
-            BENCH_CHECK(cuda::LaunchW4A16Dequantize(DType::kBF16, weights(i), r0, nr, sh.k, slice, s));
+            BENCH_CHECK(cuda::LaunchW4A16Dequantize(DType::kBF16, weights(i), sh.n, r0, nr, sh.k, slice, s));
             BENCH_CHECK((*gemm)->Run(DType::kBF16, DType::kBF16, xn, slice, nullptr,
                                      static_cast<char*>(y) + r0 * 2, rows, nr, sh.k, s, sh.n));
           }

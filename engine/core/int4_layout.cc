@@ -67,15 +67,18 @@ absl::Status ValidateInt4(const StorageFormat& f, const Tensor& weight, const Te
 }
 
 void DequantizeInt4StorageRow(const Int4View& w, int64_t row, float* out) {
-  const uint8_t* bytes = w.weight + row * (w.kp / 2);
+  const Int4Layout layout{w.n, w.kp};
   for (int64_t c0 = 0; c0 < w.kp; c0 += kInt4Chunk) {
     const int64_t g = w.chunk_group[c0 / kInt4Chunk];
     const float s = w.Scale(row, g);
     const int z = w.Zero(row, g);
-    for (int64_t j = c0; j < c0 + kInt4Chunk; ++j) {
+    const uint8_t* chunk = w.weight + layout.ChunkOffset(row, c0 / kInt4Chunk);
+    for (int64_t c = 0; c < kInt4Chunk; ++c) {
+      const int64_t j = c0 + c;
       const bool pad = w.input_perm != nullptr && w.input_perm[j] < 0;
+      const int code = (chunk[Int4Layout::ByteInChunk(c)] >> Int4Layout::ShiftOf(c)) & 0xF;
       // (code - zero) is a small integer and the scale has at most 24 significant bits: exact.
-      out[j] = pad ? 0.0f : static_cast<float>(Int4Code(bytes, j) - z) * s;
+      out[j] = pad ? 0.0f : static_cast<float>(code - z) * s;
     }
   }
 }

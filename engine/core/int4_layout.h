@@ -4,6 +4,7 @@
 // (kernels/cuda/gemm/w4a16_common.cuh) with the same rule.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -14,27 +15,43 @@ namespace llm {
 
 inline constexpr int64_t kInt4Chunk = StorageFormat::kInt4Chunk;  // storage columns a chunk
 inline constexpr int64_t kInt4ChunkBytes = kInt4Chunk / 2;        // 16 bytes a row
+inline constexpr int64_t kInt4TileRows = StorageFormat::kInt4TileRows;  // rows a tile (16)
+inline constexpr int64_t kInt4UnitChunks = StorageFormat::kInt4UnitChunks;  // chunks a unit (4)
 inline constexpr int kInt4SymmetricZero = 8;                      // the zero of formats without zero points
 
-// Byte (from the row's start) and bit shift of storage column `col`'s code: column c of a chunk
-// sits in 32-bit word (c % 8) / 2, byte c / 8 of that word, low nibble for even c.
-inline int64_t Int4ByteOf(int64_t col) {
-  const int64_t c = col % kInt4Chunk;
-  return (col / kInt4Chunk) * kInt4ChunkBytes + ((c % 8) / 2) * 4 + c / 8;
-}
-inline int Int4ShiftOf(int64_t col) { return static_cast<int>(col % 2) * 4; }
+// Where the codes of an [n, kp] int4 weight sit (storage_format.h): 16-row tiles stored one after
+// the other, each a run of 4-chunk units, each unit its rows' chunks row by row; the last tile
+// and the last unit may be short. `ChunkOffset` is the byte offset of chunk `chunk` of row `row`.
+struct Int4Layout {
+  int64_t n = 0, kp = 0;
 
-// Writes `code` (0..15) as storage column `col` of the row starting at `row_bytes` (zeroed first).
-inline void SetInt4Code(uint8_t* row_bytes, int64_t col, uint8_t code) {
-  row_bytes[Int4ByteOf(col)] |= static_cast<uint8_t>((code & 0xF) << Int4ShiftOf(col));
-}
-inline int Int4Code(const uint8_t* row_bytes, int64_t col) {
-  return (row_bytes[Int4ByteOf(col)] >> Int4ShiftOf(col)) & 0xF;
-}
+  int64_t ChunkOffset(int64_t row, int64_t chunk) const {
+    const int64_t tile = row / kInt4TileRows, unit = chunk / kInt4UnitChunks;
+    const int64_t tile_rows = std::min(kInt4TileRows, n - tile * kInt4TileRows);
+    const int64_t unit_chunks = std::min(kInt4UnitChunks, kp / kInt4Chunk - unit * kInt4UnitChunks);
+    return tile * kInt4TileRows * (kp / 2) + unit * tile_rows * kInt4UnitChunks * kInt4ChunkBytes +
+           ((row % kInt4TileRows) * unit_chunks + chunk % kInt4UnitChunks) * kInt4ChunkBytes;
+  }
+  // Byte and bit shift of storage column `col` of `row`: column c of a chunk sits in 32-bit word
+  // (c % 8) / 2, byte c / 8 of that word, low nibble for even c.
+  int64_t ByteOf(int64_t row, int64_t col) const {
+    return ChunkOffset(row, col / kInt4Chunk) + ByteInChunk(col % kInt4Chunk);
+  }
+  static int64_t ByteInChunk(int64_t c) { return ((c % 8) / 2) * 4 + c / 8; }
+  static int ShiftOf(int64_t col) { return static_cast<int>(col % 2) * 4; }
+
+  // Writes `code` (0..15) as (row, col) of `codes` (zeroed first); reads one back.
+  void Set(uint8_t* codes, int64_t row, int64_t col, uint8_t code) const {
+    codes[ByteOf(row, col)] |= static_cast<uint8_t>((code & 0xF) << ShiftOf(col));
+  }
+  int Get(const uint8_t* codes, int64_t row, int64_t col) const {
+    return (codes[ByteOf(row, col)] >> ShiftOf(col)) & 0xF;
+  }
+};
 
 // Plain pointers to an int4 LinearWeight's host tensors.
 struct Int4View {
-  const uint8_t* weight = nullptr;        // [n, kp / 2]
+  const uint8_t* weight = nullptr;        // [n, kp / 2] bytes, in Int4Layout{n, kp}
   const void* scale = nullptr;            // [n, groups] of scale_dtype (f32 or f16)
   DType scale_dtype = DType::kF32;
   const uint8_t* zero = nullptr;          // [n, groups], or null: 8

@@ -20,13 +20,21 @@
 // compressed-tensors checkpoints): value = (code - zero) * scale, code in [0, 15], zero in
 // [0, 16] (GPTQ v1 can store 16), the scale and zero of the element's (output row, group). The
 // layout is the one the kernels stream (kernels/cuda/gemm/w4a16_common.cuh):
-//   weight       u8 [N, Kp / 2]  Kp storage columns in chunks of 32 (16 bytes a row). Within a
+//   weight       u8 [N, Kp / 2]  Kp storage columns in chunks of 32 (16 bytes of a row). Within a
 //                                chunk, column c is in 32-bit word (c % 8) / 2, byte c / 8, low
 //                                nibble for even c: word t of a chunk holds, byte by byte, the
 //                                column pairs (2t, 2t + 1), (8 + 2t, ..), (16 + 2t, ..),
 //                                (24 + 2t, ..): exactly what lane t of a tensor-core quad needs
-//                                for two m16n8k16 steps, so one 32-bit load feeds them, while a
-//                                GEMV lane dequantizes a whole chunk from one 16-byte load.
+//                                for two m16n8k16 steps, so one 32-bit load feeds them.
+//                                The chunks are stored in the order the tensor-core GEMV's warps
+//                                consume them: rows in tiles of 16 (the MMA's M), each tile's
+//                                bytes contiguous; within a tile, units of 4 chunks (K order),
+//                                each unit holding its 16 rows' 4 chunks row by row (1 KB). A
+//                                warp's load of one unit's rows 0-7 (lane 4g + t: row g, chunk t)
+//                                is then 512 contiguous bytes, and a warp streams its tile as one
+//                                contiguous region. The last tile (N % 16 rows) and the last unit
+//                                (Kp / 32 % 4 chunks) are short: Int4Layout (int4_layout.h) has
+//                                the offsets.
 //   scale        [N, G]          f32 (float32 backends: exact) or f16 (16-bit backends: exact for
 //                                the fp16 scales of AWQ / GPTQ, and for bf16 scales in fp16's range)
 //   zero         u8 [N, G]       empty when the format has no zero points (symmetric: zero 8)
@@ -60,7 +68,9 @@ struct StorageFormat {
   DType scale_dtype = DType::kF32;  // kF32; int4 also kF16
   bool zero_points = false;         // int4: a zero per (row, group); else 8
 
-  static constexpr int32_t kInt4Chunk = 32;  // storage columns of one int4 chunk (16 bytes a row)
+  static constexpr int32_t kInt4Chunk = 32;     // storage columns of one int4 chunk (16 bytes a row)
+  static constexpr int32_t kInt4TileRows = 16;  // rows of an int4 tile (the m16n8k16 MMA's M)
+  static constexpr int32_t kInt4UnitChunks = 4; // chunks of an int4 unit (one a lane of a quad)
 
   static StorageFormat Float(DType element) { return {element, ScaleGranularity::kNone, 0, 0}; }
   static StorageFormat Fp8(ScaleGranularity granularity, int32_t block_rows = 0, int32_t block_cols = 0) {

@@ -91,20 +91,20 @@ Int4Plan ColumnOrderInt4Plan(int64_t n, int64_t k, int64_t group_size, bool zero
 }
 
 void FillInt4Codes(const Int4Plan& plan, const std::vector<Int4Part>& parts, uint8_t* codes) {
-  const int64_t row_bytes = plan.kp / 2;
-  std::fill(codes, codes + plan.n * row_bytes, uint8_t{0});
+  const Int4Layout layout{plan.n, plan.kp};
+  std::fill(codes, codes + plan.n * plan.kp / 2, uint8_t{0});
   std::vector<uint8_t> part_codes;
   for (const Int4Part& p : parts) {
     part_codes.resize(static_cast<size_t>(p.rows * p.cols));
     p.module->Codes(p.src_row, p.rows, p.src_col, p.cols, part_codes.data());
     for (int64_t r = 0; r < p.rows; ++r) {
-      uint8_t* out = codes + (p.dst_row + r) * row_bytes;
+      const int64_t row = p.dst_row + r;
       const uint8_t* in = part_codes.data() + r * p.cols;
       if (plan.input_perm.empty()) {
-        for (int64_t j = 0; j < plan.kp; ++j) SetInt4Code(out, j, in[j]);
+        for (int64_t j = 0; j < plan.kp; ++j) layout.Set(codes, row, j, in[j]);
       } else {
         for (int64_t j = 0; j < plan.kp; ++j)
-          if (plan.input_perm[j] >= 0) SetInt4Code(out, j, in[plan.input_perm[j]]);
+          if (plan.input_perm[j] >= 0) layout.Set(codes, row, j, in[plan.input_perm[j]]);
       }
     }
   }

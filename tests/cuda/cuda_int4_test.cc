@@ -2,8 +2,9 @@
 //  - Linear with int4 weights in the layout of engine/core/storage_format.h, built here with
 //    every feature the loader can produce (zero points or not, groups of 32 to whole rows, odd
 //    group counts, act-order permutations with padding columns), on many shapes including partial
-//    tiles of every kernel, each kernel form (register GEMV at 1, 2, 4 and 8 warps a row, the ring
-//    GEMV, the tensor-core GEMM at every row count), bf16 and fp16, float32 and 16-bit outputs,
+//    tiles and units of the layout and of every kernel, each kernel form (the tensor-core GEMV in
+//    registers and through bulk-copied stages, the widened GEMM, the 4-bit tensor-core GEMM at
+//    every row count), bf16 and fp16, float32 and 16-bit outputs,
 //    eagerly and replayed from a CUDA graph. Which kernel ran is read from the op timing's label.
 //  - The 4-bit fixtures teacher-forced on a bf16 GPU, held to the CPU emulation of a bf16 engine
 //    on the same weights (rounding_backend.h).
@@ -21,7 +22,6 @@
 #include "engine/core/int4_layout.h"
 #include "engine/model/dummy_weights.h"
 #include "engine/runtime/model_runner.h"
-#include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemv_w4a16_mma.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/runtime/fixture_reference.h"
@@ -175,24 +175,22 @@ TEST_P(CudaInt4Test, LinearEveryLayoutShapeAndKernel) {
     int64_t m, n, k, group;
   };
   // Partial tiles: n off multiples of 8, 64 and 128; m off 16, 64 and 128; K of odd group counts
-  // (96 = 3 x 32, 160 = 5 x 32, 448 = 7 x 64); the 8B shapes.
+  // (96 = 3 x 32, 160 = 5 x 32, 448 = 7 x 64); the 8B shapes; short last tiles (16 rows) and units
+  // (4 chunks) of the layout.
   const Case cases[] = {{1, 256, 256, 128},  {2, 384, 512, 128},  {3, 200, 384, 128},  {4, 1024, 4096, 128},
                         {5, 130, 256, 32},   {8, 512, 1024, 64},  {1, 8, 96, 32},      {7, 24, 160, 32},
                         {16, 320, 128, 0},   {33, 100, 448, 64},  {64, 192, 448, 64},  {65, 264, 1024, 128},
                         {128, 1000, 4096, 128}, {200, 448, 192, 32}, {257, 136, 2048, 128}, {1, 6144, 4096, 128},
-                        {2, 4096, 14336, 128}, {16, 4096, 14336, 128}, {512, 4096, 4096, 128}, {1024, 4100, 512, 128}};
+                        {2, 4096, 14336, 128}, {16, 4096, 14336, 128}, {512, 4096, 4096, 128}, {1024, 4100, 512, 128},
+                        {3, 4232, 448, 64}};  // 265 tiles: the GEMV's wide form, a short last tile and unit
   for (const Case& c : cases) {
     for (int layout = 0; layout < 3; ++layout) {  // 0: symmetric; 1: zero points; 2: act-order with zero points
       const HostInt4 w = MakeInt4(rng_, c.n, c.k, c.group, layout >= 1, layout == 2);
-      for (int variant = 0; variant < 5; ++variant) {
+      for (int variant = 0; variant < 2; ++variant) {
         // 0: defaults (the tensor-core GEMV up to 32 rows, then the dequantizing GEMM); 1: no GEMV
-        // (the dequantizing GEMM at every row count); 2, 3: the register GEMV at 1 and 4 warps a
-        // row; 4: the ring GEMV forced.
-        if (variant >= 2 && c.m > cuda::kGemvMaxRows) continue;
+        // (the dequantizing GEMM at every row count).
         CudaBackendOptions& o = gpu_->mutable_options();
-        o.gemv_max_rows = variant == 1 ? 0 : variant >= 2 ? cuda::kGemvMaxRows : 4;
-        o.autotune_linear = variant < 2;
-        o.gemv_warps_per_row = variant == 2 ? 1 : variant == 3 ? 4 : variant == 4 ? CudaBackendOptions::kGemvRingForm : 0;
+        o.gemv_max_rows = variant == 1 ? 0 : 4;
         const DType out = (c.n + variant) % 4 == 0 ? DType::kF32 : dtype_;
         const std::string what = absl::StrCat(c.m, "x", c.n, "x", c.k, " group ", c.group, " layout ", layout,
                                               " variant ", variant, " out ", std::string(DTypeName(out)));
@@ -203,24 +201,8 @@ TEST_P(CudaInt4Test, LinearEveryLayoutShapeAndKernel) {
   gpu_->mutable_options() = CudaBackendOptions{};
   gpu_->mutable_options().dtype = dtype_;
   for (const auto& [kernel, count] : kernels_seen_) std::printf("[int4 linear] %-18s %d calls\n", kernel.c_str(), count);
-  for (const char* k : {"w4a16 gemv", "w4a16 gemv ring", "w4a16 mma gemv", "w4a16 dequant gemm"})
+  for (const char* k : {"w4a16 mma gemv", "w4a16 dequant gemm"})
     EXPECT_GT(kernels_seen_[k], 0) << k << " never ran";
-}
-
-// The register GEMV at every number of warps a row, and the ring, on one shape each of 1..8 rows.
-TEST_P(CudaInt4Test, GemvFormsAtEveryRowCount) {
-  const HostInt4 w = MakeInt4(rng_, 520, 2048, 128, true, false);
-  for (int64_t m = 1; m <= cuda::kGemvMaxRows; ++m) {
-    for (int wpr : {1, 2, 4, 8, CudaBackendOptions::kGemvRingForm}) {
-      CudaBackendOptions& o = gpu_->mutable_options();
-      o.gemv_max_rows = cuda::kGemvMaxRows;
-      o.autotune_linear = false;
-      o.gemv_warps_per_row = wpr;
-      CheckLinear(absl::StrCat(m, " rows, warps a row ", wpr), m, w, m % 2 == 0, dtype_);
-    }
-  }
-  gpu_->mutable_options() = CudaBackendOptions{};
-  gpu_->mutable_options().dtype = dtype_;
 }
 
 // Captured in a graph and replayed after new inputs are written: the same outputs as eager runs.
@@ -256,6 +238,8 @@ TEST_P(CudaInt4Test, ActOrderInRowChunks) {
   ASSERT_NE(gpu_, nullptr);
   const HostInt4 w = MakeInt4(rng_, 256, 1000, 0, true, true);
   CheckLinear("chunked act-order", 333, w, true, dtype_);
+  const HostInt4 ragged = MakeInt4(rng_, 200, 1000, 0, true, true);  // a short last tile of the layout
+  CheckLinear("chunked act-order, 200 rows", 333, ragged, false, dtype_);
   EXPECT_GT(kernels_seen_["w4a16 gemm"], 0) << "a workspace this small holds no widened slice: the 4-bit GEMM";
 }
 

@@ -66,19 +66,57 @@ std::vector<int32_t> Ints(const Tensor& t) {
 // Column c of a 32-column chunk: word (c % 8) / 2, byte c / 8, low nibble for even c (the order a
 // tensor-core quad reads; the CUDA kernels rely on it).
 TEST(Int4LayoutTest, ChunkColumnsSitWhereTheMmaFragmentsReadThem) {
-  EXPECT_EQ(Int4ByteOf(0), 0);
-  EXPECT_EQ(Int4ShiftOf(0), 0);
-  EXPECT_EQ(Int4ByteOf(1), 0);
-  EXPECT_EQ(Int4ShiftOf(1), 4);
-  EXPECT_EQ(Int4ByteOf(2), 4);   // word 1
-  EXPECT_EQ(Int4ByteOf(8), 1);   // word 0, byte 1: the second half of lane 0's k16 fragment
-  EXPECT_EQ(Int4ByteOf(16), 2);  // the next k16 step
-  EXPECT_EQ(Int4ByteOf(31), 15);
-  EXPECT_EQ(Int4ShiftOf(31), 4);
-  EXPECT_EQ(Int4ByteOf(32 + 9), 16 + 1);
-  uint8_t row[32] = {};
-  for (int c = 0; c < 64; ++c) SetInt4Code(row, c, static_cast<uint8_t>(c % 16));
-  for (int c = 0; c < 64; ++c) EXPECT_EQ(Int4Code(row, c), c % 16) << c;
+  const Int4Layout one_row{1, 64};  // one row: chunk c at 16c
+  EXPECT_EQ(one_row.ByteOf(0, 0), 0);
+  EXPECT_EQ(Int4Layout::ShiftOf(0), 0);
+  EXPECT_EQ(one_row.ByteOf(0, 1), 0);
+  EXPECT_EQ(Int4Layout::ShiftOf(1), 4);
+  EXPECT_EQ(one_row.ByteOf(0, 2), 4);   // word 1
+  EXPECT_EQ(one_row.ByteOf(0, 8), 1);   // word 0, byte 1: the second half of lane 0's k16 fragment
+  EXPECT_EQ(one_row.ByteOf(0, 16), 2);  // the next k16 step
+  EXPECT_EQ(one_row.ByteOf(0, 31), 15);
+  EXPECT_EQ(Int4Layout::ShiftOf(31), 4);
+  EXPECT_EQ(one_row.ByteOf(0, 32 + 9), 16 + 1);
+}
+
+// Chunks in the order a tensor-core GEMV warp loads them: 16-row tiles, each a run of 4-chunk
+// units of 1 KB (row r's chunk j at 64r + 16j), short tiles and units packed without holes.
+TEST(Int4LayoutTest, TilesOfUnitsInTheOrderAWarpLoadsThem) {
+  const Int4Layout full{32, 256};  // 2 tiles x 2 units
+  for (int64_t lane = 0; lane < 32; ++lane) {
+    // One warp load: lane 4g + t reads chunk t of row g (rows 0-7) or of row g + 8.
+    EXPECT_EQ(full.ChunkOffset(lane / 4, lane % 4), 16 * lane);
+    EXPECT_EQ(full.ChunkOffset(8 + lane / 4, lane % 4), 512 + 16 * lane);
+    EXPECT_EQ(full.ChunkOffset(lane / 4, 4 + lane % 4), 1024 + 16 * lane);   // the next unit
+    EXPECT_EQ(full.ChunkOffset(16 + lane / 4, lane % 4), 2048 + 16 * lane);  // the next tile
+  }
+  // 20 rows x 6 chunks: tile 0 (16 rows) = unit 0 (16 x 4 chunks) + unit 1 (16 x 2 chunks);
+  // tile 1 (4 rows) = unit 0 (4 x 4) + unit 1 (4 x 2).
+  const Int4Layout ragged{20, 6 * 32};
+  EXPECT_EQ(ragged.ChunkOffset(0, 4), 1024);
+  EXPECT_EQ(ragged.ChunkOffset(3, 5), 1024 + (3 * 2 + 1) * 16);
+  EXPECT_EQ(ragged.ChunkOffset(16, 0), 16 * 96);
+  EXPECT_EQ(ragged.ChunkOffset(17, 3), 16 * 96 + (1 * 4 + 3) * 16);
+  EXPECT_EQ(ragged.ChunkOffset(19, 5), 16 * 96 + 4 * 64 + (3 * 2 + 1) * 16);
+  // Every (row, chunk) of some shapes owns a distinct 16-byte slot of the [n, kp / 2] bytes.
+  for (const auto& [n, kv] : std::vector<std::pair<int64_t, int64_t>>{{20, 6}, {16, 4}, {7, 3}, {33, 9}, {1, 1}}) {
+    const Int4Layout l{n, kv * 32};
+    std::vector<int> seen(static_cast<size_t>(n * kv), 0);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < kv; ++c) {
+        const int64_t off = l.ChunkOffset(r, c);
+        ASSERT_EQ(off % 16, 0);
+        ASSERT_GE(off, 0);
+        ASSERT_LT(off / 16, n * kv);
+        ++seen[static_cast<size_t>(off / 16)];
+      }
+    for (int s : seen) EXPECT_EQ(s, 1) << n << " x " << kv;
+  }
+  std::vector<uint8_t> codes(20 * 6 * 16, 0);
+  for (int64_t r = 0; r < 20; ++r)
+    for (int64_t c = 0; c < 192; ++c) ragged.Set(codes.data(), r, c, static_cast<uint8_t>((r + c) % 16));
+  for (int64_t r = 0; r < 20; ++r)
+    for (int64_t c = 0; c < 192; ++c) EXPECT_EQ(ragged.Get(codes.data(), r, c), (r + c) % 16) << r << " " << c;
 }
 
 // --- formats ---
@@ -477,7 +515,8 @@ TEST(Int4DummyWeightsTest, ComeInTheRepackedLayout) {
   EXPECT_EQ(Ints(down.chunk_group).back(), 10);
   // Codes spread over their range; the LM head stays float.
   std::set<int> codes;
-  for (int64_t c = 0; c < 352; ++c) codes.insert(Int4Code(down.weight.data_as<uint8_t>(), c));
+  const Int4Layout down_layout{128, 352};
+  for (int64_t c = 0; c < 352; ++c) codes.insert(down_layout.Get(down.weight.data_as<uint8_t>(), 0, c));
   EXPECT_EQ(codes.size(), 16u);
   EXPECT_EQ((*w)->lm_head.format, StorageFormat::Float(DType::kF32));
   // A 4-bit config's dummy weights take its group size.

@@ -17,7 +17,6 @@
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemm_w4a16.h"
 #include "kernels/cuda/gemm/gemv_fp8.h"
-#include "kernels/cuda/gemm/gemv_w4a16.h"
 #include "kernels/cuda/gemm/gemv_w4a16_mma.h"
 #include "kernels/cuda/gemm/w4a16_dequant.h"
 #include "kernels/cuda/gemm/w4a16_permute.h"
@@ -171,8 +170,6 @@ std::string_view LinearKernelChoice::Name() const {
     case LinearKernel::kFp8Dequant: return "fp8 dequant gemm";
     case LinearKernel::kW4A16MmaGemv: return "w4a16 mma gemv";
     case LinearKernel::kW4A16DequantGemm: return "w4a16 dequant gemm";
-    case LinearKernel::kW4A16Gemv: return "w4a16 gemv";
-    case LinearKernel::kW4A16GemvRing: return "w4a16 gemv ring";
     case LinearKernel::kW4A16Gemm: return "w4a16 gemm";
   }
   return "unknown";
@@ -215,17 +212,10 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
 // weight widened to 16 bits and cuBLASLt's GEMM on them (the 4-bit GEMM, which dequantizes in
 // registers, reached only 10-17% of the tensor cores' peak), or that 4-bit GEMM where the
 // workspace holds no slice. The widened path rounds each weight to the activation type once.
-// gemv_max_rows = 0 turns the GEMV off; a forced GEMV form (gemv_warps_per_row without
-// autotune_linear) runs the older CUDA-core forms, for tests.
+// gemv_max_rows = 0 turns the GEMV off.
 LinearKernelChoice LinearKernels::ChooseW4A16(const LinearCall& c, const LinearContext& ctx) const {
   const CudaBackendOptions& o = options_;
-  const int64_t kp = c.w->int4_storage_columns(), groups = c.w->int4_groups();
-  if (c.m <= o.gemv_max_rows && c.m <= cuda::kGemvMaxRows && cuda::GemvW4A16Supported(c.act, c.n, kp, groups)) {
-    const int wpr = o.gemv_warps_per_row;
-    if (!o.autotune_linear && wpr != 0)
-      return wpr > 0 ? LinearKernelChoice{LinearKernel::kW4A16Gemv, wpr}
-                     : LinearKernelChoice{LinearKernel::kW4A16GemvRing, 0};
-  }
+  const int64_t kp = c.w->int4_storage_columns();
   if (o.gemv_max_rows > 0 && c.m <= cuda::kGemvW4A16MmaMaxRows && kp / 32 * 4 <= (32 << 10))
     return {LinearKernel::kW4A16MmaGemv, 0};
   if (PlanW4Dequant(c, ctx).slice_rows >= std::min(c.n, kW4MinSliceRows)) return {LinearKernel::kW4A16DequantGemm, 0};
@@ -255,7 +245,7 @@ absl::Status LinearKernels::RunW4A16Dequant(const LinearCall& c, const LinearCon
     char* out = static_cast<char*>(c.out.data()) + m0 * c.n * out_bytes;
     for (int64_t r0 = 0; r0 < c.n; r0 += p.slice_rows) {
       const int64_t rows = std::min(p.slice_rows, c.n - r0);
-      RETURN_IF_ERROR(cuda::LaunchW4A16Dequantize(c.act, w, r0, rows, kp, slice, ctx.stream));
+      RETURN_IF_ERROR(cuda::LaunchW4A16Dequantize(c.act, w, c.n, r0, rows, kp, slice, ctx.stream));
       RETURN_IF_ERROR(ctx.gemm->Run(c.act, c.out.dtype(), x, slice, bias_in_gemm ? bias + r0 * in_bytes : nullptr,
                                     out + r0 * out_bytes, mc, rows, kp, ctx.stream, c.n));
     }
@@ -278,15 +268,7 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
     if (choice.kernel == LinearKernel::kW4A16MmaGemv)
       return cuda::LaunchGemvW4A16Mma(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, 0,
                                       options_.programmatic_launch, ctx.stream);
-    if (choice.kernel == LinearKernel::kW4A16Gemm)
-      return cuda::LaunchGemmW4A16(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, ctx.stream);
-    cuda::GemvOptions go;
-    go.pdl = options_.programmatic_launch;
-    go.num_sms = ctx.num_sms;
-    go.warps_per_row = choice.kernel == LinearKernel::kW4A16Gemv ? choice.warps_per_row : 0;
-    go.smem_ring = choice.kernel == LinearKernel::kW4A16GemvRing;
-    go.ring_bytes = options_.gemv_ring_bytes;
-    return cuda::LaunchGemvW4A16(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, go, ctx.stream);
+    return cuda::LaunchGemmW4A16(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, ctx.stream);
   };
   if (c.w->input_perm.empty()) return run(c.x.data(), 0, c.m);
   const int64_t rows = std::min<int64_t>(c.m, static_cast<int64_t>(ctx.fp8_workspace_bytes) / (kp * in_bytes));
@@ -446,8 +428,6 @@ absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, 
     case LinearKernel::kFp8Dequant: return RunFp8Dequant(c, ctx);
     case LinearKernel::kW4A16MmaGemv:
     case LinearKernel::kW4A16DequantGemm:
-    case LinearKernel::kW4A16Gemv:
-    case LinearKernel::kW4A16GemvRing:
     case LinearKernel::kW4A16Gemm: return RunW4A16(c, choice, ctx);
   }
   return absl::InternalError("Linear: unknown kernel");

@@ -38,8 +38,6 @@ enum class LinearKernel : uint8_t {
   // Int4 weights, 16-bit x (W4A16: gemv_w4a16.h, gemm_w4a16.h); act-order inputs permuted first.
   kW4A16MmaGemv,      // the decode batches' kernel: GEMV on the tensor cores (gemv_w4a16_mma.h)
   kW4A16DequantGemm,  // larger batches: slices of rows widened to 16 bits, each cuBLASLt's (w4a16_dequant.h)
-  kW4A16Gemv,         // register GEMV dequantizing in registers: forced forms only (tests)
-  kW4A16GemvRing,     // its shared-memory ring form: forced forms only (tests)
   kW4A16Gemm,         // tensor-core GEMM on codes in registers: where the workspace holds no slice
 };
 

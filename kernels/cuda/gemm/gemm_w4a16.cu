@@ -50,7 +50,6 @@ __global__ void __launch_bounds__(C::kThreads)
   const int n0 = blockIdx.x * C::BN, m0 = blockIdx.y * C::BM;
   const int wm = (warp / C::WN) * C::kWarpRows, wn = (warp % C::WN) * C::kWarpCols;
   const int chunks = kp / kW4Chunk;
-  const int64_t row_bytes = kp / 2;
 
   auto a_tile = [&](int s) { return reinterpret_cast<T*>(smem + s * C::kStageBytes); };
   auto b_tile = [&](int s) { return smem + s * C::kStageBytes + C::kABytes; };
@@ -67,7 +66,7 @@ __global__ void __launch_bounds__(C::kThreads)
     unsigned char* bs = b_tile(s);
     for (int i = tid; i < C::BN; i += C::kThreads) {
       const bool valid = n0 + i < n;
-      const uint8_t* src = w.codes + (valid ? static_cast<int64_t>(n0 + i) * row_bytes + c * kW4ChunkBytes : 0);
+      const uint8_t* src = w.codes + (valid ? W4ChunkOffset(n0 + i, c, n, chunks) : 0);
       CpAsync16(bs + i * kW4ChunkBytes, src, valid);
     }
   };

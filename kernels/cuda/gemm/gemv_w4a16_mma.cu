@@ -13,8 +13,8 @@ namespace llm::cuda {
 namespace {
 
 constexpr int kWarps = 8;                // warps a block
-constexpr int kTileRows = 16;            // weight rows a warp tile (the MMA's M)
-constexpr int kUnitChunks = 4;           // a unit: one chunk per lane of a quad (4 x 32 columns of the tile)
+constexpr int kTileRows = kW4TileRows;   // weight rows a warp tile (the MMA's M): a tile of the layout
+constexpr int kUnitChunks = kW4UnitChunks;  // a unit: one chunk per lane of a quad (4 x 32 columns of the tile)
 constexpr int kMaxGroupSmem = 32 << 10;  // staged chunk groups (i32 a chunk)
 
 struct MmaArgs {
@@ -27,8 +27,7 @@ struct MmaArgs {
 
 __device__ __forceinline__ uint4 LoadCodes(const void* p) {
   uint4 u;
-  // L2::256B: a warp's load covers 64 bytes of each of 8 rows, and the next units of those rows
-  // follow: fetching 256 bytes a row at once keeps DRAM bursts long.
+  // L2::256B: a warp's load covers 512 contiguous bytes of its tile, and the next units follow.
   asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
                : "l"(p));
@@ -36,7 +35,9 @@ __device__ __forceinline__ uint4 LoadCodes(const void* p) {
 }
 
 // What one lane loads for one unit u: chunk c = 4u + t (t = lane % 4) of its two weight rows
-// rA = tile + g and rB = rA + 8 (g = lane / 4), and those rows' scales and zeros of c's group.
+// rA = tile + g and rB = rA + 8 (g = lane / 4), and those rows' scales and zeros of c's group. In
+// the layout (w4a16_common.cuh) a full unit of a full tile is 1 KB: the warp's rA loads are its
+// first 512 bytes, lane by lane, and the rB loads the next 512.
 struct Unit {
   uint4 a, b;      // codes of rows rA, rB
   uint32_t scale;  // f16 bits: rA's in the low half, rB's in the high half
@@ -44,10 +45,16 @@ struct Unit {
   int group;       // c's group, -1 past the last chunk
 };
 
-// The exact (code - zero) pair of nibbles s and s + 4 of `word` (a shift, a LOP3, a subtraction).
+// The exact (code - zero) pair of nibbles s and s + 4 of `word` (a shift, one LOP3, a subtraction).
+// The mask and the base go into one LOP3 only with the base in a register (an instruction takes
+// one immediate); left to itself the compiler spends two LOP3s, a tenth of the kernel's
+// instructions (SASS on an H100).
 template <typename T>
 __device__ __forceinline__ uint32_t NibblePair(uint32_t word, int s, uint32_t zero_pair) {
-  return W4SubPair<T>(((word >> (4 * s)) & 0x000F000Fu) | (W4Pair<T>::kBase * 0x00010001u), zero_pair);
+  uint32_t pair;
+  const uint32_t base = W4Pair<T>::kBase * 0x00010001u;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(pair) : "r"(word >> (4 * s)), "n"(0x000F000F), "r"(base));  // (a & b) | c
+  return W4SubPair<T>(pair, zero_pair);
 }
 
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
@@ -64,8 +71,8 @@ __device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 
 //
 // Block: kWarps warps = (kWarps / wpt) tiles of 16 rows x wpt warps splitting the tile's units;
 // the wpt partial sums meet in shared memory. Shared memory: the chunk groups (i32 [kv]).
-template <typename T, typename TOut, int NT, int U, bool kZeros>
-__global__ void __launch_bounds__(kWarps * 32, 2)
+template <typename T, typename TOut, int NT, int U, int kMinBlocks, bool kZeros>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     GemvW4A16MmaKernel(const T* __restrict__ x, MmaArgs w, const T* __restrict__ bias, TOut* __restrict__ out, int m,
                        int n, int kp, int wpt) {
   extern __shared__ int32_t s_group[];
@@ -80,28 +87,44 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int ub = min(units, part * len), ue = min(units, ub + len);
   const int rA = tile * kTileRows + g, rB = rA + 8;
   const bool inA = rA < n, inB = rB < n;
-  const int64_t row_bytes = kp / 2;
-  const uint8_t* codes_a = w.codes + static_cast<int64_t>(inA ? rA : 0) * row_bytes;
-  const uint8_t* codes_b = w.codes + static_cast<int64_t>(inB ? rB : 0) * row_bytes;
+  const int tile_rows = inA ? W4TileRows(rA, n) : kTileRows;
+  // The tile's codes, and this lane's offsets of a full unit (a short last unit is placed apart).
+  const uint8_t* tile_codes = w.codes + static_cast<int64_t>(inA ? tile : 0) * kTileRows * (kp / 2);
+  const int unit_bytes = tile_rows * kUnitChunks * kW4ChunkBytes;
+  const int off_a = (g * kUnitChunks + t) * kW4ChunkBytes, off_b = ((g + 8) * kUnitChunks + t) * kW4ChunkBytes;
+  const int full_units = kv / kUnitChunks;
+  // The rows' scales and zeros (row 0's for rows past n, whose loads are skipped), hoisted: the
+  // loop is bound by instruction issue, and recomputing these a unit cost a tenth of it.
+  const uint16_t* scales_a = w.scales + static_cast<int64_t>(inA ? rA : 0) * w.groups;
+  const uint16_t* scales_b = w.scales + static_cast<int64_t>(inB ? rB : 0) * w.groups;
+  const uint8_t* zeros_a = kZeros ? w.zeros + static_cast<int64_t>(inA ? rA : 0) * w.groups : nullptr;
+  const uint8_t* zeros_b = kZeros ? w.zeros + static_cast<int64_t>(inB ? rB : 0) * w.groups : nullptr;
 
   // A unit's codes (no shared memory needed), then its group's scales and zeros.
   auto load_codes = [&](Unit& r, int u) {
-    const int c = u * kUnitChunks + t;
-    const bool in_k = c < kv;
-    r.a = inA && in_k ? LoadCodes(codes_a + c * kW4ChunkBytes) : make_uint4(0, 0, 0, 0);
-    r.b = inB && in_k ? LoadCodes(codes_b + c * kW4ChunkBytes) : make_uint4(0, 0, 0, 0);
+    const uint8_t* unit = tile_codes + u * unit_bytes;
+    int oa = off_a, ob = off_b;
+    bool in_k = true;
+    if (u >= full_units) {  // the short last unit
+      const int cu = kv - u * kUnitChunks;
+      in_k = t < cu;
+      oa = (g * cu + t) * kW4ChunkBytes;
+      ob = ((g + 8) * cu + t) * kW4ChunkBytes;
+    }
+    r.a = inA && in_k ? LoadCodes(unit + oa) : make_uint4(0, 0, 0, 0);
+    r.b = inB && in_k ? LoadCodes(unit + ob) : make_uint4(0, 0, 0, 0);
   };
   auto load_side = [&](Unit& r, int u) {
     const int c = u * kUnitChunks + t;
     const bool in_k = c < kv;
     r.group = in_k ? s_group[c] : -1;
     const int grp = in_k ? r.group : 0;
-    const uint32_t sa = inA ? __ldg(w.scales + static_cast<int64_t>(rA) * w.groups + grp) : 0u;
-    const uint32_t sb = inB ? __ldg(w.scales + static_cast<int64_t>(rB) * w.groups + grp) : 0u;
+    const uint32_t sa = inA ? __ldg(scales_a + grp) : 0u;
+    const uint32_t sb = inB ? __ldg(scales_b + grp) : 0u;
     r.scale = sa | (sb << 16);
     if (kZeros) {
-      const uint32_t za = inA ? __ldg(w.zeros + static_cast<int64_t>(rA) * w.groups + grp) : kW4SymmetricZero;
-      const uint32_t zb = inB ? __ldg(w.zeros + static_cast<int64_t>(rB) * w.groups + grp) : kW4SymmetricZero;
+      const uint32_t za = inA ? __ldg(zeros_a + grp) : kW4SymmetricZero;
+      const uint32_t zb = inB ? __ldg(zeros_b + grp) : kW4SymmetricZero;
       r.zero = za | (zb << 8);
     } else {
       r.zero = kW4SymmetricZero | (kW4SymmetricZero << 8);
@@ -133,70 +156,76 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
 
-  auto compute = [&](const Unit& r, int u) {
+  // One MMA pass over unit u: every chunk's (all: they share a group), or chunk 4u + pass's
+  // alone. Lane t owns the K slots of its chunk in A and B alike, so zeroing its x (B) registers
+  // drops the chunk: the predicate of the x loads does it, at no cost to the unmasked pass (one
+  // body for both keeps the unrolled window small for the instruction cache).
+  const T* x_rows[NT];  // this lane's token of each n8 tile (token 0's past m: its loads are skipped)
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) x_rows[nt] = x + static_cast<int64_t>(nt * 8 + g < m ? nt * 8 + g : 0) * kp;
+  auto compute_pass = [&](const Unit& r, int u, int pass, bool all) {
     const int c = u * kUnitChunks + t;
+    const bool mine = all || t == pass;
     const uint32_t zpa = W4ZeroPair<T>(r.zero & 0xFF), zpb = W4ZeroPair<T>((r.zero >> 8) & 0xFF);
-    const int g0 = __shfl_sync(0xffffffffu, r.group, 0);
-    const bool uniform = __all_sync(0xffffffffu, r.group < 0 || r.group == g0);
-    // Passes: one (every chunk of the unit shares a group), or one per chunk, the other lanes'
-    // A registers zero.
-    const int passes = uniform ? 1 : kUnitChunks;
-    for (int pass = 0; pass < passes; ++pass) {
-      const bool mine = uniform || t == pass;
-      // kChains independent accumulators a tile (the halves h), so that consecutive MMAs do not
-      // wait on each other.
-      constexpr int kChains = NT == 1 ? 2 : 1;
-      float p[kChains][NT][4];
+    // kChains independent accumulators a tile (the halves h), so that consecutive MMAs do not
+    // wait on each other.
+    constexpr int kChains = NT == 1 ? 2 : 1;
+    float p[kChains][NT][4];
 #pragma unroll
-      for (int ch = 0; ch < kChains; ++ch)
+    for (int ch = 0; ch < kChains; ++ch)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) p[ch][nt][e] = 0.0f;
-      // Half h: the k16 steps j = 2 jj + h (code word jj, nibbles 2h and 2h + 1), whose x columns
-      // are 8h + 2jj (+ 1, + 16, + 17): x's 16-byte pieces h and h + 2 of chunk c, token nt * 8 + g.
+        for (int e = 0; e < 4; ++e) p[ch][nt][e] = 0.0f;
+    // Half h: the k16 steps j = 2 jj + h (code word jj, nibbles 2h and 2h + 1), whose x columns
+    // are 8h + 2jj (+ 1, + 16, + 17): x's 16-byte pieces h and h + 2 of chunk c, token nt * 8 + g.
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint4 xv[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const int token = nt * 8 + g;
-          const bool valid = token < m && r.group >= 0;
-          const T* xp = x + static_cast<int64_t>(valid ? token : 0) * kp + (valid ? c : 0) * kW4Chunk + h * 8;
-          xv[nt][0] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
-          xv[nt][1] = valid ? *reinterpret_cast<const uint4*>(xp + 16) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-          uint32_t a[4];
-          a[0] = NibblePair<T>(Word(r.a, jj), 2 * h, zpa);
-          a[1] = NibblePair<T>(Word(r.b, jj), 2 * h, zpb);
-          a[2] = NibblePair<T>(Word(r.a, jj), 2 * h + 1, zpa);
-          a[3] = NibblePair<T>(Word(r.b, jj), 2 * h + 1, zpb);
-          if (!mine) a[0] = a[1] = a[2] = a[3] = 0u;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const uint32_t lo = Word(xv[nt][0], jj), hi = Word(xv[nt][1], jj);  // columns (c0, c0 + 1), (c0 + 16, c0 + 17)
-            Mma16816<T>::Run(p[h % kChains][nt], a, __byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
-          }
-        }
-      }
-      // The scales of chunk 4u + pass (uniform: of chunk 4u, which every lane's rows share; a lane
-      // past the last chunk holds no scale of its own).
-      const uint32_t sc = __shfl_sync(0xffffffffu, r.scale, (lane & ~3) | pass);
-      const float sa = __half2float(__ushort_as_half(static_cast<unsigned short>(sc & 0xFFFF)));
-      const float sb = __half2float(__ushort_as_half(static_cast<unsigned short>(sc >> 16)));
+    for (int h = 0; h < 2; ++h) {
+      uint4 xv[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        float q[4];
+        const int token = nt * 8 + g;
+        const bool valid = token < m && r.group >= 0 && mine;
+        const T* xp = x_rows[nt] + (valid ? c : 0) * kW4Chunk + h * 8;
+        xv[nt][0] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
+        xv[nt][1] = valid ? *reinterpret_cast<const uint4*>(xp + 16) : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) q[e] = kChains == 2 ? p[0][nt][e] + p[kChains - 1][nt][e] : p[0][nt][e];
-        acc[nt][0] += sa * q[0];
-        acc[nt][1] += sa * q[1];
-        acc[nt][2] += sb * q[2];
-        acc[nt][3] += sb * q[3];
+      for (int jj = 0; jj < 4; ++jj) {
+        uint32_t a[4];
+        a[0] = NibblePair<T>(Word(r.a, jj), 2 * h, zpa);
+        a[1] = NibblePair<T>(Word(r.b, jj), 2 * h, zpb);
+        a[2] = NibblePair<T>(Word(r.a, jj), 2 * h + 1, zpa);
+        a[3] = NibblePair<T>(Word(r.b, jj), 2 * h + 1, zpb);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint32_t lo = Word(xv[nt][0], jj), hi = Word(xv[nt][1], jj);  // columns (c0, c0 + 1), (c0 + 16, c0 + 17)
+          Mma16816<T>::Run(p[h % kChains][nt], a, __byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
+        }
       }
     }
+    // The scales of chunk 4u + pass (unmasked: of chunk 4u, which every lane's rows share; a lane
+    // past the last chunk holds no scale of its own).
+    const uint32_t sc = __shfl_sync(0xffffffffu, r.scale, (lane & ~3) | pass);
+    const float sa = __half2float(__ushort_as_half(static_cast<unsigned short>(sc & 0xFFFF)));
+    const float sb = __half2float(__ushort_as_half(static_cast<unsigned short>(sc >> 16)));
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float q[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) q[e] = kChains == 2 ? p[0][nt][e] + p[kChains - 1][nt][e] : p[0][nt][e];
+      acc[nt][0] += sa * q[0];
+      acc[nt][1] += sa * q[1];
+      acc[nt][2] += sb * q[2];
+      acc[nt][3] += sb * q[3];
+    }
+  };
+  auto compute = [&](const Unit& r, int u) {
+    const int g0 = __shfl_sync(0xffffffffu, r.group, 0);
+    const bool all = __all_sync(0xffffffffu, r.group < 0 || r.group == g0);
+    const int passes = all ? 1 : kUnitChunks;
+#pragma unroll 1
+    for (int pass = 0; pass < passes; ++pass) compute_pass(r, u, pass, all);
   };
 
   // A rolling window of U units: each one's slot is refilled with the unit U further on as soon
@@ -232,38 +261,58 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   }
 }
 
-int AutoWarpsPerTile(int64_t n, int64_t kp, int num_sms) {
+// Warps splitting each tile's K: the most that keep every warp resident at once (and at least 4
+// units a warp), counting `per_warp_slots` resident warp slots a warp (2: half the SM's warp slots
+// stay free).
+int AutoWarpsPerTile(int64_t n, int64_t kp, int num_sms, int blocks_per_sm, int per_warp_slots) {
   const int64_t tiles = (n + kTileRows - 1) / kTileRows;
   const int64_t units = (kp / kW4Chunk + kUnitChunks - 1) / kUnitChunks;
+  const int64_t warp_slots = int64_t{kWarps} * blocks_per_sm * num_sms;
   int wpt = 1;
-  // The most warps a tile that keeps every warp resident at once (16 an SM: two blocks), so that
-  // no second wave waits on the first (H100: gate_up 1, qkv 4, o and down 8; w4a16_bench).
-  while (wpt < kWarps && tiles * 2 * wpt <= 16 * int64_t{num_sms} && units / (2 * wpt) >= 4) wpt *= 2;
+  while (wpt < kWarps && tiles * per_warp_slots * wpt <= warp_slots && units / (2 * wpt) >= 4) wpt *= 2;
   return wpt;
 }
 
-template <typename T, typename TOut, int NT, bool kZeros>
+template <typename T, typename TOut, int NT, int U, int B, bool kZeros>
 cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, int m, int n, int kp, int wpt,
                         bool pdl, cudaStream_t stream) {
-  constexpr int U = NT == 1 ? 6 : NT == 2 ? 4 : 2;  // units in flight a warp (1 KB each)
   const int tiles_per_block = kWarps / wpt;
   const int tiles = (n + kTileRows - 1) / kTileRows;
   const dim3 grid((tiles + tiles_per_block - 1) / tiles_per_block);
   const size_t smem = static_cast<size_t>(kp / kW4Chunk) * sizeof(int32_t);
-  return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, kZeros>, grid, dim3(kWarps * 32), smem, stream, pdl, x, w,
-                      bias, out, m, n, kp, wpt);
+  return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros>, grid, dim3(kWarps * 32), smem, stream, pdl, x,
+                      w, bias, out, m, n, kp, wpt);
+}
+
+// The register form's shape, by measurement on an H100 (w4a16_bench, benchmarks/RESULTS.md): up to
+// 8 rows of x, two units (1 KB each) in flight a warp, which leaves the unrolled loop small enough
+// for the instruction cache and the most warps resident; weights of at least two 16-row tiles an
+// SM (qkv, gate_up of the 8B shape) take four blocks an SM and split K over every free warp slot
+// (qkv 10.6 -> 8.8 us, gate_up 32.5 -> 31.7), narrower ones (o, down) two blocks and half the
+// slots (o 6.6 -> 5.8, down 16.7 -> 15.8; four blocks there: 6.7 and 20.9). 9-32 rows: 4 and 2
+// units in flight, two blocks.
+template <typename T, typename TOut, int NT, bool kZeros>
+cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* out, int m, int n, int kp,
+                            const GemvW4A16MmaOptions& o, int num_sms, cudaStream_t stream) {
+  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
+  const bool wide = NT == 1 && tiles >= 2 * int64_t{num_sms};
+  const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile
+                                       : AutoWarpsPerTile(n, kp, num_sms, wide ? 4 : 2, wide ? 1 : 2);
+  if constexpr (NT == 1) {
+    return wide ? LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream)
+                : LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
+  }
+  return LaunchTiles<T, TOut, NT, NT == 2 ? 4 : 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
 }
 
 // --- The bulk form: the codes through shared memory ---
 //
-// The register form above reads 64 bytes of each of a tile's 16 rows a unit, so DRAM sees short
-// bursts from rows 2-7 KB apart. Here each warp's tile streams through a private ring of
-// shared-memory stages filled by bulk copies (the copy engine; no registers held): a stage is
-// `stage_chunks` chunks (128-512 contiguous bytes) of each of the warp's rows, one copy a row,
-// issued by lane r for row r, all completing on the stage's barrier. The lanes then read their
-// MMA fragments from shared memory exactly as the register form reads them from global memory.
-// Rows of a stage sit `row_stride` = stage bytes + 64 apart (a stride of 64 mod 128 bytes), so
-// the two rows a quarter-warp reads with one 16-byte load fall in disjoint banks.
+// Each warp's tiles stream through a private ring of shared-memory stages filled by bulk copies
+// (the copy engine; no registers held): a stage is `stage_chunks` chunks of each of the warp's
+// rows, `stage_chunks / 4` consecutive units of each tile, contiguous in the layout: one copy a
+// tile (lane tt copies tile tt), all completing on the stage's barrier. The lanes then read their
+// MMA fragments from shared memory at the offsets the register form reads in global memory (a
+// warp's 16-byte loads of one unit's rows are 512 contiguous bytes: no bank conflicts).
 //
 // TPW (1 or 2) tiles of 16 rows a warp: at 16-32 batch rows the x fragments (the B operand) are
 // loaded once for both tiles. Scales, zeros and chunk groups stay in a register window U units
@@ -271,9 +320,8 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
 
 struct BulkPlan {
   int wpt = 1;           // warps splitting a warp tile's K (1, 2, 4, 8)
-  int stage_chunks = 0;  // chunks of each row a stage (8, 16 or 32: 128-512 bytes)
+  int stage_chunks = 0;  // chunks of each row a stage (8, 16 or 32: 2-8 KB a tile)
   int stages = 0;        // ring stages a warp
-  int row_stride = 0;    // bytes between a stage's rows in shared memory
   int bar_offset = 0, ring_offset = 0;  // shared memory: chunk groups (i32 [kv]) at 0, barriers, rings
   size_t smem_bytes = 0;
 };
@@ -314,7 +362,7 @@ __global__ void __launch_bounds__(kWarps * 32, TPW * NT >= 8 ? 1 : 2)
   const int32_t* s_group = reinterpret_cast<const int32_t*>(smem);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int wpt = plan.wpt, stages = plan.stages, stride = plan.row_stride;
+  const int wpt = plan.wpt, stages = plan.stages;
   const int wtiles_per_block = kWarps / wpt;
   const int row0 = (blockIdx.x * wtiles_per_block + warp / wpt) * kRows, part = warp % wpt;
   const int kv = kp / kW4Chunk;
@@ -324,24 +372,36 @@ __global__ void __launch_bounds__(kWarps * 32, TPW * NT >= 8 ? 1 : 2)
   const int ce = min(kv, ue * kUnitChunks);
   const int su = plan.stage_chunks / kUnitChunks;  // units a stage
   const int nstages = (ue - ub + su - 1) / su;
-  const int stage_bytes = kRows * stride;
-  const int valid_rows = max(0, min(kRows, n - row0));
-  const int64_t row_bytes = kp / 2;
+  const int tile_stage_bytes = kTileRows * plan.stage_chunks * kW4ChunkBytes;  // a tile's part of a stage
+  const int stage_bytes = TPW * tile_stage_bytes;
+  int tile_rows[TPW];  // rows of each of the warp's tiles (0 past n)
+#pragma unroll
+  for (int tt = 0; tt < TPW; ++tt) tile_rows[tt] = max(0, min(kTileRows, n - (row0 + tt * kTileRows)));
+  const int64_t tile_bytes = static_cast<int64_t>(kTileRows) * (kp / 2);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + plan.bar_offset) + warp * stages;
   unsigned char* ring = smem + plan.ring_offset + static_cast<size_t>(warp) * stages * stage_bytes;
   const uint64_t policy = L2EvictFirstPolicy();
 
   // Stage q of the warp's range into slot q % stages: chunks [cb, min(ce, cb + stage_chunks)) of
-  // rows row0 + r, r < valid_rows (lane r copies row r).
+  // every row of the warp's tiles, units ub + q * su on of each tile (lane tt copies tile tt).
   auto issue = [&](int q) {
-    const int cb = (ub + q * su) * kUnitChunks;
-    const uint32_t bytes = static_cast<uint32_t>(min(ce, cb + plan.stage_chunks) - cb) * kW4ChunkBytes;
+    const int ua = ub + q * su, cb = ua * kUnitChunks;
+    const uint32_t chunk_bytes = static_cast<uint32_t>(min(ce, cb + plan.stage_chunks) - cb) * kW4ChunkBytes;
     uint64_t* bar = &bars[q % stages];
-    if (lane == 0) ArriveExpectTx(bar, bytes * valid_rows);
+    if (lane == 0) {
+      uint32_t bytes = 0;
+#pragma unroll
+      for (int tt = 0; tt < TPW; ++tt) bytes += chunk_bytes * tile_rows[tt];
+      ArriveExpectTx(bar, bytes);
+    }
     __syncwarp();
-    if (lane < valid_rows)
-      BulkCopyRow(ring + (q % stages) * stage_bytes + lane * stride,
-                  w.codes + static_cast<int64_t>(row0 + lane) * row_bytes + cb * kW4ChunkBytes, bytes, bar, policy);
+#pragma unroll
+    for (int tt = 0; tt < TPW; ++tt)
+      if (lane == tt && tile_rows[tt] > 0)
+        BulkCopyRow(ring + (q % stages) * stage_bytes + tt * tile_stage_bytes,
+                    w.codes + (row0 / kTileRows + tt) * tile_bytes +
+                        static_cast<int64_t>(ua) * tile_rows[tt] * kUnitChunks * kW4ChunkBytes,
+                    chunk_bytes * tile_rows[tt], bar, policy);
   };
   if (lane == 0) {
     for (int s = 0; s < stages; ++s) MbarrierInit(&bars[s], 1);
@@ -393,15 +453,18 @@ __global__ void __launch_bounds__(kWarps * 32, TPW * NT >= 8 ? 1 : 2)
     const int li = u - ub, q = li / su, within = li - q * su;
     const int slot = q % stages;
     if (within == 0) MbarrierWait(&bars[slot], (q / stages) & 1);
-    // This lane's chunk c of rows g and g + 8 of each tile (zero past the last chunk: the stage
-    // holds no bytes there).
-    const unsigned char* st = ring + slot * stage_bytes + within * (kUnitChunks * kW4ChunkBytes) + t * kW4ChunkBytes;
+    // This lane's chunk c of rows g and g + 8 of each tile, where the layout put them (zero past
+    // the last chunk and the tile's rows: the stage holds no bytes there).
+    const int cu = W4UnitChunks(c, kv);
     uint4 ca[TPW], cb[TPW];
 #pragma unroll
     for (int tt = 0; tt < TPW; ++tt) {
-      ca[tt] = *reinterpret_cast<const uint4*>(st + (tt * kTileRows + g) * stride);
-      cb[tt] = *reinterpret_cast<const uint4*>(st + (tt * kTileRows + g + 8) * stride);
-      if (c >= kv) ca[tt] = cb[tt] = make_uint4(0, 0, 0, 0);
+      const unsigned char* st = ring + slot * stage_bytes + tt * tile_stage_bytes +
+                                within * tile_rows[tt] * (kUnitChunks * kW4ChunkBytes) + t * kW4ChunkBytes;
+      ca[tt] = *reinterpret_cast<const uint4*>(st + g * cu * kW4ChunkBytes);
+      cb[tt] = *reinterpret_cast<const uint4*>(st + (g + 8) * cu * kW4ChunkBytes);
+      if (c >= kv || g >= tile_rows[tt]) ca[tt] = make_uint4(0, 0, 0, 0);
+      if (c >= kv || g + 8 >= tile_rows[tt]) cb[tt] = make_uint4(0, 0, 0, 0);
     }
     // The stage's last unit: every lane has its codes in registers, refill the slot.
     if (within == su - 1 || u == ue - 1) {
@@ -436,7 +499,7 @@ __global__ void __launch_bounds__(kWarps * 32, TPW * NT >= 8 ? 1 : 2)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const int token = nt * 8 + g;
-          const bool valid = token < m && r.group >= 0;
+          const bool valid = token < m && r.group >= 0 && mine;  // as the register form
           const T* xp = x + static_cast<int64_t>(valid ? token : 0) * kp + (valid ? c : 0) * kW4Chunk + h * 8;
           xv[nt][0] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
           xv[nt][1] = valid ? *reinterpret_cast<const uint4*>(xp + 16) : make_uint4(0, 0, 0, 0);
@@ -450,7 +513,6 @@ __global__ void __launch_bounds__(kWarps * 32, TPW * NT >= 8 ? 1 : 2)
             a[1] = NibblePair<T>(Word(cb[tt], jj), 2 * h, zpb[tt]);
             a[2] = NibblePair<T>(Word(ca[tt], jj), 2 * h + 1, zpa[tt]);
             a[3] = NibblePair<T>(Word(cb[tt], jj), 2 * h + 1, zpb[tt]);
-            if (!mine) a[0] = a[1] = a[2] = a[3] = 0u;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
               const uint32_t lo = Word(xv[nt][0], jj), hi = Word(xv[nt][1], jj);
@@ -527,10 +589,12 @@ bool PlanBulk(int64_t n, int64_t kp, int tpw, const GemvW4A16MmaOptions& o, int 
   p.stage_chunks = o.stage_chunks > 0 ? o.stage_chunks : tpw == 1 ? 16 : 8;
   p.stages = o.stages > 0 ? o.stages : tpw == 1 ? 2 : 4;
   if (p.stage_chunks % 8 != 0 || p.stage_chunks > 32 || p.stages < 1 || p.stages > 8) return false;
-  p.row_stride = p.stage_chunks * kW4ChunkBytes + 64;
   p.bar_offset = static_cast<int>((kv * 4 + 15) / 16 * 16);
   p.ring_offset = (p.bar_offset + kWarps * p.stages * 8 + 127) / 128 * 128;
-  p.smem_bytes = static_cast<size_t>(p.ring_offset) + size_t{kWarps} * p.stages * rows * p.row_stride;
+  // The rings, which the partial sums reuse at the end (red[kWarps][rows][32 tokens] at most).
+  const size_t ring_bytes = size_t{kWarps} * p.stages * rows * p.stage_chunks * kW4ChunkBytes;
+  const size_t red_bytes = size_t{kWarps} * rows * kGemvW4A16MmaMaxRows * sizeof(float);
+  p.smem_bytes = static_cast<size_t>(p.ring_offset) + std::max(ring_bytes, red_bytes);
   if (p.smem_bytes > 227 * 1024) return false;
   const int64_t blocks_per_sm = std::max<int64_t>(1, std::min<int64_t>(2, kSmemPerSm / (p.smem_bytes + 1024)));
   const int64_t wtiles = (n + rows - 1) / rows;
@@ -592,19 +656,17 @@ absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv,
     CUDA_RETURN_IF_ERROR(err);
     return absl::OkStatus();
   }
-  const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile : AutoWarpsPerTile(n, kp, num_sms);
-  const bool pdl = o.pdl;
   cudaError_t err;
   const bool zeros = wd.zeros != nullptr;
   if (m <= 8)
-    err = zeros ? LaunchTiles<T, TOut, 1, true>(x, w, bias, out, m, n, kp, wpt, pdl, stream)
-                : LaunchTiles<T, TOut, 1, false>(x, w, bias, out, m, n, kp, wpt, pdl, stream);
+    err = zeros ? LaunchRegisters<T, TOut, 1, true>(x, w, bias, out, m, n, kp, o, num_sms, stream)
+                : LaunchRegisters<T, TOut, 1, false>(x, w, bias, out, m, n, kp, o, num_sms, stream);
   else if (m <= 16)
-    err = zeros ? LaunchTiles<T, TOut, 2, true>(x, w, bias, out, m, n, kp, wpt, pdl, stream)
-                : LaunchTiles<T, TOut, 2, false>(x, w, bias, out, m, n, kp, wpt, pdl, stream);
+    err = zeros ? LaunchRegisters<T, TOut, 2, true>(x, w, bias, out, m, n, kp, o, num_sms, stream)
+                : LaunchRegisters<T, TOut, 2, false>(x, w, bias, out, m, n, kp, o, num_sms, stream);
   else
-    err = zeros ? LaunchTiles<T, TOut, 4, true>(x, w, bias, out, m, n, kp, wpt, pdl, stream)
-                : LaunchTiles<T, TOut, 4, false>(x, w, bias, out, m, n, kp, wpt, pdl, stream);
+    err = zeros ? LaunchRegisters<T, TOut, 4, true>(x, w, bias, out, m, n, kp, o, num_sms, stream)
+                : LaunchRegisters<T, TOut, 4, false>(x, w, bias, out, m, n, kp, o, num_sms, stream);
   CUDA_RETURN_IF_ERROR(err);
   return absl::OkStatus();
 }

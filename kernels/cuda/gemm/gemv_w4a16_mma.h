@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/common/stream.h"
-#include "kernels/cuda/gemm/gemv_w4a16.h"
+#include "kernels/cuda/gemm/w4a16_weights.h"
 
 namespace llm::cuda {
 

@@ -1,11 +1,11 @@
 // Int4 (W4A16) weights in the repacked layout of engine/core/storage_format.h, as the W4A16
-// kernels read them (gemv_w4a16.cu, gemm_w4a16.cu):
+// kernels read them (gemv_w4a16_mma.cu, gemm_w4a16.cu, w4a16_dequant.cu):
 //
-//   codes        u8 [N, Kp / 2]: 32-column chunks of 16 bytes a row; within a chunk, 32-bit word t
-//                holds in its byte b the columns (8b + 2t, 8b + 2t + 1), the lower one in the low
-//                nibble. A GEMV lane dequantizes a whole chunk from one 16-byte load; lane t of a
-//                tensor-core quad gets its m16n8k16 B fragments of two k16 steps from one word:
-//                bytes 0 and 1 are b0 and b1 of the first step, bytes 2 and 3 of the second.
+//   codes        u8 [N, Kp / 2]: 32-column chunks of 16 bytes of a row; within a chunk, 32-bit
+//                word t holds in its byte b the columns (8b + 2t, 8b + 2t + 1), the lower one in
+//                the low nibble: lane t of a tensor-core quad gets its m16n8k16 A fragments of two
+//                k16 steps from one word. The chunks sit in 16-row tiles of 4-chunk units, in the
+//                order the tensor-core GEMV's warps stream them (W4ChunkOffset).
 //   scales       f16 [N, G], zeros u8 [N, G] (absent: 8), chunk_group i32 [Kp / 32]: the scale and
 //                zero of chunk c of row n are at (n, chunk_group[c]).
 //
@@ -26,6 +26,28 @@ namespace llm::cuda {
 inline constexpr int kW4Chunk = 32;       // columns a chunk
 inline constexpr int kW4ChunkBytes = 16;  // bytes a chunk of one row
 inline constexpr int kW4SymmetricZero = 8;
+inline constexpr int kW4TileRows = 16;   // rows a tile
+inline constexpr int kW4UnitChunks = 4;  // chunks a unit
+
+// Rows of the tile that holds row `row` of an N-row weight (16 but for the last tile), and chunks
+// of the unit that holds chunk `chunk` of a kv-chunk row (4 but for the last unit).
+__host__ __device__ __forceinline__ int W4TileRows(int row, int n) {
+  const int first = row - row % kW4TileRows;
+  return n - first < kW4TileRows ? n - first : kW4TileRows;
+}
+__host__ __device__ __forceinline__ int W4UnitChunks(int chunk, int kv) {
+  const int first = chunk - chunk % kW4UnitChunks;
+  return kv - first < kW4UnitChunks ? kv - first : kW4UnitChunks;
+}
+
+// Byte offset of chunk `chunk` of row `row` (engine/core/int4_layout.h's Int4Layout::ChunkOffset):
+// tiles of 16 rows one after the other, each a run of units, each unit its rows' chunks row by row.
+__host__ __device__ __forceinline__ int64_t W4ChunkOffset(int row, int chunk, int n, int kv) {
+  const int tile_rows = W4TileRows(row, n), unit_chunks = W4UnitChunks(chunk, kv);
+  return static_cast<int64_t>(row / kW4TileRows) * kW4TileRows * kv * kW4ChunkBytes +
+         static_cast<int64_t>(chunk / kW4UnitChunks) * tile_rows * kW4UnitChunks * kW4ChunkBytes +
+         ((row % kW4TileRows) * unit_chunks + chunk % kW4UnitChunks) * kW4ChunkBytes;
+}
 
 // The pair type of T and the bits of 128.0 (bf16) / 1024.0 (f16), whose mantissa holds a code.
 template <typename T>

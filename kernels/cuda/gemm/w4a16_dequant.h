@@ -11,13 +11,13 @@
 #include "absl/status/status.h"
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/common/stream.h"
-#include "kernels/cuda/gemm/gemv_w4a16.h"
+#include "kernels/cuda/gemm/w4a16_weights.h"
 
 namespace llm::cuda {
 
 // out: [rows, kp] of `dtype` (bf16 or fp16), 16-byte aligned; rows [row0, row0 + rows) of the
-// weight, kp a multiple of 32.
-absl::Status LaunchW4A16Dequantize(DType dtype, const W4A16Weights& w, int64_t row0, int64_t rows, int64_t kp,
-                                   void* out, Stream stream);
+// n-row weight, kp a multiple of 32.
+absl::Status LaunchW4A16Dequantize(DType dtype, const W4A16Weights& w, int64_t n, int64_t row0, int64_t rows,
+                                   int64_t kp, void* out, Stream stream);
 
 }  // namespace llm::cuda

@@ -90,6 +90,7 @@ int Main(int argc, char** argv) {
       w.codes = static_cast<const uint8_t*>(codes[i % copies]);
       w.scales = scales[i % copies];
       w.chunk_group = chunk_group;
+      w.group_chunks = 4;
       w.groups = groups;
       return w;
     };

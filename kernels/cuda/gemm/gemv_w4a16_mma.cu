@@ -23,6 +23,7 @@ struct MmaArgs {
   const uint8_t* zeros;    // [n, groups] or null
   const int32_t* chunk_group;
   int groups;
+  int group_shift;  // the regular kernels: unit u is in group u >> group_shift (-1: not regular)
 };
 
 __device__ __forceinline__ uint4 LoadCodes(const void* p) {
@@ -71,7 +72,12 @@ __device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 
 //
 // Block: kWarps warps = (kWarps / wpt) tiles of 16 rows x wpt warps splitting the tile's units;
 // the wpt partial sums meet in shared memory. Shared memory: the chunk groups (i32 [kv]).
-template <typename T, typename TOut, int NT, int U, int kMinBlocks, bool kZeros>
+//
+// kRegular: every tile full (N a multiple of 16), every unit full (Kp a multiple of 128) and in
+// one group, groups in input order of a power of two units each (w.group_shift): the common
+// shapes, with no per-unit checks, group lookups or uniformity votes (the loop is bound by
+// instruction issue).
+template <typename T, typename TOut, int NT, int U, int kMinBlocks, bool kZeros, bool kRegular>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     GemvW4A16MmaKernel(const T* __restrict__ x, MmaArgs w, const T* __restrict__ bias, TOut* __restrict__ out, int m,
                        int n, int kp, int wpt) {
@@ -105,7 +111,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const uint8_t* unit = tile_codes + u * unit_bytes;
     int oa = off_a, ob = off_b;
     bool in_k = true;
-    if (u >= full_units) {  // the short last unit
+    if (!kRegular && u >= full_units) {  // the short last unit
       const int cu = kv - u * kUnitChunks;
       in_k = t < cu;
       oa = (g * cu + t) * kW4ChunkBytes;
@@ -116,8 +122,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   };
   auto load_side = [&](Unit& r, int u) {
     const int c = u * kUnitChunks + t;
-    const bool in_k = c < kv;
-    r.group = in_k ? s_group[c] : -1;
+    const bool in_k = kRegular || c < kv;
+    r.group = kRegular ? u >> w.group_shift : in_k ? s_group[c] : -1;
     const int grp = in_k ? r.group : 0;
     const uint32_t sa = inA ? __ldg(scales_a + grp) : 0u;
     const uint32_t sb = inB ? __ldg(scales_b + grp) : 0u;
@@ -143,8 +149,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     cur[i] = Unit{};
     if (ub + i < ue) load_codes(cur[i], ub + i);
   }
-  for (int i = threadIdx.x; i < kv; i += blockDim.x) s_group[i] = __ldg(w.chunk_group + i);
-  __syncthreads();
+  if (!kRegular) {
+    for (int i = threadIdx.x; i < kv; i += blockDim.x) s_group[i] = __ldg(w.chunk_group + i);
+    __syncthreads();
+  }
 #pragma unroll
   for (int i = 0; i < U; ++i)
     if (ub + i < ue) load_side(cur[i], ub + i);
@@ -185,7 +193,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int token = nt * 8 + g;
-        const bool valid = token < m && r.group >= 0 && mine;
+        const bool valid = token < m && (kRegular || (r.group >= 0 && mine));
         const T* xp = x_rows[nt] + (valid ? c : 0) * kW4Chunk + h * 8;
         xv[nt][0] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
         xv[nt][1] = valid ? *reinterpret_cast<const uint4*>(xp + 16) : make_uint4(0, 0, 0, 0);
@@ -221,6 +229,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   };
   auto compute = [&](const Unit& r, int u) {
+    if (kRegular) {
+      compute_pass(r, u, 0, true);
+      return;
+    }
     const int g0 = __shfl_sync(0xffffffffu, r.group, 0);
     const bool all = __all_sync(0xffffffffu, r.group < 0 || r.group == g0);
     const int passes = all ? 1 : kUnitChunks;
@@ -279,9 +291,13 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
   const int tiles_per_block = kWarps / wpt;
   const int tiles = (n + kTileRows - 1) / kTileRows;
   const dim3 grid((tiles + tiles_per_block - 1) / tiles_per_block);
+  const bool regular = w.group_shift >= 0 && n % kTileRows == 0 && kp % (kUnitChunks * kW4Chunk) == 0;
+  if (regular)
+    return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true>, grid, dim3(kWarps * 32), 0, stream, pdl,
+                        x, w, bias, out, m, n, kp, wpt);
   const size_t smem = static_cast<size_t>(kp / kW4Chunk) * sizeof(int32_t);
-  return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros>, grid, dim3(kWarps * 32), smem, stream, pdl, x,
-                      w, bias, out, m, n, kp, wpt);
+  return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false>, grid, dim3(kWarps * 32), smem, stream,
+                      pdl, x, w, bias, out, m, n, kp, wpt);
 }
 
 // The register form's shape, by measurement on an H100 (w4a16_bench, benchmarks/RESULTS.md): up to
@@ -633,8 +649,15 @@ cudaError_t LaunchBulkZ(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
 template <typename T, typename TOut>
 absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv, void* ov, int m, int n, int kp,
                          int num_sms, const GemvW4A16MmaOptions& o, Stream stream) {
+  // Groups of a power of two whole units in input order: the regular kernels compute a unit's group.
+  int group_shift = -1;
+  if (wd.group_chunks > 0 && wd.group_chunks % kUnitChunks == 0) {
+    const int64_t units_per_group = wd.group_chunks / kUnitChunks;
+    if ((units_per_group & (units_per_group - 1)) == 0)
+      while ((int64_t{1} << (group_shift + 1)) <= units_per_group) ++group_shift;
+  }
   const MmaArgs w{wd.codes, static_cast<const uint16_t*>(wd.scales), wd.zeros, wd.chunk_group,
-                  static_cast<int>(wd.groups)};
+                  static_cast<int>(wd.groups), group_shift};
   const T* x = static_cast<const T*>(xv);
   const T* bias = static_cast<const T*>(bv);
   TOut* out = static_cast<TOut*>(ov);

@@ -300,24 +300,28 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
                       pdl, x, w, bias, out, m, n, kp, wpt);
 }
 
-// The register form's shape, by measurement on an H100 (w4a16_bench, benchmarks/RESULTS.md): up to
-// 8 rows of x, two units (1 KB each) in flight a warp, which leaves the unrolled loop small enough
-// for the instruction cache and the most warps resident; weights of at least two 16-row tiles an
-// SM (qkv, gate_up of the 8B shape) take four blocks an SM and split K over every free warp slot
-// (qkv 10.6 -> 8.8 us, gate_up 32.5 -> 31.7), narrower ones (o, down) two blocks and half the
-// slots (o 6.6 -> 5.8, down 16.7 -> 15.8; four blocks there: 6.7 and 20.9). 9-32 rows: 4 and 2
-// units in flight, two blocks.
+// The register form's shape, by measurement on an H100 (w4a16_bench, the regular form at 1 row,
+// benchmarks/RESULTS.md): up to 8 rows of x, few units (1 KB each) in flight a warp, which keeps
+// the unrolled loop small for the instruction cache and the most warps resident, and K split over
+// warps by the weight's width. Very wide weights (at least 8 tiles an SM: gate_up) take 4 blocks
+// an SM and every warp slot (27.5 us; 2 blocks: 30.9); long rows (K >= 8192: down) 2 blocks, half
+// the slots and 3 units in flight (15.0; 2 units 16.4, every slot 16.5); the rest (qkv, o) 2 blocks
+// and every slot (7.3 and 5.7; half the slots 8.7 and 5.7). 9-32 rows: 4 and 2 units in flight,
+// two blocks, half the slots.
 template <typename T, typename TOut, int NT, bool kZeros>
 cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* out, int m, int n, int kp,
                             const GemvW4A16MmaOptions& o, int num_sms, cudaStream_t stream) {
-  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
-  const bool wide = NT == 1 && tiles >= 2 * int64_t{num_sms};
-  const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile
-                                       : AutoWarpsPerTile(n, kp, num_sms, wide ? 4 : 2, wide ? 1 : 2);
   if constexpr (NT == 1) {
-    return wide ? LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream)
-                : LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
+    const int64_t tiles = (n + kTileRows - 1) / kTileRows;
+    const bool very_wide = tiles >= 8 * int64_t{num_sms}, long_rows = kp >= 8192;
+    const int blocks = very_wide ? 4 : 2, slots_per_warp = long_rows && !very_wide ? 2 : 1;
+    const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile
+                                         : AutoWarpsPerTile(n, kp, num_sms, blocks, slots_per_warp);
+    if (very_wide) return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
+    if (long_rows) return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
+    return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
   }
+  const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile : AutoWarpsPerTile(n, kp, num_sms, 2, 2);
   return LaunchTiles<T, TOut, NT, NT == 2 ? 4 : 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
 }
 

@@ -32,13 +32,16 @@ struct Int4Layout {
     return tile * kInt4TileRows * (kp / 2) + unit * tile_rows * kInt4UnitChunks * kInt4ChunkBytes +
            ((row % kInt4TileRows) * unit_chunks + chunk % kInt4UnitChunks) * kInt4ChunkBytes;
   }
-  // Byte and bit shift of storage column `col` of `row`: column c of a chunk sits in 32-bit word
-  // (c % 8) / 2, byte c / 8 of that word, low nibble for even c.
+  // Byte and bit shift of storage column `col` of `row`. Column c of a chunk sits in 32-bit word
+  // c / 8 (the chunk's columns 8w..8w + 7 in word w), as nibble (c % 8) / 2 + 4 (c % 2) of it:
+  // the pair (8w + 2s, 8w + 2s + 1) in nibbles s and s + 4, so that one shift and one mask give
+  // it as the two 16-bit halves an MMA fragment register holds, in x's own column order.
   int64_t ByteOf(int64_t row, int64_t col) const {
     return ChunkOffset(row, col / kInt4Chunk) + ByteInChunk(col % kInt4Chunk);
   }
-  static int64_t ByteInChunk(int64_t c) { return ((c % 8) / 2) * 4 + c / 8; }
-  static int ShiftOf(int64_t col) { return static_cast<int>(col % 2) * 4; }
+  static int NibbleInWord(int64_t c) { return static_cast<int>((c % 8) / 2 + 4 * (c % 2)); }
+  static int64_t ByteInChunk(int64_t c) { return (c % kInt4Chunk) / 8 * 4 + NibbleInWord(c) / 2; }
+  static int ShiftOf(int64_t col) { return NibbleInWord(col) % 2 * 4; }
 
   // Writes `code` (0..15) as (row, col) of `codes` (zeroed first); reads one back.
   void Set(uint8_t* codes, int64_t row, int64_t col, uint8_t code) const {

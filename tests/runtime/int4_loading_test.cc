@@ -63,20 +63,29 @@ std::vector<int32_t> Ints(const Tensor& t) {
 
 // --- the layout ---
 
-// Column c of a 32-column chunk: word (c % 8) / 2, byte c / 8, low nibble for even c (the order a
-// tensor-core quad reads; the CUDA kernels rely on it).
+// Column c of a 32-column chunk: 32-bit word c / 8, nibble (c % 8) / 2 + 4 (c % 2), so that
+// (word >> 4s) & 0x000F000F holds the column pair (8w + 2s, 8w + 2s + 1) in its low and high
+// halves (what an MMA fragment register holds; the CUDA kernels rely on it).
 TEST(Int4LayoutTest, ChunkColumnsSitWhereTheMmaFragmentsReadThem) {
   const Int4Layout one_row{1, 64};  // one row: chunk c at 16c
+  auto nibble = [&](int64_t col) { return (one_row.ByteOf(0, col) % 4) * 2 + Int4Layout::ShiftOf(col) / 4; };
+  for (int64_t w = 0; w < 4; ++w)
+    for (int64_t s = 0; s < 4; ++s) {
+      const int64_t c = 8 * w + 2 * s;
+      EXPECT_EQ(one_row.ByteOf(0, c) / 4, w) << c;  // word w
+      EXPECT_EQ(nibble(c), s) << c;                  // the pair's low half
+      EXPECT_EQ(one_row.ByteOf(0, c + 1) / 4, w) << c;
+      EXPECT_EQ(nibble(c + 1), s + 4) << c;          // its high half
+    }
   EXPECT_EQ(one_row.ByteOf(0, 0), 0);
   EXPECT_EQ(Int4Layout::ShiftOf(0), 0);
-  EXPECT_EQ(one_row.ByteOf(0, 1), 0);
-  EXPECT_EQ(Int4Layout::ShiftOf(1), 4);
-  EXPECT_EQ(one_row.ByteOf(0, 2), 4);   // word 1
-  EXPECT_EQ(one_row.ByteOf(0, 8), 1);   // word 0, byte 1: the second half of lane 0's k16 fragment
-  EXPECT_EQ(one_row.ByteOf(0, 16), 2);  // the next k16 step
-  EXPECT_EQ(one_row.ByteOf(0, 31), 15);
+  EXPECT_EQ(one_row.ByteOf(0, 1), 2);  // nibble 4: byte 2, low
+  EXPECT_EQ(Int4Layout::ShiftOf(1), 0);
+  EXPECT_EQ(one_row.ByteOf(0, 2), 0);  // nibble 1: byte 0, high
+  EXPECT_EQ(Int4Layout::ShiftOf(2), 4);
+  EXPECT_EQ(one_row.ByteOf(0, 31), 15);  // word 3, nibble 7
   EXPECT_EQ(Int4Layout::ShiftOf(31), 4);
-  EXPECT_EQ(one_row.ByteOf(0, 32 + 9), 16 + 1);
+  EXPECT_EQ(one_row.ByteOf(0, 32 + 9), 16 + 4 + 2);  // chunk 1, word 1, nibble 4
 }
 
 // Chunks in the order a tensor-core GEMV warp loads them: 16-row tiles, each a run of 4-chunk

@@ -20,8 +20,8 @@ struct W4Args {
 // A block computes a BM x BN tile of out with WM x WN warps, each a (BM / WM) x (BN / WN) tile of
 // MT x NT MMA tiles (m16 x n8). One K step is one 32-column chunk (one group, one scale a row).
 // Shared memory, kStages stages of: x [BM][kPitchA] of T (rows padded to 80 bytes, so that the 8
-// rows an ldmatrix reads fall in 8 bank groups), codes [BN][16 bytes] (a quad's 8 rows x 4 words
-// cover 32 banks: no padding needed).
+// rows an ldmatrix reads fall in 8 bank groups), codes [BN][16 bytes] (a quad reads one row's 16
+// bytes, a warp's 8 rows 128 contiguous bytes: no padding needed).
 template <int kBM, int kBN, int kWarpsM, int kWarpsN>
 struct TileConfig {
   static constexpr int BM = kBM, BN = kBN, WM = kWarpsM, WN = kWarpsN;
@@ -97,20 +97,24 @@ __global__ void __launch_bounds__(C::kThreads)
     const unsigned char* bs = b_tile(s);
     const int grp = __ldg(w.chunk_group + c);
 
-    // B fragments of both k16 steps of this chunk: word t of row (wn + nt * 8 + g), byte
-    // 2 * step + reg, as exact (code - zero) pairs.
+    // B fragments of both k16 steps of this chunk: columns (16 step + 2t, + 1) and (16 step + 8 +
+    // 2t, + 1) of row (wn + nt * 8 + g), pair t of its words 2 step and 2 step + 1, as exact
+    // (code - zero) pairs.
     uint32_t b[C::NT][2][2];
 #pragma unroll
     for (int nt = 0; nt < C::NT; ++nt) {
       const int row = wn + nt * 8 + g;
-      const uint32_t word = *reinterpret_cast<const uint32_t*>(bs + row * kW4ChunkBytes + 4 * t);
+      const uint4 words = *reinterpret_cast<const uint4*>(bs + row * kW4ChunkBytes);
       int zero = kW4SymmetricZero;
       if (kZeros && n0 + row < n) zero = __ldg(w.zeros + static_cast<int64_t>(n0 + row) * w.groups + grp);
       const uint32_t zp = W4ZeroPair<T>(zero);
 #pragma unroll
       for (int step = 0; step < 2; ++step)
 #pragma unroll
-        for (int reg = 0; reg < 2; ++reg) b[nt][step][reg] = W4SubPair<T>(W4CodePair<T>(word, 2 * step + reg), zp);
+        for (int reg = 0; reg < 2; ++reg) {
+          const int w4 = 2 * step + reg;
+          b[nt][step][reg] = W4ValuePair<T>(w4 == 0 ? words.x : w4 == 1 ? words.y : w4 == 2 ? words.z : words.w, t, zp);
+        }
     }
 
     float part[C::MT][C::NT][4];

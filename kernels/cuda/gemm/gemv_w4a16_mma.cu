@@ -46,29 +46,16 @@ struct Unit {
   int group;       // c's group, -1 past the last chunk
 };
 
-// The exact (code - zero) pair of nibbles s and s + 4 of `word` (a shift, one LOP3, a subtraction).
-// The mask and the base go into one LOP3 only with the base in a register (an instruction takes
-// one immediate); left to itself the compiler spends two LOP3s, a tenth of the kernel's
-// instructions (SASS on an H100).
-template <typename T>
-__device__ __forceinline__ uint32_t NibblePair(uint32_t word, int s, uint32_t zero_pair) {
-  uint32_t pair;
-  const uint32_t base = W4Pair<T>::kBase * 0x00010001u;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(pair) : "r"(word >> (4 * s)), "n"(0x000F000F), "r"(base));  // (a & b) | c
-  return W4SubPair<T>(pair, zero_pair);
-}
-
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // Lane (g, t) of a warp: t owns the MMA's K slots 2t, 2t + 1, 2t + 8, 2t + 9 in A (the weights) and
 // B (x) alike, so it may fill them from its own chunk c = 4u + t as long as A and B agree: in k16
-// step j (0..7) slots (2t, 2t + 1) hold the pair of nibble s0 = 2 (j & 1) of code word j / 2, and
-// slots (2t + 8, 2t + 9) that of nibble s0 + 1. Nibble s of word w is column 8 (s / 2) + 2w + s % 2
-// (w4a16_common.cuh), nibble s + 4 the column 16 further: the pairs are columns (c0, c0 + 16) and
-// (c0 + 1, c0 + 17), c0 = 8 (j & 1) + 2 (j / 2), and x's B registers are those columns of the same
-// chunk, each paired with one PRMT. The four chunks of a unit are summed in one MMA, so their
-// scales must agree: units whose chunks span groups (act-order, groups of 32 or 64) take four
-// masked MMA passes, one chunk each.
+// step j = 2 jj + h, slots (2t, 2t + 1) hold chunk columns (8jj + 4h, + 1), the pair of nibbles
+// 2h and 2h + 4 of code word jj (w4a16_common.cuh), and slots (2t + 8, 2t + 9) columns
+// (8jj + 4h + 2, + 3); x's B registers are those columns of the same chunk, two adjacent bf16 a
+// register as x lies in memory (no permutes). The four chunks of a unit are summed in one MMA, so
+// their scales must agree: units whose chunks span groups (act-order, groups of 32 or 64) take
+// four masked MMA passes, one chunk each.
 //
 // Block: kWarps warps = (kWarps / wpt) tiles of 16 rows x wpt warps splitting the tile's units;
 // the wpt partial sums meet in shared memory. Shared memory: the chunk groups (i32 [kv]).
@@ -185,31 +172,28 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) p[ch][nt][e] = 0.0f;
-    // Half h: the k16 steps j = 2 jj + h (code word jj, nibbles 2h and 2h + 1), whose x columns
-    // are 8h + 2jj (+ 1, + 16, + 17): x's 16-byte pieces h and h + 2 of chunk c, token nt * 8 + g.
+    // Code word jj of the chunk holds its columns 8jj..8jj + 7; its half h is one k16 step: the
+    // pairs (8jj + 4h, + 1) and (8jj + 4h + 2, + 3) (nibbles 2h and 2h + 1) in A, and in B the
+    // same columns of x, words 2h and 2h + 1 of x's 16 bytes at column 8jj (token nt * 8 + g).
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint4 xv[NT][2];
+    for (int jj = 0; jj < 4; ++jj) {
+      uint4 xv[NT];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int token = nt * 8 + g;
         const bool valid = token < m && (kRegular || (r.group >= 0 && mine));
-        const T* xp = x_rows[nt] + (valid ? c : 0) * kW4Chunk + h * 8;
-        xv[nt][0] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
-        xv[nt][1] = valid ? *reinterpret_cast<const uint4*>(xp + 16) : make_uint4(0, 0, 0, 0);
+        const T* xp = x_rows[nt] + (valid ? c : 0) * kW4Chunk + jj * 8;
+        xv[nt] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
+      for (int h = 0; h < 2; ++h) {
         uint32_t a[4];
-        a[0] = NibblePair<T>(Word(r.a, jj), 2 * h, zpa);
-        a[1] = NibblePair<T>(Word(r.b, jj), 2 * h, zpb);
-        a[2] = NibblePair<T>(Word(r.a, jj), 2 * h + 1, zpa);
-        a[3] = NibblePair<T>(Word(r.b, jj), 2 * h + 1, zpb);
+        a[0] = W4ValuePair<T>(Word(r.a, jj), 2 * h, zpa);
+        a[1] = W4ValuePair<T>(Word(r.b, jj), 2 * h, zpb);
+        a[2] = W4ValuePair<T>(Word(r.a, jj), 2 * h + 1, zpa);
+        a[3] = W4ValuePair<T>(Word(r.b, jj), 2 * h + 1, zpb);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const uint32_t lo = Word(xv[nt][0], jj), hi = Word(xv[nt][1], jj);  // columns (c0, c0 + 1), (c0 + 16, c0 + 17)
-          Mma16816<T>::Run(p[h % kChains][nt], a, __byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
-        }
+        for (int nt = 0; nt < NT; ++nt) Mma16816<T>::Run(p[h % kChains][nt], a, Word(xv[nt], 2 * h), Word(xv[nt], 2 * h + 1));
       }
     }
     // The scales of chunk 4u + pass (unmasked: of chunk 4u, which every lane's rows share; a lane
@@ -514,30 +498,27 @@ __global__ void __launch_bounds__(kWarps * 32, TPW * NT >= 8 ? 1 : 2)
 #pragma unroll
             for (int e = 0; e < 4; ++e) p[tt][ch][nt][e] = 0.0f;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint4 xv[NT][2];
+      for (int jj = 0; jj < 4; ++jj) {  // as the register form
+        uint4 xv[NT];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const int token = nt * 8 + g;
-          const bool valid = token < m && r.group >= 0 && mine;  // as the register form
-          const T* xp = x + static_cast<int64_t>(valid ? token : 0) * kp + (valid ? c : 0) * kW4Chunk + h * 8;
-          xv[nt][0] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
-          xv[nt][1] = valid ? *reinterpret_cast<const uint4*>(xp + 16) : make_uint4(0, 0, 0, 0);
+          const bool valid = token < m && r.group >= 0 && mine;
+          const T* xp = x + static_cast<int64_t>(valid ? token : 0) * kp + (valid ? c : 0) * kW4Chunk + jj * 8;
+          xv[nt] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
+        for (int h = 0; h < 2; ++h) {
 #pragma unroll
           for (int tt = 0; tt < TPW; ++tt) {
             uint32_t a[4];
-            a[0] = NibblePair<T>(Word(ca[tt], jj), 2 * h, zpa[tt]);
-            a[1] = NibblePair<T>(Word(cb[tt], jj), 2 * h, zpb[tt]);
-            a[2] = NibblePair<T>(Word(ca[tt], jj), 2 * h + 1, zpa[tt]);
-            a[3] = NibblePair<T>(Word(cb[tt], jj), 2 * h + 1, zpb[tt]);
+            a[0] = W4ValuePair<T>(Word(ca[tt], jj), 2 * h, zpa[tt]);
+            a[1] = W4ValuePair<T>(Word(cb[tt], jj), 2 * h, zpb[tt]);
+            a[2] = W4ValuePair<T>(Word(ca[tt], jj), 2 * h + 1, zpa[tt]);
+            a[3] = W4ValuePair<T>(Word(cb[tt], jj), 2 * h + 1, zpb[tt]);
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              const uint32_t lo = Word(xv[nt][0], jj), hi = Word(xv[nt][1], jj);
-              Mma16816<T>::Run(p[tt][h % kChains][nt], a, __byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
-            }
+            for (int nt = 0; nt < NT; ++nt)
+              Mma16816<T>::Run(p[tt][h % kChains][nt], a, Word(xv[nt], 2 * h), Word(xv[nt], 2 * h + 1));
           }
         }
       }

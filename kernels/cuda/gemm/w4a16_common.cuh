@@ -2,10 +2,10 @@
 // kernels read them (gemv_w4a16_mma.cu, gemm_w4a16.cu, w4a16_dequant.cu):
 //
 //   codes        u8 [N, Kp / 2]: 32-column chunks of 16 bytes of a row; within a chunk, 32-bit
-//                word t holds in its byte b the columns (8b + 2t, 8b + 2t + 1), the lower one in
-//                the low nibble: lane t of a tensor-core quad gets its m16n8k16 A fragments of two
-//                k16 steps from one word. The chunks sit in 16-row tiles of 4-chunk units, in the
-//                order the tensor-core GEMV's warps stream them (W4ChunkOffset).
+//                word w holds columns 8w..8w + 7, the pair (8w + 2s, 8w + 2s + 1) in nibbles s and
+//                s + 4: a shift and a LOP3 give it as a fragment register's two halves, in x's
+//                column order (W4CodePair). The chunks sit in 16-row tiles of 4-chunk units, in
+//                the order the tensor-core GEMV's warps stream them (W4ChunkOffset).
 //   scales       f16 [N, G], zeros u8 [N, G] (absent: 8), chunk_group i32 [Kp / 32]: the scale and
 //                zero of chunk c of row n are at (n, chunk_group[c]).
 //
@@ -63,12 +63,15 @@ struct W4Pair<__half> {
   static constexpr uint32_t kBase = 0x6400u;  // f16 1024.0
 };
 
-// The codes of byte `b` of `word` as a pair (base + low nibble, base + high nibble), the low
-// nibble's value in the low half.
+// (base + code) of the column pair (8w + 2s, 8w + 2s + 1) of word w (nibbles s and s + 4): the
+// first column in the low half. One LOP3 with the base in a register (an instruction takes one
+// immediate; left to itself the compiler spends two).
 template <typename T>
-__device__ __forceinline__ uint32_t W4CodePair(uint32_t word, int b) {
-  const uint32_t x = word >> (8 * b);
-  return (x & 0xFu) | ((x & 0xF0u) << 12) | (W4Pair<T>::kBase * 0x00010001u);
+__device__ __forceinline__ uint32_t W4CodePair(uint32_t word, int s) {
+  uint32_t pair;
+  const uint32_t base = W4Pair<T>::kBase * 0x00010001u;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(pair) : "r"(word >> (4 * s)), "n"(0x000F000F), "r"(base));  // (a & b) | c
+  return pair;
 }
 
 // (base + zero) in both halves.
@@ -85,39 +88,17 @@ __device__ __forceinline__ uint32_t W4SubPair(uint32_t a, uint32_t b) {
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
+// The exact (code - zero) pair of columns (8w + 2s, 8w + 2s + 1) of word w.
+template <typename T>
+__device__ __forceinline__ uint32_t W4ValuePair(uint32_t word, int s, uint32_t zero_pair) {
+  return W4SubPair<T>(W4CodePair<T>(word, s), zero_pair);
+}
+
 __device__ __forceinline__ float2 W4PairToFloat2(uint32_t p, __nv_bfloat16*) {
   return make_float2(__uint_as_float(p << 16), __uint_as_float(p & 0xFFFF0000u));
 }
 __device__ __forceinline__ float2 W4PairToFloat2(uint32_t p, __half*) {
   return __half22float2(*reinterpret_cast<const __half2*>(&p));
-}
-
-// The 32 values (code - zero) of one chunk (a 16-byte vector of one row), in column order.
-template <typename T>
-__device__ __forceinline__ void W4DequantChunk(const uint4& v, uint32_t zero_pair, float (&wf)[kW4Chunk]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int t = 0; t < 4; ++t) {
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const float2 f = W4PairToFloat2(W4SubPair<T>(W4CodePair<T>(words[t], b), zero_pair), static_cast<T*>(nullptr));
-      wf[8 * b + 2 * t] = f.x;
-      wf[8 * b + 2 * t + 1] = f.y;
-    }
-  }
-}
-
-// sum_i wf[i] * x[i] over the 32 columns of a chunk (x 16-byte aligned).
-template <typename T>
-__device__ __forceinline__ float W4DotChunk(const float (&wf)[kW4Chunk], const T* x) {
-  float s = 0.0f;
-#pragma unroll
-  for (int q = 0; q < kW4Chunk / Vec16<T>::kVec; ++q) {
-    const Vec16<T> xv = LoadVec(x + q * Vec16<T>::kVec);
-#pragma unroll
-    for (int e = 0; e < Vec16<T>::kVec; ++e) s += wf[q * Vec16<T>::kVec + e] * ToFloat(xv.v[e]);
-  }
-  return s;
 }
 
 }  // namespace llm::cuda

@@ -9,9 +9,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One thread per 8 columns (8b..8b + 7 of a chunk: byte b of each of the chunk's four code words,
-// w4a16_common.cuh) and one 16-byte store; the four threads of a chunk load its 16 bytes (one
-// transaction for the warp's 8 chunks), so both the loads and the stores of a warp are contiguous.
+// One thread per 8 columns (8b..8b + 7 of a chunk: its code word b, w4a16_common.cuh) and one
+// 16-byte store; the four threads of a chunk load its 16 bytes (one transaction for the warp's 8
+// chunks), so both the loads and the stores of a warp are contiguous.
 template <typename T, bool kZeros>
 __global__ void __launch_bounds__(kThreads)
     DequantizeKernel(const uint8_t* __restrict__ codes, const __half* __restrict__ scales,
@@ -28,13 +28,13 @@ __global__ void __launch_bounds__(kThreads)
   const int g = __ldg(chunk_group + c);
   const float s = __half2float(scales[row * groups + g]);
   const uint32_t zp = W4ZeroPair<T>(kZeros ? __ldg(zeros + row * groups + g) : kW4SymmetricZero);
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  const uint32_t word = b == 0 ? v.x : b == 1 ? v.y : b == 2 ? v.z : v.w;
   Vec16<T> ov;
 #pragma unroll
-  for (int w = 0; w < 4; ++w) {  // word w's byte b: columns 8b + 2w, 8b + 2w + 1
-    const float2 f = W4PairToFloat2(W4SubPair<T>(W4CodePair<T>(words[w], b), zp), static_cast<T*>(nullptr));
-    ov.v[2 * w] = FromFloat<T>(f.x * s);
-    ov.v[2 * w + 1] = FromFloat<T>(f.y * s);
+  for (int p = 0; p < 4; ++p) {  // pair p: columns 8b + 2p, 8b + 2p + 1
+    const float2 f = W4PairToFloat2(W4ValuePair<T>(word, p, zp), static_cast<T*>(nullptr));
+    ov.v[2 * p] = FromFloat<T>(f.x * s);
+    ov.v[2 * p + 1] = FromFloat<T>(f.y * s);
   }
   StoreVec(out + static_cast<int64_t>(r) * kp + piece * 8, ov);
 }

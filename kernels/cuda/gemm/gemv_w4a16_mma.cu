@@ -161,7 +161,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   auto compute_pass = [&](const Unit& r, int u, int pass, bool all) {
     const int c = u * kUnitChunks + t;
     const bool mine = all || t == pass;
-    const uint32_t zpa = W4ZeroPair<T>(r.zero & 0xFF), zpb = W4ZeroPair<T>((r.zero >> 8) & 0xFF);
+    // Symmetric formats: a constant (the unit's copy of it is not folded through the window).
+    const uint32_t zpa = W4ZeroPair<T>(kZeros ? r.zero & 0xFF : kW4SymmetricZero);
+    const uint32_t zpb = W4ZeroPair<T>(kZeros ? (r.zero >> 8) & 0xFF : kW4SymmetricZero);
     // kChains independent accumulators a tile (the halves h), so that consecutive MMAs do not
     // wait on each other.
     constexpr int kChains = NT == 1 ? 2 : 1;
@@ -181,7 +183,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int token = nt * 8 + g;
-        const bool valid = token < m && (kRegular || (r.group >= 0 && mine));
+        // Regular: no predicate; a token past m reads token 0's x (its sums are never stored).
+        const bool valid = kRegular || (token < m && r.group >= 0 && mine);
         const T* xp = x_rows[nt] + (valid ? c : 0) * kW4Chunk + jj * 8;
         xv[nt] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
       }
@@ -290,8 +293,9 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
 // warps by the weight's width. Very wide weights (at least 8 tiles an SM: gate_up) take 4 blocks
 // an SM and every warp slot (27.5 us; 2 blocks: 30.9); long rows (K >= 8192: down) 2 blocks, half
 // the slots and 3 units in flight (15.0; 2 units 16.4, every slot 16.5); the rest (qkv, o) 2 blocks
-// and every slot (7.3 and 5.7; half the slots 8.7 and 5.7). 9-32 rows: 4 and 2 units in flight,
-// two blocks, half the slots.
+// and every slot (7.3 and 5.7; half the slots 8.7 and 5.7). 9-32 rows: 2 units in flight, two
+// blocks, half the slots (16 rows: 92.7 us for the four linears; 4 units 95.8, every slot or
+// four blocks 95-123).
 template <typename T, typename TOut, int NT, bool kZeros>
 cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* out, int m, int n, int kp,
                             const GemvW4A16MmaOptions& o, int num_sms, cudaStream_t stream) {
@@ -306,7 +310,7 @@ cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* o
     return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
   }
   const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile : AutoWarpsPerTile(n, kp, num_sms, 2, 2);
-  return LaunchTiles<T, TOut, NT, NT == 2 ? 4 : 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
+  return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
 }
 
 // --- The bulk form: the codes through shared memory ---

@@ -4,6 +4,7 @@
 // (CUDA graphs), so both paths are checked.
 // Usage: [mpirun -np TP*PP] llm_cuda_logits --model DIR --tokens IDS.i32 --out LOGITS.f32
 //            [--dtype bf16|fp16|fp32] [--device cuda|cpu] [--decode N] [--chunk C] [--tp T --pp P]
+//            [--gpu-memory-fraction F]
 // Under mpirun each rank loads its TP x PP shard (device = local rank, NCCL on the GPU, MPI on the
 // CPU) and the steps pass through the stages; the last stage's first TP rank writes the file, so
 // tensor/pipeline-parallel runs can be compared with a single-GPU one.
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   using namespace llm;
   std::string model, tokens_path, out_path, dtype_name = "bf16", device_name = "cuda";
   int decode = 0, chunk = 512, tp = 1, pp = 1;
+  double gpu_memory_fraction = 0.9;  // of the device for the arena (the caller may hold some of it)
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (i + 1 >= argc) Die("missing value for " + k);
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
     else if (k == "--chunk") chunk = std::stoi(v);
     else if (k == "--tp") tp = std::stoi(v);
     else if (k == "--pp") pp = std::stoi(v);
+    else if (k == "--gpu-memory-fraction") gpu_memory_fraction = std::stod(v);
     else Die("unknown flag " + k);
   }
   if (model.empty() || tokens_path.empty() || out_path.empty()) Die("need --model, --tokens and --out");
@@ -88,6 +91,7 @@ int main(int argc, char** argv) {
   bo.device = *device;
   bo.dtype = *dtype;
   bo.device_index = t.device();
+  bo.gpu_memory_fraction = gpu_memory_fraction;
   auto backend = CreateBackend(bo);
   Check(backend.status());
   auto data = DataPlane::Create(*groups, **backend, t.device(), absl::Seconds(300));

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batched call on the GPU machine: CUDA tests, benchmark, transformers parity; logs in $OUT,
 # a short table last. Usage (from the repo root, binaries in .device/bin, libraries in
-# .device/bundle.tgz): benchmarks/cuda/run_device.sh [tests] [bench] [kernels] [int4] [parity]
+# .device/bundle.tgz): benchmarks/cuda/run_device.sh [tests] [bench] [kernels] [int4] [parity] [parity_fp8]
 set -uo pipefail
 source "$(dirname "$0")/../device_prelude.sh"
 modes="${*:-tests bench parity}"
@@ -54,6 +54,14 @@ for m in $modes; do
         --workdir /tmp/hf_parity --out "$OUT/parity.md" > "$OUT/parity.log" 2>&1
       summary+="parity rc=$? ($(( $(date +%s) - start )) s)\n"
       tail -12 "$OUT/parity.log" ;;
+    parity_fp8)
+      # Issue 16: the same model as a block-FP8 checkpoint against transformers' float32 forward
+      # over the dequantized weights.
+      start=$(date +%s)
+      PYTHONUNBUFFERED=1 timeout 200 python3 benchmarks/cuda/hf_parity.py --binary $BIN/llm_cuda_logits --fp8 \
+        --workdir /tmp/hf_parity --out "$OUT/parity_fp8.md" > "$OUT/parity_fp8.log" 2>&1
+      summary+="parity_fp8 rc=$? ($(( $(date +%s) - start )) s)\n"
+      tail -12 "$OUT/parity_fp8.log" ;;
   esac
 done
 echo "==== summary"

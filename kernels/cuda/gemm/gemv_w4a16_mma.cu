@@ -48,6 +48,25 @@ struct Unit {
 
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
+// acc += scale * (a pass's sums over its chains): C fragment elements 0-1 are row g's (scale in
+// the low half of `scale_bits`), 2-3 row g + 8's (the high half).
+template <int NT, int kChains>
+__device__ __forceinline__ void AccumulateScaled(float (&acc)[NT][4], const float (&p)[kChains][NT][4],
+                                                 uint32_t scale_bits) {
+  const float sa = __half2float(__ushort_as_half(static_cast<unsigned short>(scale_bits & 0xFFFF)));
+  const float sb = __half2float(__ushort_as_half(static_cast<unsigned short>(scale_bits >> 16)));
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    float q[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) q[e] = kChains == 2 ? p[0][nt][e] + p[kChains - 1][nt][e] : p[0][nt][e];
+    acc[nt][0] += sa * q[0];
+    acc[nt][1] += sa * q[1];
+    acc[nt][2] += sb * q[2];
+    acc[nt][3] += sb * q[3];
+  }
+}
+
 // Lane (g, t) of a warp: t owns the MMA's K slots 2t, 2t + 1, 2t + 8, 2t + 9 in A (the weights) and
 // B (x) alike, so it may fill them from its own chunk c = 4u + t as long as A and B agree: in k16
 // step j = 2 jj + h, slots (2t, 2t + 1) hold chunk columns (8jj + 4h, + 1), the pair of nibbles
@@ -201,19 +220,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
     // The scales of chunk 4u + pass (unmasked: of chunk 4u, which every lane's rows share; a lane
     // past the last chunk holds no scale of its own).
-    const uint32_t sc = __shfl_sync(0xffffffffu, r.scale, (lane & ~3) | pass);
-    const float sa = __half2float(__ushort_as_half(static_cast<unsigned short>(sc & 0xFFFF)));
-    const float sb = __half2float(__ushort_as_half(static_cast<unsigned short>(sc >> 16)));
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float q[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) q[e] = kChains == 2 ? p[0][nt][e] + p[kChains - 1][nt][e] : p[0][nt][e];
-      acc[nt][0] += sa * q[0];
-      acc[nt][1] += sa * q[1];
-      acc[nt][2] += sb * q[2];
-      acc[nt][3] += sb * q[3];
-    }
+    AccumulateScaled(acc, p, __shfl_sync(0xffffffffu, r.scale, (lane & ~3) | pass));
   };
   auto compute = [&](const Unit& r, int u) {
     if (kRegular) {
@@ -527,21 +534,8 @@ __global__ void __launch_bounds__(kWarps * 32, TPW * NT >= 8 ? 1 : 2)
         }
       }
 #pragma unroll
-      for (int tt = 0; tt < TPW; ++tt) {
-        const uint32_t sc = __shfl_sync(0xffffffffu, r.scale[tt], (lane & ~3) | pass);
-        const float sa = __half2float(__ushort_as_half(static_cast<unsigned short>(sc & 0xFFFF)));
-        const float sb = __half2float(__ushort_as_half(static_cast<unsigned short>(sc >> 16)));
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          float q4[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) q4[e] = kChains == 2 ? p[tt][0][nt][e] + p[tt][kChains - 1][nt][e] : p[tt][0][nt][e];
-          acc[tt][nt][0] += sa * q4[0];
-          acc[tt][nt][1] += sa * q4[1];
-          acc[tt][nt][2] += sb * q4[2];
-          acc[tt][nt][3] += sb * q4[3];
-        }
-      }
+      for (int tt = 0; tt < TPW; ++tt)
+        AccumulateScaled(acc[tt], p[tt], __shfl_sync(0xffffffffu, r.scale[tt], (lane & ~3) | pass));
     }
   };
 

@@ -45,6 +45,8 @@ struct LinearWeight {
   Tensor chunk_group;
   Tensor input_perm;
   int64_t int4_in_features = 0;
+  // Int4: Int4GroupChunks of chunk_group (int4_layout.h), set where the map is made; 0: unknown.
+  int64_t int4_group_chunks = 0;
   // How a W8A8 kernel quantizes this linear's input (scaled formats only). Backends that keep
   // activations in 16 bits may ignore it (W8A16); the CPU oracle emulates it when asked.
   ActivationQuant input_quant = ActivationQuant::kNone;

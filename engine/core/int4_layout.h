@@ -52,6 +52,18 @@ struct Int4Layout {
   }
 };
 
+// The chunks of every group when chunk c (storage order) is in group c / that count for every
+// c of `chunk_group` (groups of equal whole chunks, the last one possibly short), else 0. Kernels
+// may then compute a chunk's group instead of reading the map.
+inline int64_t Int4GroupChunks(const int32_t* chunk_group, int64_t chunks) {
+  int64_t g = 0;
+  while (g < chunks && chunk_group[g] == 0) ++g;
+  if (g == 0) return 0;
+  for (int64_t c = 0; c < chunks; ++c)
+    if (chunk_group[c] != c / g) return 0;
+  return g;
+}
+
 // Plain pointers to an int4 LinearWeight's host tensors.
 struct Int4View {
   const uint8_t* weight = nullptr;        // [n, kp / 2] bytes, in Int4Layout{n, kp}

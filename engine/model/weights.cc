@@ -410,6 +410,7 @@ absl::Status Loader::PlanInt4(LinearWeight* w, std::shared_ptr<LinearSource> src
   }
   w->format = format;
   w->int4_in_features = k;
+  w->int4_group_chunks = Int4GroupChunks(plan.chunk_group.data(), static_cast<int64_t>(plan.chunk_group.size()));
   const std::string& module = src->parts.front().module;
   plan_.push_back({&w->weight, DType::kU8, Shape({n, plan.kp / 2}), [=, this](Tensor t) -> absl::Status {
                      if (source_.fill) return source_.fill(t, module + ".int4_codes", k);

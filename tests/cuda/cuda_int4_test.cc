@@ -106,6 +106,7 @@ DeviceInt4 Place(Backend& b, DType act, DType scale_dtype, const HostInt4& w, co
   d.lw.chunk_group = d.groups.t;
   d.lw.format = StorageFormat::Int4(!w.zeros.empty(), scale_dtype);
   d.lw.int4_in_features = w.k;
+  d.lw.int4_group_chunks = Int4GroupChunks(w.chunk_group.data(), static_cast<int64_t>(w.chunk_group.size()));
   if (!w.zeros.empty()) {
     d.zeros = MakeTensor(b, DType::kU8, {w.n, w.groups});
     EXPECT_TRUE(b.CopyToDevice(d.zeros.t, w.zeros.data()).ok());
@@ -263,13 +264,15 @@ TEST_P(CudaInt4Test, MmaGemvAtEveryRowCount) {
 
 // The tensor-core GEMV's forms (codes straight to registers, or through shared-memory stages of
 // every size, one or two tiles a warp) at a fixed K split sum in the same order: their outputs
-// must agree bit for bit, on shapes with partial tiles, partial stages and masked passes.
+// must agree bit for bit, on shapes with partial tiles, partial stages and masked passes, and one
+// the register form's regular kernel takes (whole tiles and units, groups of two units).
 TEST_P(CudaInt4Test, MmaGemvFormsAgreeExactly) {
   struct Case {
     int64_t n, k, group;
     bool zeros;
   };
-  const Case cases[] = {{520, 2048, 128, true}, {72, 1056, 32, false}, {300, 800, 0, true}, {40, 4096, 128, false}};
+  const Case cases[] = {{520, 2048, 128, true}, {72, 1056, 32, false}, {300, 800, 0, true}, {40, 4096, 128, false},
+                        {256, 2048, 256, true}};
   int device = 0, sms = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
@@ -282,6 +285,7 @@ TEST_P(CudaInt4Test, MmaGemvFormsAgreeExactly) {
     wd.zeros = cs.zeros ? static_cast<const uint8_t*>(d.zeros.t.data()) : nullptr;
     wd.chunk_group = static_cast<const int32_t*>(d.groups.t.data());
     wd.groups = w.groups;
+    wd.group_chunks = d.lw.int4_group_chunks;
     for (const int64_t m : {1, 3, 8, 9, 16, 17, 32}) {
       OwnedTensor x = Upload(*gpu_, dtype_, {m, w.kp}, Rand(m * w.kp, -2.0f, 2.0f));
       for (const int wpt : {1, 2, 8}) {

@@ -128,6 +128,22 @@ TEST(Int4LayoutTest, TilesOfUnitsInTheOrderAWarpLoadsThem) {
     for (int64_t c = 0; c < 192; ++c) EXPECT_EQ(ragged.Get(codes.data(), r, c), (r + c) % 16) << r << " " << c;
 }
 
+// The group-of-chunk rule a kernel may use instead of the map: only where it holds for every chunk.
+TEST(Int4LayoutTest, GroupChunksOnlyWhereEveryChunkFollowsTheRule) {
+  auto gc = [](std::vector<int32_t> m) { return Int4GroupChunks(m.data(), static_cast<int64_t>(m.size())); };
+  EXPECT_EQ(gc({0, 0, 0, 0, 1, 1, 1, 1}), 4);
+  EXPECT_EQ(gc({0, 0, 0, 0, 1, 1}), 4);           // a short last group
+  EXPECT_EQ(gc({0, 1, 2, 3}), 1);
+  EXPECT_EQ(gc({0, 0, 0, 0, 0, 0}), 6);           // one group
+  EXPECT_EQ(gc({0, 0, 0, 1, 1, 1, 1, 2}), 0);     // act-order groups of unequal size
+  EXPECT_EQ(gc({0, 0, 1, 1, 0, 0}), 0);
+  // 512 columns in groups of 384 (a group size that does not divide K): chunks 0-11, 12-15. The
+  // counts alone (16 chunks, 2 groups) would suggest 8 a group.
+  std::vector<int32_t> odd(16, 0);
+  for (int c = 12; c < 16; ++c) odd[static_cast<size_t>(c)] = 1;
+  EXPECT_EQ(gc(odd), 12);
+}
+
 // --- formats ---
 
 TEST(Int4LoadingTest, AwqKeepsItsZeroPointsInColumnOrderGroups) {
@@ -522,6 +538,8 @@ TEST(Int4DummyWeightsTest, ComeInTheRepackedLayout) {
   const LinearWeight& down = (*w)->layers[0].down;
   EXPECT_EQ(down.scale.shape(), Shape({128, 11}));  // K 352: groups of 32
   EXPECT_EQ(Ints(down.chunk_group).back(), 10);
+  EXPECT_EQ(gate_up.int4_group_chunks, 4);  // one group of 128 columns: 4 chunks
+  EXPECT_EQ(down.int4_group_chunks, 1);     // groups of 32 columns
   // Codes spread over their range; the LM head stays float.
   std::set<int> codes;
   const Int4Layout down_layout{128, 352};

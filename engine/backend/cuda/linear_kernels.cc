@@ -129,8 +129,7 @@ cuda::W4A16Weights W4Weights(const LinearWeight& w) {
   d.zeros = w.zero.empty() ? nullptr : w.zero.data_as<const uint8_t>();
   d.chunk_group = w.chunk_group.data_as<const int32_t>();
   d.groups = w.int4_groups();
-  const int64_t kp = w.int4_storage_columns();
-  if (w.input_perm.empty() && d.groups > 0 && kp % (d.groups * 32) == 0) d.group_chunks = kp / 32 / d.groups;
+  d.group_chunks = w.int4_group_chunks;
   return d;
 }
 

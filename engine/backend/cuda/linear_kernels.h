@@ -35,7 +35,8 @@ enum class LinearKernel : uint8_t {
   kFp8GemvMma,   // the ring form on the tensor cores (gemv_fp8_mma.cuh): per-tensor/channel scales
   kFp8CublasLt,  // x quantized to FP8 as the weight declares (fp8_quantize.h), then cuBLASLt's FP8 GEMM (W8A8)
   kFp8Dequant,   // tensor-core GEMM on weights widened in shared memory, 16-bit x (W8A16): what cuBLASLt refuses
-  // Int4 weights, 16-bit x (W4A16: gemv_w4a16.h, gemm_w4a16.h); act-order inputs permuted first.
+  // Int4 weights, 16-bit x (W4A16: gemv_w4a16_mma.h, w4a16_dequant.h, gemm_w4a16.h); act-order
+  // inputs permuted first.
   kW4A16MmaGemv,      // the decode batches' kernel: GEMV on the tensor cores (gemv_w4a16_mma.h)
   kW4A16DequantGemm,  // larger batches: slices of rows widened to 16 bits, each cuBLASLt's (w4a16_dequant.h)
   kW4A16Gemm,         // tensor-core GEMM on codes in registers: where the workspace holds no slice

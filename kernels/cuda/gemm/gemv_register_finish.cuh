@@ -1,7 +1,7 @@
-// The end the register GEMVs share (gemv.cu's bf16 GemvKernel, gemv_fp8.cu's and gemv_w4a16.cu's
-// register forms): each warp's M dot products of its row segment, summed over the warp (times
-// `scale`); with one warp a row, lane 0 writes the outputs; otherwise the block adds each row's
-// `wpr` segment sums in a fixed order (deterministic). Called last by the kernel.
+// The end the register GEMVs share (gemv.cu's bf16 GemvKernel, gemv_fp8.cu's register form):
+// each warp's M dot products of its row segment, summed over the warp (times `scale`); with one
+// warp a row, lane 0 writes the outputs; otherwise the block adds each row's `wpr` segment sums
+// in a fixed order (deterministic). Called last by the kernel.
 #pragma once
 
 #include "kernels/cuda/common/device_utils.cuh"

@@ -1,5 +1,5 @@
 // The GEMV form that streams weights through a ring of shared-memory stages filled by bulk copies
-// (gemv.cu; its pieces also serve gemv_fp8.cu's and gemv_w4a16.cu's ring forms).
+// (gemv.cu; its pieces also serve gemv_fp8.cu's ring forms).
 //
 // Why: at batch 1 a decode linear of a tensor-parallel shard moves 8-25 MB, a few microseconds of
 // DRAM time, and the register-prefetching GEMV loses 3-5 us of each to ramp and tail: before the
@@ -45,7 +45,7 @@ struct GemvRingPlan {
   size_t smem_bytes = 0;
 };
 
-// Pieces every ring form shares (this bf16 one, gemv_fp8.cu's, gemv_w4a16.cu's, gemv_fp8_mma.cuh).
+// Pieces every ring form shares (this bf16 one, gemv_fp8.cu's, gemv_fp8_mma.cuh).
 
 // x [x_vecs 16-byte vectors] into shared memory in one round of loads: read in place, each warp
 // would pay an L2 round trip per few vectors of its first unit, after the wait, on the critical path.

@@ -1,6 +1,7 @@
 #include "kernels/cuda/gemm/gemv_w4a16_mma.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/cuda_status.h"
@@ -268,14 +269,14 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 }
 
 // Warps splitting each tile's K: the most that keep every warp resident at once (and at least 4
-// units a warp), counting `per_warp_slots` resident warp slots a warp (2: half the SM's warp slots
-// stay free).
-int AutoWarpsPerTile(int64_t n, int64_t kp, int num_sms, int blocks_per_sm, int per_warp_slots) {
+// units a warp), counting `slots_per_warp` resident warp slots for each warp (2: half the SM's
+// warp slots stay free).
+int AutoWarpsPerTile(int64_t n, int64_t kp, int num_sms, int blocks_per_sm, int slots_per_warp) {
   const int64_t tiles = (n + kTileRows - 1) / kTileRows;
   const int64_t units = (kp / kW4Chunk + kUnitChunks - 1) / kUnitChunks;
   const int64_t warp_slots = int64_t{kWarps} * blocks_per_sm * num_sms;
   int wpt = 1;
-  while (wpt < kWarps && tiles * per_warp_slots * wpt <= warp_slots && units / (2 * wpt) >= 4) wpt *= 2;
+  while (wpt < kWarps && tiles * slots_per_warp * wpt <= warp_slots && units / (2 * wpt) >= 4) wpt *= 2;
   return wpt;
 }
 
@@ -632,13 +633,9 @@ cudaError_t LaunchBulkZ(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
 template <typename T, typename TOut>
 absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv, void* ov, int m, int n, int kp,
                          int num_sms, const GemvW4A16MmaOptions& o, Stream stream) {
-  // Groups of a power of two whole units in input order: the regular kernels compute a unit's group.
-  int group_shift = -1;
-  if (wd.group_chunks > 0 && wd.group_chunks % kUnitChunks == 0) {
-    const int64_t units_per_group = wd.group_chunks / kUnitChunks;
-    if ((units_per_group & (units_per_group - 1)) == 0)
-      while ((int64_t{1} << (group_shift + 1)) <= units_per_group) ++group_shift;
-  }
+  // Groups of a power of two whole units: the regular kernels compute a unit's group.
+  const uint64_t units_per_group = wd.group_chunks % kUnitChunks == 0 ? wd.group_chunks / kUnitChunks : 0;
+  const int group_shift = std::has_single_bit(units_per_group) ? std::countr_zero(units_per_group) : -1;
   const MmaArgs w{wd.codes, static_cast<const uint16_t*>(wd.scales), wd.zeros, wd.chunk_group,
                   static_cast<int>(wd.groups), group_shift};
   const T* x = static_cast<const T*>(xv);

@@ -12,8 +12,9 @@ struct W4A16Weights {
   const uint8_t* zeros = nullptr;        // [n, groups], or null: 8
   const int32_t* chunk_group = nullptr;  // [kp / 32]
   int64_t groups = 0;
-  // Chunks a group when chunk c is in group c / group_chunks (groups of whole chunks in input
-  // order: no act-order); 0 otherwise. Lets a kernel compute groups instead of reading chunk_group.
+  // Chunks a group when chunk c is in group c / group_chunks for every c (Int4GroupChunks in
+  // engine/core/int4_layout.h); 0 otherwise. Lets a kernel compute groups instead of reading
+  // chunk_group.
   int64_t group_chunks = 0;
 };
 

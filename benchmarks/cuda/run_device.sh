@@ -48,20 +48,15 @@ for m in $modes; do
           --out "$OUT/bench_$q.md" > "$OUT/bench_$q.log" 2>&1
         summary+="bench $q rc=$? ($(( $(date +%s) - start )) s)\n"
       done ;;
-    parity)
+    parity|parity_fp8)
+      # parity_fp8 (issue 16): the same model as a block-FP8 checkpoint, against transformers'
+      # float32 forward over the dequantized weights.
       start=$(date +%s)
-      PYTHONUNBUFFERED=1 timeout 150 python3 benchmarks/cuda/hf_parity.py --binary $BIN/llm_cuda_logits \
-        --workdir /tmp/hf_parity --out "$OUT/parity.md" > "$OUT/parity.log" 2>&1
-      summary+="parity rc=$? ($(( $(date +%s) - start )) s)\n"
-      tail -12 "$OUT/parity.log" ;;
-    parity_fp8)
-      # Issue 16: the same model as a block-FP8 checkpoint against transformers' float32 forward
-      # over the dequantized weights.
-      start=$(date +%s)
-      PYTHONUNBUFFERED=1 timeout 200 python3 benchmarks/cuda/hf_parity.py --binary $BIN/llm_cuda_logits --fp8 \
-        --workdir /tmp/hf_parity --out "$OUT/parity_fp8.md" > "$OUT/parity_fp8.log" 2>&1
-      summary+="parity_fp8 rc=$? ($(( $(date +%s) - start )) s)\n"
-      tail -12 "$OUT/parity_fp8.log" ;;
+      flags=""; [[ $m == parity_fp8 ]] && flags=--fp8
+      PYTHONUNBUFFERED=1 timeout 200 python3 benchmarks/cuda/hf_parity.py --binary $BIN/llm_cuda_logits $flags \
+        --workdir /tmp/hf_parity --out "$OUT/$m.md" > "$OUT/$m.log" 2>&1
+      summary+="$m rc=$? ($(( $(date +%s) - start )) s)\n"
+      tail -12 "$OUT/$m.log" ;;
   esac
 done
 echo "==== summary"

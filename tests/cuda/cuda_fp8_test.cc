@@ -190,7 +190,8 @@ TEST_P(CudaFp8Test, LinearEveryFormatShapeAndKernel) {
   gpu_->mutable_options() = CudaBackendOptions{};
   gpu_->mutable_options().dtype = dtype_;
   for (const auto& [kernel, count] : kernels_seen_) std::printf("[fp8 linear] %-24s %d calls\n", kernel.c_str(), count);
-  for (const char* k : {"fp8 gemv", "fp8 gemv ring", "fp8 gemv mma", "fp8 cublasLt", "fp8 dequant gemm"})
+  for (const char* k : {"fp8 gemv", "fp8 gemv ring", "fp8 gemv mma", "fp8 few-rows gemm", "fp8 cublasLt",
+                        "fp8 dequant gemm"})
     EXPECT_GT(kernels_seen_[k], 0) << k << " never ran";
 }
 
@@ -221,6 +222,34 @@ TEST_P(CudaFp8Test, GemvMmaEveryRowCountAndShape) {
     }
   }
   EXPECT_EQ(kernels_seen_["fp8 gemv mma"], calls);
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
+}
+
+// The few-rows GEMM (gemm_few_rows.h) on E4M3 weights, 5 to 64 rows: per-tensor and per-channel
+// scales, every token-tile count, both tile heights, shapes whose tiles straddle blocks (N = 300
+// and K = 14336) or end in a partial tile, x far beyond f16's range (bf16) and of tiny values; W8A16
+// arithmetic, so the W8A16 reference (CheckLinear: nearer it than the W8A8 one).
+TEST_P(CudaFp8Test, FewRowsGemmEveryRowCountAndShape) {
+  struct Shape2 {
+    int64_t n, k;
+  };
+  const Shape2 shapes[] = {{130, 256}, {1000, 4096}, {300, 14336}, {4096, 1024}, {264, 384}};
+  CudaBackendOptions& o = gpu_->mutable_options();
+  o.gemm_few_rows_max_rows = 64;
+  int calls = 0;
+  for (const Shape2& s : shapes) {
+    for (int64_t m : {5, 8, 9, 17, 32, 33, 64}) {
+      const StorageFormat f = StorageFormat::Fp8((s.n + m) % 2 ? ScaleGranularity::kTensor : ScaleGranularity::kChannel);
+      const float amp = m == 9 && dtype_ == DType::kBF16 ? 3.0e5f : m == 17 ? 1.0e-3f : 2.0f;
+      o.gemm_few_rows_tile_rows = m % 2 ? 128 : 256;
+      const std::string what = absl::StrCat(m, "x", s.n, "x", s.k, " ", f.ToString(), " |x| < ", amp, " tile ",
+                                            o.gemm_few_rows_tile_rows);
+      CheckLinear(what, m, s.n, s.k, f, ActivationQuant::kDynamicPerToken, (s.n + m) % 3 == 0, *gpu_, amp);
+      ++calls;
+    }
+  }
+  EXPECT_EQ(kernels_seen_["fp8 few-rows gemm"], calls);
   gpu_->mutable_options() = CudaBackendOptions{};
   gpu_->mutable_options().dtype = dtype_;
 }

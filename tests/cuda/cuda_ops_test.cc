@@ -219,6 +219,95 @@ TEST_P(CudaOpsTest, Linear) {
   gpu_->SetTuningPass(false);
 }
 
+// The few-rows GEMM (gemm_few_rows.h) through Linear: every token-tile count, both tile heights,
+// shapes whose stream-K ranges split tiles between blocks (narrow N, long K) and shapes with a
+// partial last tile, every (tile rows, step columns) form. Each call runs twice into fresh outputs: the second proves the first left its
+// workspace zero (a stale sum would add to it); a captured call replayed three times does the same.
+TEST_P(CudaOpsTest, GemmFewRows) {
+  if (dtype_ == DType::kF32) GTEST_SKIP() << "16-bit weights only";
+  struct Case {
+    int64_t n, k;
+  };
+  const Case cases[] = {{8, 128}, {130, 384}, {1000, 4096}, {300, 14336}, {4096, 1024}, {2500, 640}};
+  const int64_t ms[] = {1, 5, 8, 9, 16, 17, 31, 33, 64};
+  CudaBackendOptions& o = gpu_->mutable_options();
+  o.gemv_max_rows = 0;  // every row count to the few-rows GEMM
+  o.gemm_few_rows_16bit_max_rows = 64;
+  for (const Case& c : cases) {
+    const float a = 1.0f / std::sqrt(static_cast<float>(c.k));
+    const std::vector<float> w = Rand(c.n * c.k, -a, a), b = Rand(c.n);
+    OwnedTensor dwt = Dev({c.n, c.k}, w), hwt = Host({c.n, c.k}, w), dbt = Dev({c.n}, b);
+    for (int64_t m : ms) {
+      const std::vector<float> x = Rand(m * c.k);
+      OwnedTensor dx = Dev({m, c.k}, x), hx = Host({m, c.k}, x);
+      OwnedTensor hout = MakeTensor(cpu_, DType::kF32, {m, c.n});
+      LinearWeight hw;
+      hw.weight = hwt.t;
+      hw.format = StorageFormat::Float(DType::kF32);
+      ASSERT_TRUE(cpu_.Linear(hx.t, hw, hout.t).ok());
+      std::vector<float> ref = Download(cpu_, hout.t);
+      const bool bias = m % 2 == 1;
+      if (bias)
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < c.n; ++j) ref[i * c.n + j] += b[j];
+      // (tile rows, step columns): every form; a step that does not divide K halves until it does.
+      for (const auto [tile_rows, step_cols] : {std::pair{128, 128}, {128, 256}, {256, 128}}) {
+        o.gemm_few_rows_tile_rows = tile_rows;
+        o.gemm_few_rows_step_cols = step_cols;
+        LinearWeight dw;
+        dw.weight = dwt.t;
+        dw.format = StorageFormat::Float(dtype_);
+        if (bias) dw.bias = dbt.t;
+        const std::string what = "few-rows m " + std::to_string(m) + " n " + std::to_string(c.n) + " k " +
+                                 std::to_string(c.k) + " tile " + std::to_string(tile_rows) + " step " +
+                                 std::to_string(step_cols);
+        for (int call = 0; call < 2; ++call) {
+          OwnedTensor dout = DevOut({m, c.n}, dtype_);
+          gpu_->StartOpTiming();
+          const auto st = gpu_->Linear(dx.t, dw, dout.t);
+          ASSERT_TRUE(st.ok()) << st;
+          const auto timings = gpu_->CollectOpTimings();
+          ASSERT_TRUE(timings.ok()) << timings.status();
+          ASSERT_EQ(timings->size(), 1u);
+          EXPECT_NE((*timings)[0].op.find("few-rows gemm"), std::string::npos) << what << ": " << (*timings)[0].op;
+          ExpectClose(Download(*gpu_, dout.t), ref, Tolerance(dtype_), what + " call " + std::to_string(call));
+        }
+      }
+    }
+  }
+  // Graph replays of one call (tiles split between blocks: 300 rows, K = 14336).
+  {
+    const int64_t m = 33, n = 300, k = 14336;
+    const float a = 1.0f / std::sqrt(static_cast<float>(k));
+    const std::vector<float> w = Rand(n * k, -a, a), x = Rand(m * k);
+    OwnedTensor dwt = Dev({n, k}, w), hwt = Host({n, k}, w), dx = Dev({m, k}, x), hx = Host({m, k}, x);
+    OwnedTensor hout = MakeTensor(cpu_, DType::kF32, {m, n});
+    LinearWeight hw;
+    hw.weight = hwt.t;
+    hw.format = StorageFormat::Float(DType::kF32);
+    ASSERT_TRUE(cpu_.Linear(hx.t, hw, hout.t).ok());
+    const std::vector<float> ref = Download(cpu_, hout.t);
+    LinearWeight dw;
+    dw.weight = dwt.t;
+    dw.format = StorageFormat::Float(dtype_);
+    OwnedTensor dout = DevOut({m, n}, dtype_);
+    ASSERT_TRUE(gpu_->BeginCapture().ok());
+    const absl::Status st = gpu_->Linear(dx.t, dw, dout.t);
+    auto graph = gpu_->EndCapture();
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    for (int replay = 0; replay < 3; ++replay) {
+      Poison(*gpu_, dout.t);
+      ASSERT_TRUE((*graph)->Replay().ok());
+      ExpectClose(Download(*gpu_, dout.t), ref, Tolerance(dtype_), "few-rows graph replay " + std::to_string(replay));
+    }
+  }
+  o.gemv_max_rows = kGemvRows;
+  o.gemm_few_rows_16bit_max_rows = 0;
+  o.gemm_few_rows_tile_rows = 0;
+  o.gemm_few_rows_step_cols = 0;
+}
+
 std::vector<float> InvFreq(int rotary_dim, double theta) {
   std::vector<float> f(rotary_dim / 2);
   for (int i = 0; i < rotary_dim / 2; ++i) f[i] = static_cast<float>(1.0 / std::pow(theta, 2.0 * i / rotary_dim));

@@ -22,6 +22,7 @@
 #include "kernels/cuda/elementwise/elementwise.h"
 #include "kernels/cuda/elementwise/gather.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
+#include "kernels/cuda/gemm/gemm_few_rows.h"
 #include "kernels/cuda/norm/rms_norm.h"
 #include "kernels/cuda/rope/qkv_rope.h"
 #include "kernels/cuda/sampling/pending_tokens.h"
@@ -130,7 +131,7 @@ struct CudaBackend::Impl {
   cudaDeviceProp prop{};
   // Shared with every Buffer carved from it (their deleters hold it), so it outlives them all.
   std::shared_ptr<DeviceArena> arena;
-  DeviceMem gemm_workspace, attention_workspace, fp8_workspace;
+  DeviceMem gemm_workspace, attention_workspace, fp8_workspace, few_rows_workspace;
   std::unique_ptr<cuda::CublasLtGemm> gemm;
   bool capturing = false;
   // The linear-kernel policy (engine/backend/cuda/linear_kernels.h) and whether this is a tuning
@@ -212,7 +213,16 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   impl->linears = std::make_unique<LinearKernels>(impl->options);
   // Benchmark knobs for the GEMV's shared-memory ring form (launch/README.md lists them).
   if (const char* v = std::getenv("LLM_GEMV_SMEM_RING"); v != nullptr && v[0] == '0') impl->options.gemv_smem_ring = false;
-  if (const char* v = std::getenv("LLM_TUNE_CUBLAS"); v != nullptr && v[0] == '0') impl->options.tune_cublas_max_rows = 0;
+  // LLM_TUNE_CUBLAS=0: no tuning; =N (> 1): tune linears of up to N rows; LLM_TUNE_CUBLAS_CANDIDATES.
+  if (const char* v = std::getenv("LLM_TUNE_CUBLAS"); v != nullptr)
+    impl->options.tune_cublas_max_rows = std::atoi(v) > 1 ? std::atoi(v) : (v[0] == '0' ? 0 : impl->options.tune_cublas_max_rows);
+  if (const char* v = std::getenv("LLM_TUNE_CUBLAS_CANDIDATES"); v != nullptr && std::atoi(v) > 0)
+    impl->options.tune_cublas_candidates = std::atoi(v);
+  if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS"); v != nullptr) impl->options.gemm_few_rows_max_rows = std::atoi(v);
+  if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_16BIT"); v != nullptr)
+    impl->options.gemm_few_rows_16bit_max_rows = std::atoi(v);
+  if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_TILE"); v != nullptr) impl->options.gemm_few_rows_tile_rows = std::atoi(v);
+  if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_STEP"); v != nullptr) impl->options.gemm_few_rows_step_cols = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMV_RING_KB"); v != nullptr && std::atoi(v) > 0)
     impl->options.gemv_ring_bytes = static_cast<size_t>(std::atoi(v)) << 10;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device_index));
@@ -233,11 +243,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (options.dtype != DType::kF32)  // FP8 linears run with 16-bit activations only
     RETURN_IF_ERROR(impl->fp8_workspace.Ensure(*impl->arena, options.fp8_workspace_bytes,
                                                "the FP8 activation workspace"));
-  if (impl->attention_workspace.bytes() > 0) {  // the decode kernel's counters start at zero
-    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(impl->attention_workspace.ptr(), 0, impl->attention_workspace.bytes(),
-                                         impl->stream));
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl->stream));
-  }
+  if (options.dtype != DType::kF32)
+    RETURN_IF_ERROR(impl->few_rows_workspace.Ensure(
+        *impl->arena, cuda::GemmFewRowsWorkspaceBytes(impl->prop.multiProcessorCount), "the few-rows GEMM's sums"));
+  // The decode kernel's counters and the few-rows GEMM's sums start at zero (each call leaves them so).
+  for (DeviceMem* zeroed : {&impl->attention_workspace, &impl->few_rows_workspace})
+    if (zeroed->bytes() > 0) CUDA_RETURN_IF_ERROR(cudaMemsetAsync(zeroed->ptr(), 0, zeroed->bytes(), impl->stream));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl->stream));
   ASSIGN_OR_RETURN(impl->gemm,
                    cuda::CublasLtGemm::Create(impl->gemm_workspace.ptr(), impl->gemm_workspace.bytes()));
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
@@ -423,6 +435,8 @@ LinearContext CudaBackend::linear_context() const {
   ctx.gemm = impl_->gemm.get();
   ctx.fp8_workspace = impl_->fp8_workspace.ptr();
   ctx.fp8_workspace_bytes = impl_->fp8_workspace.bytes();
+  ctx.few_rows_workspace = impl_->few_rows_workspace.ptr();
+  ctx.few_rows_workspace_bytes = impl_->few_rows_workspace.bytes();
   ctx.capturing = impl_->capturing;
   ctx.timing = impl_->timing;
   ctx.tuning_pass = impl_->tuning_pass;

@@ -71,6 +71,18 @@ struct CudaBackendOptions {
   // and keep the fastest for the shape (CublasLtGemm::Tune). 0: the heuristic's first pick
   // (LLM_TUNE_CUBLAS=0 sets that).
   int tune_cublas_max_rows = 256;
+  // FP8 weights with one scale a row, above the GEMV's rows and up to this many (at most
+  // kGemmFewRowsMaxRows): the tensor-core GEMM for a few rows (gemm_few_rows.h, W8A16) instead of
+  // cuBLASLt's W8A8 GEMM, which reads the 8B decode shapes at 26-68% of the bandwidth there. By
+  // measurement on an H100 (8B FP8 step, benchmarks/RESULTS.md): batch 8 -20%, 16 -13%, 32 -6%,
+  // 64 +19% (there cuBLASLt's W8A8 tensor-core rate wins). 0: cuBLASLt (LLM_GEMM_FEW_ROWS=0).
+  int gemm_few_rows_max_rows = 32;
+  // The same for 16-bit weights; 0 by measurement (an H100 8B step at batch 8 ties cuBLASLt, at 32
+  // and 64 it is 5-12% slower: benchmarks/RESULTS.md). LLM_GEMM_FEW_ROWS_16BIT.
+  int gemm_few_rows_16bit_max_rows = 0;
+  int gemm_few_rows_tile_rows = 0;  // 128 or 256; 0: the kernel's rule
+  int gemm_few_rows_step_cols = 0;  // 64, 128 or 256; 0: the kernel's rule
+  int tune_cublas_candidates = 8;  // how many of the heuristic's picks are timed (at most 32)
   // Programmatic dependent launch for the GEMV (its weight prefetch overlaps the previous op) and
   // the small per-layer kernels (norm, RoPE/KV write, decode attention, SiLU: their launch
   // overlaps the previous kernel's tail). The NVLink all-reduce kernels always use it.

@@ -13,6 +13,7 @@
 #include "kernels/cuda/common/candidate_timing.h"
 #include "kernels/cuda/elementwise/elementwise.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
+#include "kernels/cuda/gemm/gemm_few_rows.h"
 #include "kernels/cuda/gemm/gemm_fp8_dequant.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemm_w4a16.h"
@@ -47,6 +48,23 @@ absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaB
   go.ring_bytes = o.gemv_ring_bytes;
   return cuda::LaunchGemv(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), BiasOf(c), c.out.data(), c.m, c.n,
                           c.k, go, ctx.stream);
+}
+
+absl::Status RunGemmFewRows(const LinearCall& c, const CudaBackendOptions& o, const LinearContext& ctx) {
+  cuda::GemmFewRowsOptions fo;
+  fo.tile_rows = o.gemm_few_rows_tile_rows;
+  fo.step_cols = o.gemm_few_rows_step_cols;
+  fo.pdl = o.programmatic_launch;
+  cuda::GemmFewRowsWeights w;
+  w.data = c.w->weight.data();
+  if (c.w->format.element == DType::kF8E4M3) {
+    const ScaleGrid g = c.w->scale_grid();
+    w.fp8 = true;
+    w.scale = c.w->scale.data_as<const float>();
+    w.scale_rows_per = g.rows_per;
+  }
+  return cuda::LaunchGemmFewRows(c.act, c.x.data(), w, BiasOf(c), c.out.data(), c.m, c.n, c.k, ctx.num_sms,
+                                 {ctx.few_rows_workspace, ctx.few_rows_workspace_bytes}, fo, ctx.stream);
 }
 
 absl::Status RunCublas(const LinearCall& c, const LinearContext& ctx) {
@@ -164,11 +182,13 @@ std::string_view LinearKernelChoice::Name() const {
     case LinearKernel::kCublasLt: return "cublasLt";
     case LinearKernel::kGemv: return "gemv";
     case LinearKernel::kGemvRing: return "gemv ring";
+    case LinearKernel::kGemmFewRows: return "few-rows gemm";
     case LinearKernel::kFp8Gemv: return "fp8 gemv";
     case LinearKernel::kFp8GemvRing: return "fp8 gemv ring";
     case LinearKernel::kFp8GemvMma: return "fp8 gemv mma";
     case LinearKernel::kFp8CublasLt: return "fp8 cublasLt";
     case LinearKernel::kFp8Dequant: return "fp8 dequant gemm";
+    case LinearKernel::kFp8GemmFewRows: return "fp8 few-rows gemm";
     case LinearKernel::kW4A16MmaGemv: return "w4a16 mma gemv";
     case LinearKernel::kW4A16DequantGemm: return "w4a16 dequant gemm";
     case LinearKernel::kW4A16Gemm: return "w4a16 gemm";
@@ -200,6 +220,12 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
       return {LinearKernel::kFp8GemvRing, 0};
     return {LinearKernel::kFp8Gemv, 0};
   }
+  // 5 to 64 rows, one scale a row: the few-rows GEMM widening E4M3 in registers (W8A16), which
+  // streams W at up to 2x cuBLASLt's W8A8 GEMM there (benchmarks/RESULTS.md).
+  if (c.m <= o.gemm_few_rows_max_rows && c.w->scale_grid().cols == 1 &&
+      ctx.few_rows_workspace_bytes >= cuda::GemmFewRowsWorkspaceBytes(ctx.num_sms) &&
+      cuda::GemmFewRowsSupports(c.act, c.out.dtype(), c.m, c.n, c.k))
+    return {LinearKernel::kFp8GemmFewRows, 0};
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (modes && c.out.dtype() == c.act && ctx.fp8_workspace != nullptr &&
       !fp8_cublas_refused_.count({c.m, c.n, c.k, static_cast<int>(c.w->format.granularity)}))
@@ -409,6 +435,10 @@ absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, co
       }
     }
   }
+  if (choice.kernel == LinearKernel::kCublasLt && c.m > o.gemv_max_rows && c.m <= o.gemm_few_rows_16bit_max_rows &&
+      ctx.few_rows_workspace_bytes >= cuda::GemmFewRowsWorkspaceBytes(ctx.num_sms) &&
+      cuda::GemmFewRowsSupports(c.act, c.out.dtype(), c.m, c.n, c.k))
+    return LinearKernelChoice{LinearKernel::kGemmFewRows, 0};
   if (choice.kernel == LinearKernel::kCublasLt && ctx.tuning_pass && c.m <= o.tune_cublas_max_rows &&
       !ctx.capturing && !ctx.timing &&
       cublas_tuned_.insert(ShapeKey{c.m, c.n, c.k, c.out.dtype(), BiasOf(c) != nullptr}).second) {
@@ -422,6 +452,8 @@ absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, 
     case LinearKernel::kCublasLt: return RunCublas(c, ctx);
     case LinearKernel::kGemv:
     case LinearKernel::kGemvRing: return RunGemv(c, choice, options_, ctx);
+    case LinearKernel::kGemmFewRows:
+    case LinearKernel::kFp8GemmFewRows: return RunGemmFewRows(c, options_, ctx);
     case LinearKernel::kFp8Gemv:
     case LinearKernel::kFp8GemvRing:
     case LinearKernel::kFp8GemvMma: return RunFp8Gemv(c, choice, options_, ctx);
@@ -441,7 +473,7 @@ absl::Status LinearKernels::TuneCublas(const LinearCall& c, const LinearContext&
   const void* bias = BiasOf(c) && c.out.dtype() == c.act ? BiasOf(c) : nullptr;
   ASSIGN_OR_RETURN(const std::vector<float> us,
                    ctx.gemm->Tune(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), bias, c.out.data(), c.m, c.n,
-                                  c.k, ctx.stream, 8, [&] { return flush.Flush(); }));
+                                  c.k, ctx.stream, options_.tune_cublas_candidates, [&] { return flush.Flush(); }));
   if (LogLinearChoice()) {
     std::string line = absl::StrCat("cuBLASLt ", c.n, " x ", c.k, ", ", c.m, " rows, heuristic picks (us):");
     for (float t : us) absl::StrAppend(&line, " ", std::isinf(t) ? std::string("-") : absl::StrFormat("%.1f", t));

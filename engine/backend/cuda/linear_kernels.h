@@ -29,12 +29,14 @@ enum class LinearKernel : uint8_t {
   kCublasLt,  // cuBLASLt GEMM on 16/32-bit operands
   kGemv,      // the register GEMV, LinearKernelChoice::warps_per_row warps per output row
   kGemvRing,  // the GEMV's shared-memory ring form (gemv_smem_ring.cuh)
+  kGemmFewRows,  // the tensor-core GEMM for a few rows, stream-K over the SMs (gemm_few_rows.h)
   // FP8 E4M3 weights (gemv_fp8.h, cublaslt_gemm.h, gemm_fp8_dequant.h).
   kFp8Gemv,      // register GEMV dequantizing in registers, 16-bit x (W8A16)
   kFp8GemvRing,  // its shared-memory ring form
   kFp8GemvMma,   // the ring form on the tensor cores (gemv_fp8_mma.cuh): per-tensor/channel scales
   kFp8CublasLt,  // x quantized to FP8 as the weight declares (fp8_quantize.h), then cuBLASLt's FP8 GEMM (W8A8)
   kFp8Dequant,   // tensor-core GEMM on weights widened in shared memory, 16-bit x (W8A16): what cuBLASLt refuses
+  kFp8GemmFewRows,  // the few-rows GEMM widening E4M3 in registers, 16-bit x (W8A16): one scale a row
   // Int4 weights, 16-bit x (W4A16: gemv_w4a16_mma.h, w4a16_dequant.h, gemm_w4a16.h); act-order
   // inputs permuted first.
   kW4A16MmaGemv,      // the decode batches' kernel: GEMV on the tensor cores (gemv_w4a16_mma.h)
@@ -72,6 +74,9 @@ struct LinearContext {
   bool capturing = false;    // a graph capture is open: nothing may be timed
   bool timing = false;       // per-op timing is on: nothing may be timed either
   bool tuning_pass = false;  // Backend::SetTuningPass
+  // kGemmFewRows's float32 sums of tiles that straddle blocks (zero between calls).
+  void* few_rows_workspace = nullptr;
+  size_t few_rows_workspace_bytes = 0;
 };
 
 class LinearKernels {

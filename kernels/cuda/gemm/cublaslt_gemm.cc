@@ -49,7 +49,7 @@ struct Plan {
   }
 };
 
-constexpr int kMaxCandidates = 8;
+constexpr int kMaxCandidates = 32;
 constexpr int kFp8Tag = 1000;  // PlanKey's dtype slot for FP8 plans: kFp8Tag + scale modes
 
 cublasLtMatmulMatrixScale_t CublasScaleMode(Fp8ScaleMode m) {

@@ -1,0 +1,394 @@
+#include "kernels/cuda/gemm/gemm_few_rows.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/common/cuda_status.h"
+#include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/common/dynamic_smem.h"
+#include "kernels/cuda/common/fp8.cuh"
+#include "kernels/cuda/common/mma_sync.cuh"
+
+namespace llm::cuda {
+namespace {
+
+constexpr int kWarps = 8, kThreads = kWarps * 32;
+constexpr int kMinStepCols = 128;
+constexpr int kMaxTileRows = 256;
+constexpr int kMaxBlocksPerSm = 2;
+constexpr int kSmemBudget = 200 << 10;
+
+// A block's tile: kTileRows weight rows (kWarps warps of one or two m16 tiles) by 8 x kTokenTiles
+// tokens (n8 tiles, all of x's rows). A stage holds kStepCols columns of the tile's W and of x.
+template <int kTileRows, int kTokenTiles, int kStepCols, int kWeightBytes>
+struct FewRowsTile {
+  static constexpr int kRowBytes = kStepCols * 2;  // x: kStepCols / 8 chunks of 16 bytes
+  static constexpr int kChunks = kStepCols / 8;
+  static constexpr int kWRowBytes = kStepCols * kWeightBytes;  // W: 16-bit or E4M3 weights
+  static constexpr int kWChunks = kWRowBytes / 16;
+  static constexpr int kRowsPerWarp = kTileRows / kWarps;
+  static constexpr int kWarpTiles = kRowsPerWarp / 16;
+  static constexpr int kTokens = 8 * kTokenTiles;
+  static constexpr int kWBytes = kTileRows * kWRowBytes;
+  static constexpr int kStageBytes = kWBytes + kTokens * kRowBytes;
+  static constexpr int kStages = kSmemBudget / kStageBytes > 8 ? 8 : kSmemBudget / kStageBytes;
+  static_assert(kStages >= 2, "two stages fit");
+  static constexpr int kFlagOffset = kStages * kStageBytes;
+  static constexpr int kSmemBytes = kFlagOffset + 16;
+  // A straddling tile's float32 sums, in fragment order: [warp][m16 tile][n8 tile][lane][4].
+  static constexpr int kSlotFloats = kTileRows * kTokens;
+  static_assert(kRowsPerWarp % 16 == 0 && kTileRows * kWChunks % kThreads == 0, "whole m16 tiles, whole copy rounds");
+  static_assert(kWeightBytes == 2 || kStepCols >= 128, "E4M3 rows hold at least 4 swizzled 32-byte blocks");
+};
+
+// Chunk c (16 bytes) of stage row r is stored at chunk c ^ 4 when r is odd. A fragment load
+// reads chunk 4h + t of rows g (lane = 4g + t): the 8 lanes of a quarter warp (two rows) then
+// hit 8 distinct chunks of the 128-byte bank line, with no padding.
+__device__ __forceinline__ int SwizzledChunk(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
+// E4M3 rows: a lane reads 8 bytes of 32-byte block h (columns 32h + 8t..), so a half warp reads one
+// block of each of 4 rows; block h of row r is stored at block h ^ (r & 3), which puts the 4 rows'
+// blocks in 4 different 32-byte bank groups.
+__device__ __forceinline__ int SwizzledFp8Chunk(int row, int chunk) {
+  return ((chunk >> 1) ^ (row & 3)) << 1 | (chunk & 1);
+}
+
+// Per-row weight scales of E4M3 weights (scale[row / rows_per]); 16-bit weights have none.
+struct RowScales {
+  const float* scale = nullptr;
+  int rows_per = 1;
+};
+
+// Two E4M3 bytes (the lower in the low half) as the T pair of an MMA operand, exactly.
+template <typename T>
+__device__ __forceinline__ uint32_t Fp8PairAs(uint32_t two_bytes);
+template <>
+__device__ __forceinline__ uint32_t Fp8PairAs<__half>(uint32_t two_bytes) {
+  return Fp8x2ToHalf2Bits(two_bytes);
+}
+template <>
+__device__ __forceinline__ uint32_t Fp8PairAs<__nv_bfloat16>(uint32_t two_bytes) {
+  const uint32_t h = Fp8x2ToHalf2Bits(two_bytes);
+  const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(*reinterpret_cast<const __half2*>(&h)));
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+__device__ __forceinline__ void ReduceAdd4(float* p, const float v[4]) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
+               : "memory");
+}
+
+// The iterations (tile, 64-column step) of the whole GEMM, cut into gridDim.x equal ranges.
+__device__ __forceinline__ int RangeBegin(int block, int total, int blocks) {
+  return static_cast<int>(static_cast<int64_t>(block) * total / blocks);
+}
+__device__ __forceinline__ int BlockOfIteration(int it, int total, int blocks) {
+  int b = static_cast<int>(static_cast<int64_t>(it) * blocks / total);
+  while (b + 1 < blocks && RangeBegin(b + 1, total, blocks) <= it) ++b;
+  while (b > 0 && RangeBegin(b, total, blocks) > it) --b;
+  return b;
+}
+
+// K order inside a 32-column block: lane t holds physical columns 8t..8t+7 (one 16-byte load of
+// W's rows g and g + 8 and of x's token row g); the first k16 MMA takes columns 8t..8t+3 as its
+// logical k {2t, 2t+1, 2t+8, 2t+9}, the second 8t+4..8t+7. A and B use the same order, so the
+// dot products are those of the true order, and no ldmatrix or shuffle is needed.
+// E4M3 weights (TW = uint8_t): the same order, a lane reading 8 weight bytes of each row and
+// widening them in registers (exact), each row's scale applied to its sums.
+template <typename T, typename TW, int kTileRows, int kTokenTiles, int kStepCols>
+__global__ void __launch_bounds__(kThreads)
+    GemmFewRowsKernel(const T* __restrict__ x, const TW* __restrict__ w, RowScales scales, const T* __restrict__ bias,
+                      T* __restrict__ out, int m, int n, int k, float* __restrict__ slots,
+                      unsigned* __restrict__ counters) {
+  constexpr bool kFp8 = sizeof(TW) == 1;
+  using C = FewRowsTile<kTileRows, kTokenTiles, kStepCols, sizeof(TW)>;
+  constexpr int kStages = C::kStages, kRowBytes = C::kRowBytes;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int steps = k / kStepCols;
+  const int tiles = (n + kTileRows - 1) / kTileRows;
+  const int total = tiles * steps, blocks = gridDim.x;
+  const int begin = RangeBegin(blockIdx.x, total, blocks), end = RangeBegin(blockIdx.x + 1, total, blocks);
+
+  auto w_stage = [&](int s) { return smem + s * C::kStageBytes; };
+  auto x_stage = [&](int s) { return smem + s * C::kStageBytes + C::kWBytes; };
+  auto load_w = [&](int s, int tile, int step) {
+    unsigned char* dst = w_stage(s);
+    const int row0 = tile * kTileRows;
+#pragma unroll
+    for (int j = 0; j < kTileRows * C::kWChunks / kThreads; ++j) {
+      const int i = tid + j * kThreads, r = i / C::kWChunks, c = i % C::kWChunks;
+      const bool valid = row0 + r < n;
+      const TW* src = w + (valid ? static_cast<int64_t>(row0 + r) * k + step * kStepCols + c * (16 / sizeof(TW)) : 0);
+      CpAsync16(dst + r * C::kWRowBytes + (kFp8 ? SwizzledFp8Chunk(r, c) : SwizzledChunk(r, c)) * 16, src, valid);
+    }
+  };
+  auto load_x = [&](int s, int step) {
+    unsigned char* dst = x_stage(s);
+#pragma unroll
+    for (int i = tid; i < C::kTokens * C::kChunks; i += kThreads) {
+      const int r = i / C::kChunks, c = i % C::kChunks;
+      const bool valid = r < m;
+      const T* src = x + (valid ? static_cast<int64_t>(r) * k + step * kStepCols + c * 8 : 0);
+      CpAsync16(dst + r * kRowBytes + SwizzledChunk(r, c) * 16, src, valid);
+    }
+  };
+
+  // Prologue: W's first stages before the dependency wait (W is no predecessor's output), x's after.
+  int load_tile = begin / steps, load_step = begin % steps;
+  const int first_tile = load_tile, first_step = load_step;
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (begin + s < end) load_w(s, load_tile, load_step);
+    CpAsyncCommit();
+    if (++load_step == steps) load_step = 0, ++load_tile;
+  }
+  GridDependencyWait();
+  {
+    int step = first_step;
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (begin + s < end) load_x(s, step);
+      if (++step == steps) step = 0;
+    }
+    CpAsyncCommit();
+  }
+
+  float acc[C::kWarpTiles][kTokenTiles][4];
+  auto zero = [&] {
+#pragma unroll
+    for (int i = 0; i < C::kWarpTiles; ++i)
+#pragma unroll
+      for (int j = 0; j < kTokenTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  };
+  zero();
+  const int warp_row0 = warp * C::kRowsPerWarp;
+  // Fragment (i, j) element e: weight row warp_row0 + 16 i + g (+ 8 for e >= 2), token 8 j + 2 t + (e & 1).
+  auto store = [&](int tile, int i, int j, const float v[4]) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = tile * kTileRows + warp_row0 + i * 16 + g + (e >= 2 ? 8 : 0);
+      const int token = j * 8 + 2 * t + (e & 1);
+      if (row < n && token < m) {
+        const float scaled = kFp8 ? v[e] * __ldg(scales.scale + row / scales.rows_per) : v[e];
+        out[static_cast<int64_t>(token) * n + row] = FromFloat<T>(scaled + (bias ? ToFloat(bias[row]) : 0.0f));
+      }
+    }
+  };
+  unsigned* last_flag = reinterpret_cast<unsigned*>(smem + C::kFlagOffset);
+  // The tile's sums over steps [from, to) are done: write them, or add them to the tile's slot.
+  auto finish = [&](int tile, int from, int to) {
+    if (from == 0 && to == steps) {
+#pragma unroll
+      for (int i = 0; i < C::kWarpTiles; ++i)
+#pragma unroll
+        for (int j = 0; j < kTokenTiles; ++j) store(tile, i, j, acc[i][j]);
+      return;
+    }
+    // A straddling tile's slot is its first contributor's: that block's range ends inside the
+    // tile, so no other straddling tile has the same first block.
+    const int first = BlockOfIteration(tile * steps, total, blocks);
+    const int last = BlockOfIteration(tile * steps + steps - 1, total, blocks);
+    float* slot = slots + static_cast<int64_t>(first) * C::kSlotFloats + warp * (C::kWarpTiles * kTokenTiles * 128);
+#pragma unroll
+    for (int i = 0; i < C::kWarpTiles; ++i)
+#pragma unroll
+      for (int j = 0; j < kTokenTiles; ++j) ReduceAdd4(slot + ((i * kTokenTiles + j) * 32 + lane) * 4, acc[i][j]);
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) *last_flag = atomicAdd(&counters[first], 1u) == static_cast<unsigned>(last - first);
+    __syncthreads();
+    if (*last_flag) {  // every contributor has added its sums: write the tile, zero the slot
+      __threadfence();
+#pragma unroll
+      for (int i = 0; i < C::kWarpTiles; ++i)
+#pragma unroll
+        for (int j = 0; j < kTokenTiles; ++j) {
+          float4* p = reinterpret_cast<float4*>(slot + ((i * kTokenTiles + j) * 32 + lane) * 4);
+          const float4 s4 = __ldcg(p);
+          const float v[4] = {s4.x, s4.y, s4.z, s4.w};
+          store(tile, i, j, v);
+          __stcg(p, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+        }
+      if (tid == 0) counters[first] = 0;
+    }
+  };
+
+  int tile = first_tile, step = first_step, seg_from = first_step;
+  for (int it = begin; it < end; ++it) {
+    const int local = it - begin;
+    if (local == 0) {
+      CpAsyncWait<0>();
+    } else {
+      CpAsyncWait<kStages - 2>();
+    }
+    __syncthreads();  // the stage loaded below was read by every warp in the previous iteration
+    if (it + kStages - 1 < end) {
+      const int s = (local + kStages - 1) % kStages;
+      load_w(s, load_tile, load_step);
+      load_x(s, load_step);
+      if (++load_step == steps) load_step = 0, ++load_tile;
+    }
+    CpAsyncCommit();
+
+    const unsigned char* ws = w_stage(local % kStages);
+    const unsigned char* xs = x_stage(local % kStages);
+#pragma unroll
+    for (int h = 0; h < kStepCols / 32; ++h) {
+      const int chunk = SwizzledChunk(g, 4 * h + t) * 16;
+      // a[i][s]: the A fragment of m16 tile i for the block's k16 step s.
+      uint32_t a[C::kWarpTiles][2][4];
+#pragma unroll
+      for (int i = 0; i < C::kWarpTiles; ++i) {
+        const int r = warp_row0 + i * 16 + g;
+        if constexpr (kFp8) {
+          const int at = (SwizzledFp8Chunk(g, 2 * h + (t >> 1)) * 16) + (t & 1) * 8;
+          const uint2 lo = *reinterpret_cast<const uint2*>(ws + r * C::kWRowBytes + at);
+          const uint2 hi = *reinterpret_cast<const uint2*>(ws + (r + 8) * C::kWRowBytes + at);
+#pragma unroll
+          for (int s2 = 0; s2 < 2; ++s2) {
+            const uint32_t wl = s2 ? lo.y : lo.x, wh = s2 ? hi.y : hi.x;
+            a[i][s2][0] = Fp8PairAs<T>(wl);
+            a[i][s2][1] = Fp8PairAs<T>(wh);
+            a[i][s2][2] = Fp8PairAs<T>(wl >> 16);
+            a[i][s2][3] = Fp8PairAs<T>(wh >> 16);
+          }
+        } else {
+          const uint4 lo = *reinterpret_cast<const uint4*>(ws + r * C::kWRowBytes + chunk);
+          const uint4 hi = *reinterpret_cast<const uint4*>(ws + (r + 8) * C::kWRowBytes + chunk);
+          a[i][0][0] = lo.x, a[i][0][1] = hi.x, a[i][0][2] = lo.y, a[i][0][3] = hi.y;
+          a[i][1][0] = lo.z, a[i][1][1] = hi.z, a[i][1][2] = lo.w, a[i][1][3] = hi.w;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kTokenTiles; ++j) {
+        const uint4 b = *reinterpret_cast<const uint4*>(xs + (j * 8 + g) * kRowBytes + chunk);
+#pragma unroll
+        for (int i = 0; i < C::kWarpTiles; ++i) {
+          Mma16816<T>::Run(acc[i][j], a[i][0], b.x, b.y);
+          Mma16816<T>::Run(acc[i][j], a[i][1], b.z, b.w);
+        }
+      }
+    }
+
+    if (step == steps - 1 || it == end - 1) {
+      finish(tile, seg_from, step + 1);
+      zero();
+      seg_from = 0;
+    }
+    if (++step == steps) step = 0, ++tile;
+  }
+  AllowDependentLaunch();
+}
+
+struct FewRowsArgs {
+  const void* x;
+  const void* w;
+  RowScales scales;
+  const void* bias;
+  void* out;
+  int m, n, k, num_sms;
+  GemmFewRowsWorkspace ws;
+  bool pdl;
+  Stream stream;
+};
+
+template <typename T, typename TW, int kTileRows, int kTokenTiles, int kStepCols>
+absl::Status LaunchTyped(const FewRowsArgs& a) {
+  using C = FewRowsTile<kTileRows, kTokenTiles, kStepCols, sizeof(TW)>;
+  auto kernel = GemmFewRowsKernel<T, TW, kTileRows, kTokenTiles, kStepCols>;
+  const int n = a.n, k = a.k;
+  const GemmFewRowsWorkspace& ws = a.ws;
+  CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, C::kSmemBytes));
+  int per_sm = 0;
+  CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, C::kSmemBytes));
+  per_sm = std::max(1, std::min(per_sm, kMaxBlocksPerSm));
+  const int total = (n + kTileRows - 1) / kTileRows * (k / kStepCols);
+  const int blocks = std::min(total, a.num_sms * per_sm);
+  float* slots = static_cast<float*>(ws.data);
+  unsigned* counters = reinterpret_cast<unsigned*>(static_cast<char*>(ws.data) +
+                                                   static_cast<size_t>(blocks) * C::kSlotFloats * sizeof(float));
+  if (static_cast<size_t>(blocks) * (C::kSlotFloats * sizeof(float) + sizeof(unsigned)) > ws.bytes)
+    return absl::InternalError("GemmFewRows: workspace too small");
+  CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(blocks), dim3(kThreads), C::kSmemBytes, a.stream, a.pdl,
+                                    static_cast<const T*>(a.x), static_cast<const TW*>(a.w), a.scales,
+                                    static_cast<const T*>(a.bias), static_cast<T*>(a.out), a.m, n, k, slots,
+                                    counters));
+  return absl::OkStatus();
+}
+
+template <typename T, typename TW, int kTileRows, int kStepCols>
+absl::Status LaunchRows(const FewRowsArgs& a) {
+  if (a.m <= 8) return LaunchTyped<T, TW, kTileRows, 1, kStepCols>(a);
+  if (a.m <= 16) return LaunchTyped<T, TW, kTileRows, 2, kStepCols>(a);
+  if (a.m <= 32) return LaunchTyped<T, TW, kTileRows, 4, kStepCols>(a);
+  return LaunchTyped<T, TW, kTileRows, 8, kStepCols>(a);
+}
+
+template <typename T, typename TW>
+absl::Status LaunchConfig(int tile_rows, int step_cols, const FewRowsArgs& a) {
+  if (tile_rows == 128 && step_cols == 128) return LaunchRows<T, TW, 128, 128>(a);
+  if (tile_rows == 128 && step_cols == 256) return LaunchRows<T, TW, 128, 256>(a);
+  if (tile_rows == 256 && step_cols == 128) return LaunchRows<T, TW, 256, 128>(a);
+  if (sizeof(TW) == 1 && tile_rows == 256 && step_cols == 256) return LaunchRows<T, uint8_t, 256, 256>(a);
+  return absl::InvalidArgumentError(
+      absl::StrCat("GemmFewRows: no form with ", tile_rows, "-row tiles and ", step_cols, "-column steps"));
+}
+
+template <typename T>
+absl::Status LaunchWeights(bool fp8, int tile_rows, int step_cols, const FewRowsArgs& a) {
+  if (fp8) return LaunchConfig<T, uint8_t>(tile_rows, step_cols, a);
+  return LaunchConfig<T, T>(tile_rows, step_cols, a);
+}
+
+}  // namespace
+
+size_t GemmFewRowsWorkspaceBytes(int num_sms) {
+  const size_t blocks = static_cast<size_t>(num_sms) * kMaxBlocksPerSm;
+  return blocks * (static_cast<size_t>(kMaxTileRows) * kGemmFewRowsMaxRows * sizeof(float) + sizeof(unsigned));
+}
+
+bool GemmFewRowsSupports(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k) {
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && out_dtype == dtype && m >= 1 &&
+         m <= kGemmFewRowsMaxRows && n >= 1 && k >= kMinStepCols && k % kMinStepCols == 0 &&
+         (n + 127) / 128 * (k / kMinStepCols) < (int64_t{1} << 30);
+}
+
+absl::Status LaunchGemmFewRows(DType dtype, const void* x, const GemmFewRowsWeights& w, const void* bias, void* out,
+                               int64_t m, int64_t n, int64_t k, int num_sms, const GemmFewRowsWorkspace& workspace,
+                               const GemmFewRowsOptions& options, Stream stream) {
+  if (!GemmFewRowsSupports(dtype, dtype, m, n, k))
+    return absl::InvalidArgumentError(absl::StrCat("GemmFewRows: unsupported call m ", m, " n ", n, " k ", k, " ",
+                                                   std::string(DTypeName(dtype))));
+  if (!Aligned16(x) || !Aligned16(w.data) || !Aligned16(out) || num_sms < 1)
+    return absl::InvalidArgumentError("GemmFewRows: misaligned operands");
+  if (w.fp8 && (w.scale == nullptr || w.scale_rows_per < 1))
+    return absl::InvalidArgumentError("GemmFewRows: E4M3 weights need their row scales");
+  if (workspace.data == nullptr || workspace.bytes < GemmFewRowsWorkspaceBytes(num_sms))
+    return absl::InvalidArgumentError("GemmFewRows: no workspace");
+  // 128-row tiles split narrow W (N = 4096) into more tiles, so fewer of them straddle blocks;
+  // 256-column steps read 512-byte runs of each 16-bit weight row (64-column steps, 128-byte runs,
+  // streamed at 10% less). Measured on an H100 (benchmarks/RESULTS.md).
+  const int tile_rows = options.tile_rows != 0 ? options.tile_rows : 128;
+  int step_cols = options.step_cols != 0 ? options.step_cols : 256;
+  if (!w.fp8 && tile_rows == 256) step_cols = std::min(step_cols, 128);  // 256 x 256 x 2 bytes: no room for 2 stages
+  while (step_cols > kMinStepCols && k % step_cols != 0) step_cols /= 2;
+  FewRowsArgs a{x,
+                w.data,
+                RowScales{w.scale, static_cast<int>(std::min<int64_t>(w.scale_rows_per, n))},
+                bias,
+                out,
+                static_cast<int>(m),
+                static_cast<int>(n),
+                static_cast<int>(k),
+                num_sms,
+                workspace,
+                options.pdl,
+                stream};
+  if (dtype == DType::kBF16) return LaunchWeights<__nv_bfloat16>(w.fp8, tile_rows, step_cols, a);
+  return LaunchWeights<__half>(w.fp8, tile_rows, step_cols, a);
+}
+
+}  // namespace llm::cuda

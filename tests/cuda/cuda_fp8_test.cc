@@ -1,9 +1,9 @@
 // The FP8 paths of the CUDA backend against the CPU oracle's emulation of the same arithmetic:
 //  - Linear with E4M3 weights at every scale granularity (tensor, channel, 128 x 128 blocks, row
 //    groups of 128), every input quantization, many shapes, each kernel form (GEMV registers and
-//    ring, cuBLASLt W8A8 in one or several row chunks, the dequantizing GEMM), eagerly and
-//    replayed from a CUDA graph. The GEMV and dequantizing GEMM keep x in 16 bits (W8A16): they
-//    are held to the CPU on the dequantized weights; the cuBLASLt path quantizes x as the weight
+//    rings, the few-rows GEMM, cuBLASLt W8A8 in one or several row chunks, the dequantizing GEMM),
+//    eagerly and replayed from a CUDA graph. The GEMV, the few-rows GEMM and the dequantizing GEMM
+//    keep x in 16 bits (W8A16): they are held to the CPU on the dequantized weights; the cuBLASLt path quantizes x as the weight
 //    declares (W8A8): it is held to the CPU backend's emulation of that (emulate_fp8_activations).
 //    Which kernel ran is read from the op timing's label.
 //  - The FP8 KV cache: QkvRope's writes (V bytes exactly the CPU's, K within one E4M3 step) and
@@ -228,8 +228,9 @@ TEST_P(CudaFp8Test, GemvMmaEveryRowCountAndShape) {
 
 // The few-rows GEMM (gemm_few_rows.h) on E4M3 weights, 5 to 64 rows: per-tensor and per-channel
 // scales, every token-tile count, both tile heights, shapes whose tiles straddle blocks (N = 300
-// and K = 14336) or end in a partial tile, x far beyond f16's range (bf16) and of tiny values; W8A16
-// arithmetic, so the W8A16 reference (CheckLinear: nearer it than the W8A8 one).
+// and K = 14336) or end in a partial tile, x far beyond f16's range (bf16) and of tiny values.
+// W8A16 whatever the weight declares for its inputs (none, per token, static): CheckLinear holds
+// it to the W8A16 reference, and nearer it than to the W8A8 one where x would be quantized.
 TEST_P(CudaFp8Test, FewRowsGemmEveryRowCountAndShape) {
   struct Shape2 {
     int64_t n, k;
@@ -242,10 +243,13 @@ TEST_P(CudaFp8Test, FewRowsGemmEveryRowCountAndShape) {
     for (int64_t m : {5, 8, 9, 17, 32, 33, 64}) {
       const StorageFormat f = StorageFormat::Fp8((s.n + m) % 2 ? ScaleGranularity::kTensor : ScaleGranularity::kChannel);
       const float amp = m == 9 && dtype_ == DType::kBF16 ? 3.0e5f : m == 17 ? 1.0e-3f : 2.0f;
+      const ActivationQuant quant = m == 8 || m == 33 ? ActivationQuant::kNone
+                                    : m == 32 && amp == 2.0f ? ActivationQuant::kStaticPerTensor
+                                                             : ActivationQuant::kDynamicPerToken;
       o.gemm_few_rows_tile_rows = m % 2 ? 128 : 256;
       const std::string what = absl::StrCat(m, "x", s.n, "x", s.k, " ", f.ToString(), " |x| < ", amp, " tile ",
-                                            o.gemm_few_rows_tile_rows);
-      CheckLinear(what, m, s.n, s.k, f, ActivationQuant::kDynamicPerToken, (s.n + m) % 3 == 0, *gpu_, amp);
+                                            o.gemm_few_rows_tile_rows, " inputs ", std::string(ActivationQuantName(quant)));
+      CheckLinear(what, m, s.n, s.k, f, quant, (s.n + m) % 3 == 0, *gpu_, amp);
       ++calls;
     }
   }

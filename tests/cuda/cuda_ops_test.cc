@@ -221,8 +221,9 @@ TEST_P(CudaOpsTest, Linear) {
 
 // The few-rows GEMM (gemm_few_rows.h) through Linear: every token-tile count, both tile heights,
 // shapes whose stream-K ranges split tiles between blocks (narrow N, long K) and shapes with a
-// partial last tile, every (tile rows, step columns) form. Each call runs twice into fresh outputs: the second proves the first left its
-// workspace zero (a stale sum would add to it); a captured call replayed three times does the same.
+// partial last tile, every (tile rows, step columns) form. Each call runs twice into fresh
+// outputs: the second proves the first left its counters zero, and equals the first bit for bit
+// (straddling tiles are summed in a fixed order); a captured call replayed three times does the same.
 TEST_P(CudaOpsTest, GemmFewRows) {
   if (dtype_ == DType::kF32) GTEST_SKIP() << "16-bit weights only";
   struct Case {
@@ -261,6 +262,7 @@ TEST_P(CudaOpsTest, GemmFewRows) {
         const std::string what = "few-rows m " + std::to_string(m) + " n " + std::to_string(c.n) + " k " +
                                  std::to_string(c.k) + " tile " + std::to_string(tile_rows) + " step " +
                                  std::to_string(step_cols);
+        std::vector<float> first_call;
         for (int call = 0; call < 2; ++call) {
           OwnedTensor dout = DevOut({m, c.n}, dtype_);
           gpu_->StartOpTiming();
@@ -270,7 +272,10 @@ TEST_P(CudaOpsTest, GemmFewRows) {
           ASSERT_TRUE(timings.ok()) << timings.status();
           ASSERT_EQ(timings->size(), 1u);
           EXPECT_NE((*timings)[0].op.find("few-rows gemm"), std::string::npos) << what << ": " << (*timings)[0].op;
-          ExpectClose(Download(*gpu_, dout.t), ref, Tolerance(dtype_), what + " call " + std::to_string(call));
+          const std::vector<float> got = Download(*gpu_, dout.t);
+          ExpectClose(got, ref, Tolerance(dtype_), what + " call " + std::to_string(call));
+          if (call == 0) first_call = got;
+          else EXPECT_EQ(got, first_call) << what << ": the second call differs from the first";
         }
       }
     }
@@ -296,10 +301,14 @@ TEST_P(CudaOpsTest, GemmFewRows) {
     auto graph = gpu_->EndCapture();
     ASSERT_TRUE(st.ok()) << st;
     ASSERT_TRUE(graph.ok()) << graph.status();
+    OwnedTensor eager = DevOut({m, n}, dtype_);
+    ASSERT_TRUE(gpu_->Linear(dx.t, dw, eager.t).ok());
     for (int replay = 0; replay < 3; ++replay) {
       Poison(*gpu_, dout.t);
       ASSERT_TRUE((*graph)->Replay().ok());
-      ExpectClose(Download(*gpu_, dout.t), ref, Tolerance(dtype_), "few-rows graph replay " + std::to_string(replay));
+      const std::vector<float> got = Download(*gpu_, dout.t);
+      ExpectClose(got, ref, Tolerance(dtype_), "few-rows graph replay " + std::to_string(replay));
+      EXPECT_EQ(got, Download(*gpu_, eager.t)) << "graph replay " << replay << " differs from the eager call";
     }
   }
   o.gemv_max_rows = kGemvRows;

@@ -246,7 +246,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (options.dtype != DType::kF32)
     RETURN_IF_ERROR(impl->few_rows_workspace.Ensure(
         *impl->arena, cuda::GemmFewRowsWorkspaceBytes(impl->prop.multiProcessorCount), "the few-rows GEMM's sums"));
-  // The decode kernel's counters and the few-rows GEMM's sums start at zero (each call leaves them so).
+  // The decode attention's and the few-rows GEMM's counters start at zero (each call leaves them so).
   for (DeviceMem* zeroed : {&impl->attention_workspace, &impl->few_rows_workspace})
     if (zeroed->bytes() > 0) CUDA_RETURN_IF_ERROR(cudaMemsetAsync(zeroed->ptr(), 0, zeroed->bytes(), impl->stream));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl->stream));

@@ -50,23 +50,6 @@ absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaB
                           c.k, go, ctx.stream);
 }
 
-absl::Status RunGemmFewRows(const LinearCall& c, const CudaBackendOptions& o, const LinearContext& ctx) {
-  cuda::GemmFewRowsOptions fo;
-  fo.tile_rows = o.gemm_few_rows_tile_rows;
-  fo.step_cols = o.gemm_few_rows_step_cols;
-  fo.pdl = o.programmatic_launch;
-  cuda::GemmFewRowsWeights w;
-  w.data = c.w->weight.data();
-  if (c.w->format.element == DType::kF8E4M3) {
-    const ScaleGrid g = c.w->scale_grid();
-    w.fp8 = true;
-    w.scale = c.w->scale.data_as<const float>();
-    w.scale_rows_per = g.rows_per;
-  }
-  return cuda::LaunchGemmFewRows(c.act, c.x.data(), w, BiasOf(c), c.out.data(), c.m, c.n, c.k, ctx.num_sms,
-                                 {ctx.few_rows_workspace, ctx.few_rows_workspace_bytes}, fo, ctx.stream);
-}
-
 absl::Status RunCublas(const LinearCall& c, const LinearContext& ctx) {
   const void* bias = BiasOf(c);
   if (bias && c.out.dtype() != c.act) {  // cuBLASLt's bias epilogue wants the output's type: add it after
@@ -121,6 +104,34 @@ std::optional<CublasFp8Modes> CublasModesFor(const LinearWeight& w, int64_t k) {
   }
   return m;
 }
+
+// Rows of x that the FP8 workspace holds at once, quantized, with their scales.
+int64_t Fp8ChunkRows(const LinearCall& c, const CublasFp8Modes& modes, const LinearContext& ctx) {
+  const int64_t groups = (c.k + 127) / 128;
+  const int64_t scale_bytes = modes.quantize == cuda::Fp8ActivationScaling::kPerGroup ? 4 * groups
+                              : modes.quantize == cuda::Fp8ActivationScaling::kPerToken ? 4
+                                                                                         : 0;
+  const int64_t reserve = 1024;  // alignment of the scales after the rows
+  return (static_cast<int64_t>(ctx.fp8_workspace_bytes) - reserve) / (c.k + scale_bytes) / 16 * 16;
+}
+
+absl::Status RunGemmFewRows(const LinearCall& c, const CudaBackendOptions& o, const LinearContext& ctx) {
+  cuda::GemmFewRowsOptions fo;
+  fo.tile_rows = o.gemm_few_rows_tile_rows;
+  fo.step_cols = o.gemm_few_rows_step_cols;
+  fo.pdl = o.programmatic_launch;
+  cuda::GemmFewRowsWeights w;
+  w.data = c.w->weight.data();
+  if (c.w->format.element == DType::kF8E4M3) {
+    const ScaleGrid g = c.w->scale_grid();
+    w.fp8 = true;
+    w.scale = c.w->scale.data_as<const float>();
+    w.scale_rows_per = g.rows_per;
+  }
+  return cuda::LaunchGemmFewRows(c.act, c.x.data(), w, BiasOf(c), c.out.data(), c.m, c.n, c.k, ctx.num_sms,
+                                 {ctx.few_rows_workspace, ctx.few_rows_workspace_bytes}, fo, ctx.stream);
+}
+
 
 absl::Status RunFp8Gemv(const LinearCall& c, LinearKernelChoice choice, const CudaBackendOptions& o,
                         const LinearContext& ctx) {
@@ -220,8 +231,10 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
       return {LinearKernel::kFp8GemvRing, 0};
     return {LinearKernel::kFp8Gemv, 0};
   }
-  // 5 to 64 rows, one scale a row: the few-rows GEMM widening E4M3 in registers (W8A16), which
-  // streams W at up to 2x cuBLASLt's W8A8 GEMM there (benchmarks/RESULTS.md).
+  // 5 to 16 rows, one weight scale a row: the few-rows GEMM widening E4M3 in registers (W8A16,
+  // as the GEMV forms below it; x is not quantized even where the weight declares it), which
+  // streams W at up to 2x cuBLASLt's W8A8 rate there (benchmarks/RESULTS.md). Its W8A8 form
+  // (x quantized first, m16n8k32 E4M3 MMAs) was slower in the step and is not kept.
   if (c.m <= o.gemm_few_rows_max_rows && c.w->scale_grid().cols == 1 &&
       ctx.few_rows_workspace_bytes >= cuda::GemmFewRowsWorkspaceBytes(ctx.num_sms) &&
       cuda::GemmFewRowsSupports(c.act, c.out.dtype(), c.m, c.n, c.k))
@@ -314,15 +327,6 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
 
 namespace {
 
-// Rows of x that the FP8 workspace holds at once, quantized, with their scales.
-int64_t Fp8ChunkRows(const LinearCall& c, const CublasFp8Modes& modes, const LinearContext& ctx) {
-  const int64_t groups = (c.k + 127) / 128;
-  const int64_t scale_bytes = modes.quantize == cuda::Fp8ActivationScaling::kPerGroup ? 4 * groups
-                              : modes.quantize == cuda::Fp8ActivationScaling::kPerToken ? 4
-                                                                                         : 0;
-  const int64_t reserve = 1024;  // alignment of the scales after the rows
-  return (static_cast<int64_t>(ctx.fp8_workspace_bytes) - reserve) / (c.k + scale_bytes) / 16 * 16;
-}
 
 // The first chunk's FP8 GEMM, planned (cuBLASLt's heuristic asked) but not run.
 absl::Status ProbeFp8Cublas(const LinearCall& c, const LinearContext& ctx) {

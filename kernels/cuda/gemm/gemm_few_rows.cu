@@ -75,12 +75,11 @@ __device__ __forceinline__ uint32_t Fp8PairAs<__nv_bfloat16>(uint32_t two_bytes)
   return *reinterpret_cast<const uint32_t*>(&b);
 }
 
-__device__ __forceinline__ void ReduceAdd4(float* p, const float v[4]) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
-               : "memory");
+size_t CountersBytes(int num_sms) {
+  return (static_cast<size_t>(num_sms) * kMaxBlocksPerSm * sizeof(unsigned) + 255) / 256 * 256;
 }
 
-// The iterations (tile, 64-column step) of the whole GEMM, cut into gridDim.x equal ranges.
+// The iterations (tile, step) of the whole GEMM, cut into gridDim.x equal ranges.
 __device__ __forceinline__ int RangeBegin(int block, int total, int blocks) {
   return static_cast<int>(static_cast<int64_t>(block) * total / blocks);
 }
@@ -187,30 +186,38 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = 0; j < kTokenTiles; ++j) store(tile, i, j, acc[i][j]);
       return;
     }
-    // A straddling tile's slot is its first contributor's: that block's range ends inside the
-    // tile, so no other straddling tile has the same first block.
+    // A straddling tile: every contributor stores its sums in a slot of its own; the last to
+    // arrive adds them in block order (so the result does not depend on arrival order: graph
+    // replays and eager runs agree bit for bit) and writes the tile. A block has two slots: its
+    // range's first segment (if it starts inside a tile) and its last (if it ends inside one, as
+    // the tile's first contributor does). The counter is the first contributor's.
     const int first = BlockOfIteration(tile * steps, total, blocks);
     const int last = BlockOfIteration(tile * steps + steps - 1, total, blocks);
-    float* slot = slots + static_cast<int64_t>(first) * C::kSlotFloats + warp * (C::kWarpTiles * kTokenTiles * 128);
+    const int frag = warp * (C::kWarpTiles * kTokenTiles * 128) + lane * 4;
+    auto slot_of = [&](int b) { return slots + static_cast<int64_t>(2 * b + (b == first ? 1 : 0)) * C::kSlotFloats + frag; };
+    float* mine = slot_of(blockIdx.x);
 #pragma unroll
     for (int i = 0; i < C::kWarpTiles; ++i)
 #pragma unroll
-      for (int j = 0; j < kTokenTiles; ++j) ReduceAdd4(slot + ((i * kTokenTiles + j) * 32 + lane) * 4, acc[i][j]);
+      for (int j = 0; j < kTokenTiles; ++j)
+        __stcg(reinterpret_cast<float4*>(mine + (i * kTokenTiles + j) * 128),
+               make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]));
     __threadfence();
     __syncthreads();
     if (tid == 0) *last_flag = atomicAdd(&counters[first], 1u) == static_cast<unsigned>(last - first);
     __syncthreads();
-    if (*last_flag) {  // every contributor has added its sums: write the tile, zero the slot
+    if (*last_flag) {  // every contributor's sums are stored
       __threadfence();
 #pragma unroll
       for (int i = 0; i < C::kWarpTiles; ++i)
 #pragma unroll
         for (int j = 0; j < kTokenTiles; ++j) {
-          float4* p = reinterpret_cast<float4*>(slot + ((i * kTokenTiles + j) * 32 + lane) * 4);
-          const float4 s4 = __ldcg(p);
-          const float v[4] = {s4.x, s4.y, s4.z, s4.w};
+          float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          for (int b = first; b <= last; ++b) {
+            const float4 p = __ldcg(reinterpret_cast<const float4*>(slot_of(b) + (i * kTokenTiles + j) * 128));
+            v[0] += p.x, v[1] += p.y, v[2] += p.z, v[3] += p.w;
+          }
           store(tile, i, j, v);
-          __stcg(p, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
         }
       if (tid == 0) counters[first] = 0;
     }
@@ -307,10 +314,10 @@ absl::Status LaunchTyped(const FewRowsArgs& a) {
   per_sm = std::max(1, std::min(per_sm, kMaxBlocksPerSm));
   const int total = (n + kTileRows - 1) / kTileRows * (k / kStepCols);
   const int blocks = std::min(total, a.num_sms * per_sm);
-  float* slots = static_cast<float*>(ws.data);
-  unsigned* counters = reinterpret_cast<unsigned*>(static_cast<char*>(ws.data) +
-                                                   static_cast<size_t>(blocks) * C::kSlotFloats * sizeof(float));
-  if (static_cast<size_t>(blocks) * (C::kSlotFloats * sizeof(float) + sizeof(unsigned)) > ws.bytes)
+  // Counters first, at a place no form's slots reach: they must be zero at every call's start.
+  unsigned* counters = static_cast<unsigned*>(ws.data);
+  float* slots = reinterpret_cast<float*>(static_cast<char*>(ws.data) + CountersBytes(a.num_sms));
+  if (CountersBytes(a.num_sms) + 2 * static_cast<size_t>(blocks) * C::kSlotFloats * sizeof(float) > ws.bytes)
     return absl::InternalError("GemmFewRows: workspace too small");
   CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(blocks), dim3(kThreads), C::kSmemBytes, a.stream, a.pdl,
                                     static_cast<const T*>(a.x), static_cast<const TW*>(a.w), a.scales,
@@ -327,27 +334,26 @@ absl::Status LaunchRows(const FewRowsArgs& a) {
   return LaunchTyped<T, TW, kTileRows, 8, kStepCols>(a);
 }
 
+// The forms: 16-bit weights in 128 x 128, 128 x 256 and 256 x 128 tiles (rows x columns a stage);
+// E4M3 weights in 128 x 128, 128 x 256 and 256 x 256.
 template <typename T, typename TW>
 absl::Status LaunchConfig(int tile_rows, int step_cols, const FewRowsArgs& a) {
   if (tile_rows == 128 && step_cols == 128) return LaunchRows<T, TW, 128, 128>(a);
   if (tile_rows == 128 && step_cols == 256) return LaunchRows<T, TW, 128, 256>(a);
-  if (tile_rows == 256 && step_cols == 128) return LaunchRows<T, TW, 256, 128>(a);
-  if (sizeof(TW) == 1 && tile_rows == 256 && step_cols == 256) return LaunchRows<T, uint8_t, 256, 256>(a);
+  if constexpr (sizeof(TW) == 2) {
+    if (tile_rows == 256 && step_cols == 128) return LaunchRows<T, TW, 256, 128>(a);
+  } else {
+    if (tile_rows == 256 && step_cols == 256) return LaunchRows<T, TW, 256, 256>(a);
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("GemmFewRows: no form with ", tile_rows, "-row tiles and ", step_cols, "-column steps"));
-}
-
-template <typename T>
-absl::Status LaunchWeights(bool fp8, int tile_rows, int step_cols, const FewRowsArgs& a) {
-  if (fp8) return LaunchConfig<T, uint8_t>(tile_rows, step_cols, a);
-  return LaunchConfig<T, T>(tile_rows, step_cols, a);
 }
 
 }  // namespace
 
 size_t GemmFewRowsWorkspaceBytes(int num_sms) {
   const size_t blocks = static_cast<size_t>(num_sms) * kMaxBlocksPerSm;
-  return blocks * (static_cast<size_t>(kMaxTileRows) * kGemmFewRowsMaxRows * sizeof(float) + sizeof(unsigned));
+  return CountersBytes(num_sms) + 2 * blocks * kMaxTileRows * kGemmFewRowsMaxRows * sizeof(float);
 }
 
 bool GemmFewRowsSupports(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k) {
@@ -373,7 +379,10 @@ absl::Status LaunchGemmFewRows(DType dtype, const void* x, const GemmFewRowsWeig
   // streamed at 10% less). Measured on an H100 (benchmarks/RESULTS.md).
   const int tile_rows = options.tile_rows != 0 ? options.tile_rows : 128;
   int step_cols = options.step_cols != 0 ? options.step_cols : 256;
-  if (!w.fp8 && tile_rows == 256) step_cols = std::min(step_cols, 128);  // 256 x 256 x 2 bytes: no room for 2 stages
+  int rows = tile_rows;
+  if (!w.fp8 && rows == 256) step_cols = std::min(step_cols, 128);  // 256 x 256 x 2 bytes: no room for 2 stages
+  if (w.fp8 && rows == 256 && k % 256 != 0) rows = 128;              // E4M3 256-row tiles take 256-column steps
+  if (w.fp8 && rows == 256) step_cols = 256;
   while (step_cols > kMinStepCols && k % step_cols != 0) step_cols /= 2;
   FewRowsArgs a{x,
                 w.data,
@@ -387,8 +396,12 @@ absl::Status LaunchGemmFewRows(DType dtype, const void* x, const GemmFewRowsWeig
                 workspace,
                 options.pdl,
                 stream};
-  if (dtype == DType::kBF16) return LaunchWeights<__nv_bfloat16>(w.fp8, tile_rows, step_cols, a);
-  return LaunchWeights<__half>(w.fp8, tile_rows, step_cols, a);
+  if (dtype == DType::kBF16) {
+    if (w.fp8) return LaunchConfig<__nv_bfloat16, uint8_t>(rows, step_cols, a);
+    return LaunchConfig<__nv_bfloat16, __nv_bfloat16>(rows, step_cols, a);
+  }
+  if (w.fp8) return LaunchConfig<__half, uint8_t>(rows, step_cols, a);
+  return LaunchConfig<__half, __half>(rows, step_cols, a);
 }
 
 }  // namespace llm::cuda

@@ -8,9 +8,9 @@
 // W rows are the A operand of mma.m16n8k16 (16 weight rows), the tokens its B operand (8 an n8
 // tile, all M in one block), so W is read exactly once; the (tile, 64-column step) iterations of
 // the whole GEMM are cut into one equal contiguous range per block (stream-K), so every SM reads
-// the same number of bytes whatever N and K are. A tile that straddles blocks is summed in a
-// float32 workspace slot (vector reductions at L2); its last contributor writes the output and
-// zeroes the slot again, so the workspace stays zero between calls (graph replays included).
+// the same number of bytes whatever N and K are. A tile that straddles blocks: each contributor
+// stores its float32 sums in a workspace slot of its own, and the last to arrive (a counter per
+// tile, reset by it) adds them in block order and writes the output: deterministic, graph-safe.
 #pragma once
 
 #include <cstddef>
@@ -24,8 +24,8 @@ namespace llm::cuda {
 
 inline constexpr int kGemmFewRowsMaxRows = 64;
 
-// Device memory the kernel sums straddling tiles in: zero-filled once by the owner, zero again
-// after every call. Calls that share one must run in stream order.
+// Device memory for straddling tiles' sums and counters: zero-filled once by the owner (the
+// counters are zero again after every call). Calls that share one must run in stream order.
 struct GemmFewRowsWorkspace {
   void* data = nullptr;
   size_t bytes = 0;

@@ -113,25 +113,36 @@ __global__ void __launch_bounds__(kThreads)
 
   auto w_stage = [&](int s) { return smem + s * C::kStageBytes; };
   auto x_stage = [&](int s) { return smem + s * C::kStageBytes + C::kWBytes; };
+  // A thread's copies of a stage: one chunk column c (fixed), rows r0, r0 + R, r0 + 2R, ... (R =
+  // threads / chunks a row, a multiple of 4, so each row's swizzle is the same as r0's): the
+  // addresses advance by constants, computed once a stage.
+  constexpr int kWRowStep = kThreads / C::kWChunks, kXRowStep = kThreads / C::kChunks;
+  static_assert(kThreads % C::kWChunks == 0 && kThreads % C::kChunks == 0 && kWRowStep % 4 == 0 &&
+                    kXRowStep % 4 == 0, "fixed chunk columns and swizzles a thread");
+  const int w_r0 = tid / C::kWChunks, w_c = tid % C::kWChunks;
+  const int w_dst0 = w_r0 * C::kWRowBytes + (kFp8 ? SwizzledFp8Chunk(w_r0, w_c) : SwizzledChunk(w_r0, w_c)) * 16;
+  const int x_r0 = tid / C::kChunks, x_c = tid % C::kChunks;
+  const int x_dst0 = x_r0 * kRowBytes + SwizzledChunk(x_r0, x_c) * 16;
   auto load_w = [&](int s, int tile, int step) {
-    unsigned char* dst = w_stage(s);
-    const int row0 = tile * kTileRows;
+    unsigned char* dst = w_stage(s) + w_dst0;
+    const int row0 = tile * kTileRows + w_r0;
+    const TW* src = w + static_cast<int64_t>(row0) * k + step * kStepCols + w_c * (16 / sizeof(TW));
+    const int64_t stride = static_cast<int64_t>(kWRowStep) * k;
 #pragma unroll
-    for (int j = 0; j < kTileRows * C::kWChunks / kThreads; ++j) {
-      const int i = tid + j * kThreads, r = i / C::kWChunks, c = i % C::kWChunks;
-      const bool valid = row0 + r < n;
-      const TW* src = w + (valid ? static_cast<int64_t>(row0 + r) * k + step * kStepCols + c * (16 / sizeof(TW)) : 0);
-      CpAsync16(dst + r * C::kWRowBytes + (kFp8 ? SwizzledFp8Chunk(r, c) : SwizzledChunk(r, c)) * 16, src, valid);
+    for (int j = 0; j < kTileRows / kWRowStep; ++j) {
+      const bool valid = row0 + j * kWRowStep < n;
+      CpAsync16(dst + j * kWRowStep * C::kWRowBytes, valid ? src + j * stride : w, valid);
     }
   };
   auto load_x = [&](int s, int step) {
-    unsigned char* dst = x_stage(s);
+    unsigned char* dst = x_stage(s) + x_dst0;
+    const T* src = x + static_cast<int64_t>(x_r0) * k + step * kStepCols + x_c * 8;
+    const int64_t stride = static_cast<int64_t>(kXRowStep) * k;
 #pragma unroll
-    for (int i = tid; i < C::kTokens * C::kChunks; i += kThreads) {
-      const int r = i / C::kChunks, c = i % C::kChunks;
-      const bool valid = r < m;
-      const T* src = x + (valid ? static_cast<int64_t>(r) * k + step * kStepCols + c * 8 : 0);
-      CpAsync16(dst + r * kRowBytes + SwizzledChunk(r, c) * 16, src, valid);
+    for (int j = 0; j < (C::kTokens + kXRowStep - 1) / kXRowStep; ++j) {
+      if (C::kTokens % kXRowStep != 0 && x_r0 + j * kXRowStep >= C::kTokens) break;
+      const bool valid = x_r0 + j * kXRowStep < m;
+      CpAsync16(dst + j * kXRowStep * kRowBytes, valid ? src + j * stride : x, valid);
     }
   };
 
@@ -269,15 +280,19 @@ __global__ void __launch_bounds__(kThreads)
           a[i][1][0] = lo.z, a[i][1][1] = hi.z, a[i][1][2] = lo.w, a[i][1][3] = hi.w;
         }
       }
+      uint4 b[kTokenTiles];
 #pragma unroll
-      for (int j = 0; j < kTokenTiles; ++j) {
-        const uint4 b = *reinterpret_cast<const uint4*>(xs + (j * 8 + g) * kRowBytes + chunk);
+      for (int j = 0; j < kTokenTiles; ++j) b[j] = *reinterpret_cast<const uint4*>(xs + (j * 8 + g) * kRowBytes + chunk);
+      // The block's two k16 steps one after the other over all tiles: an accumulator's two MMAs
+      // are kTokenTiles x kWarpTiles MMAs apart, not back to back.
 #pragma unroll
-        for (int i = 0; i < C::kWarpTiles; ++i) {
-          Mma16816<T>::Run(acc[i][j], a[i][0], b.x, b.y);
-          Mma16816<T>::Run(acc[i][j], a[i][1], b.z, b.w);
-        }
-      }
+      for (int j = 0; j < kTokenTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < C::kWarpTiles; ++i) Mma16816<T>::Run(acc[i][j], a[i][0], b[j].x, b[j].y);
+#pragma unroll
+      for (int j = 0; j < kTokenTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < C::kWarpTiles; ++i) Mma16816<T>::Run(acc[i][j], a[i][1], b[j].z, b[j].w);
     }
 
     if (step == steps - 1 || it == end - 1) {

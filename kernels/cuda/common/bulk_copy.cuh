@@ -62,6 +62,25 @@ __device__ __forceinline__ void BulkLoadToShared(void* dst, const void* src, uin
 #endif
 }
 
+// One arrival announcing `bytes` that copies (BulkCopyToShared) will complete on `bar`.
+__device__ __forceinline__ void MbarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SharedAddress(bar)), "r"(bytes)
+               : "memory");
+#endif
+}
+
+// A copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global `src` to
+// shared `dst` that completes its bytes on `bar` without arriving (MbarrierArriveExpectTx did).
+__device__ __forceinline__ void BulkCopyToShared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   SharedAddress(dst)),
+               "l"(src), "r"(bytes), "r"(SharedAddress(bar))
+               : "memory");
+#endif
+}
+
 // Waits until the barrier's phase of parity `parity` (0 for the first phase, then alternating)
 // has completed.
 __device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {

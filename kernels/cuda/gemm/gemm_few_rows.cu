@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/common/dynamic_smem.h"
@@ -19,16 +20,20 @@ constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kMinStepCols = 128;
 constexpr int kMaxTileRows = 256;
 constexpr int kMaxBlocksPerSm = 2;
-constexpr int kSmemBudget = 200 << 10;
+constexpr int kSmemBudget = 220 << 10;  // of the 227 KB a block may have
 
 // A block's tile: kTileRows weight rows (kWarps warps of one or two m16 tiles) by 8 x kTokenTiles
 // tokens (n8 tiles, all of x's rows). A stage holds kStepCols columns of the tile's W and of x.
+// Each row of a stage is one bulk copy of its kStepCols columns, stored with a pitch that keeps
+// the fragment loads conflict-free: 16-bit rows padded by 64 bytes (pitch / 16 = 4 mod 8: the two
+// rows of a quarter warp's 16-byte loads land 4 bank groups apart), E4M3 rows by 32 (pitch / 8 =
+// 4 mod 16: the four rows of a half warp's 8-byte loads land in 4 different 32-byte groups).
 template <int kTileRows, int kTokenTiles, int kStepCols, int kWeightBytes>
 struct FewRowsTile {
-  static constexpr int kRowBytes = kStepCols * 2;  // x: kStepCols / 8 chunks of 16 bytes
-  static constexpr int kChunks = kStepCols / 8;
-  static constexpr int kWRowBytes = kStepCols * kWeightBytes;  // W: 16-bit or E4M3 weights
-  static constexpr int kWChunks = kWRowBytes / 16;
+  static constexpr int kXRowBytes = kStepCols * 2;  // bytes a bulk copy of x's row
+  static constexpr int kRowBytes = kXRowBytes + 64;  // x's pitch
+  static constexpr int kWCopyBytes = kStepCols * kWeightBytes;  // W: 16-bit or E4M3 weights
+  static constexpr int kWRowBytes = kWCopyBytes + (kWeightBytes == 2 ? 64 : 32);
   static constexpr int kRowsPerWarp = kTileRows / kWarps;
   static constexpr int kWarpTiles = kRowsPerWarp / 16;
   static constexpr int kTokens = 8 * kTokenTiles;
@@ -36,24 +41,14 @@ struct FewRowsTile {
   static constexpr int kStageBytes = kWBytes + kTokens * kRowBytes;
   static constexpr int kStages = kSmemBudget / kStageBytes > 8 ? 8 : kSmemBudget / kStageBytes;
   static_assert(kStages >= 2, "two stages fit");
-  static constexpr int kFlagOffset = kStages * kStageBytes;
+  static constexpr int kBarOffset = kStages * kStageBytes;  // a full barrier a stage
+  static constexpr int kFlagOffset = kBarOffset + kStages * 8;
   static constexpr int kSmemBytes = kFlagOffset + 16;
   // A straddling tile's float32 sums, in fragment order: [warp][m16 tile][n8 tile][lane][4].
   static constexpr int kSlotFloats = kTileRows * kTokens;
-  static_assert(kRowsPerWarp % 16 == 0 && kTileRows * kWChunks % kThreads == 0, "whole m16 tiles, whole copy rounds");
-  static_assert(kWeightBytes == 2 || kStepCols >= 128, "E4M3 rows hold at least 4 swizzled 32-byte blocks");
+  static_assert(kRowsPerWarp % 16 == 0 && kRowsPerWarp <= 32, "whole m16 tiles, a row copy a lane");
+  static_assert(kStepCols % 32 == 0 && kStageBytes % 16 == 0, "whole 32-column blocks, aligned stages");
 };
-
-// Chunk c (16 bytes) of stage row r is stored at chunk c ^ 4 when r is odd. A fragment load
-// reads chunk 4h + t of rows g (lane = 4g + t): the 8 lanes of a quarter warp (two rows) then
-// hit 8 distinct chunks of the 128-byte bank line, with no padding.
-__device__ __forceinline__ int SwizzledChunk(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
-// E4M3 rows: a lane reads 8 bytes of 32-byte block h (columns 32h + 8t..), so a half warp reads one
-// block of each of 4 rows; block h of row r is stored at block h ^ (r & 3), which puts the 4 rows'
-// blocks in 4 different 32-byte bank groups.
-__device__ __forceinline__ int SwizzledFp8Chunk(int row, int chunk) {
-  return ((chunk >> 1) ^ (row & 3)) << 1 | (chunk & 1);
-}
 
 // Per-row weight scales of E4M3 weights (scale[row / rows_per]); 16-bit weights have none.
 struct RowScales {
@@ -113,36 +108,35 @@ __global__ void __launch_bounds__(kThreads)
 
   auto w_stage = [&](int s) { return smem + s * C::kStageBytes; };
   auto x_stage = [&](int s) { return smem + s * C::kStageBytes + C::kWBytes; };
-  // A thread's copies of a stage: one chunk column c (fixed), rows r0, r0 + R, r0 + 2R, ... (R =
-  // threads / chunks a row, a multiple of 4, so each row's swizzle is the same as r0's): the
-  // addresses advance by constants, computed once a stage.
-  constexpr int kWRowStep = kThreads / C::kWChunks, kXRowStep = kThreads / C::kChunks;
-  static_assert(kThreads % C::kWChunks == 0 && kThreads % C::kChunks == 0 && kWRowStep % 4 == 0 &&
-                    kXRowStep % 4 == 0, "fixed chunk columns and swizzles a thread");
-  const int w_r0 = tid / C::kWChunks, w_c = tid % C::kWChunks;
-  const int w_dst0 = w_r0 * C::kWRowBytes + (kFp8 ? SwizzledFp8Chunk(w_r0, w_c) : SwizzledChunk(w_r0, w_c)) * 16;
-  const int x_r0 = tid / C::kChunks, x_c = tid % C::kChunks;
-  const int x_dst0 = x_r0 * kRowBytes + SwizzledChunk(x_r0, x_c) * 16;
+  // Stage s fills when every warp has arrived on full[s] announcing its bytes and the copies
+  // have landed: warp w copies its own W rows (a row a lane) and x's rows w, w + 8, ...
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kBarOffset);
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) MbarrierInit(&full[s], kWarps);
+    FenceMbarrierInit();
+  }
+  __syncthreads();
+  const int x_rows_mine = m > warp ? (m - warp + kWarps - 1) / kWarps : 0;
+  auto w_rows_in = [&](int tile) { return min(C::kRowsPerWarp, max(0, n - tile * kTileRows - warp * C::kRowsPerWarp)); };
+  // Lane 0 announces the warp's bytes of the stage (W rows of `tile`, and x's rows), then the
+  // lanes copy the W rows.
   auto load_w = [&](int s, int tile, int step) {
-    unsigned char* dst = w_stage(s) + w_dst0;
-    const int row0 = tile * kTileRows + w_r0;
-    const TW* src = w + static_cast<int64_t>(row0) * k + step * kStepCols + w_c * (16 / sizeof(TW));
-    const int64_t stride = static_cast<int64_t>(kWRowStep) * k;
-#pragma unroll
-    for (int j = 0; j < kTileRows / kWRowStep; ++j) {
-      const bool valid = row0 + j * kWRowStep < n;
-      CpAsync16(dst + j * kWRowStep * C::kWRowBytes, valid ? src + j * stride : w, valid);
+    const int rows = w_rows_in(tile);
+    if (lane == 0)
+      MbarrierArriveExpectTx(&full[s], rows * C::kWCopyBytes + x_rows_mine * C::kXRowBytes);
+    __syncwarp();
+    if (lane < rows) {
+      const int r = warp * C::kRowsPerWarp + lane;
+      BulkCopyToShared(w_stage(s) + r * C::kWRowBytes,
+                       w + static_cast<int64_t>(tile * kTileRows + r) * k + step * kStepCols, C::kWCopyBytes,
+                       &full[s]);
     }
   };
   auto load_x = [&](int s, int step) {
-    unsigned char* dst = x_stage(s) + x_dst0;
-    const T* src = x + static_cast<int64_t>(x_r0) * k + step * kStepCols + x_c * 8;
-    const int64_t stride = static_cast<int64_t>(kXRowStep) * k;
-#pragma unroll
-    for (int j = 0; j < (C::kTokens + kXRowStep - 1) / kXRowStep; ++j) {
-      if (C::kTokens % kXRowStep != 0 && x_r0 + j * kXRowStep >= C::kTokens) break;
-      const bool valid = x_r0 + j * kXRowStep < m;
-      CpAsync16(dst + j * kXRowStep * kRowBytes, valid ? src + j * stride : x, valid);
+    if (lane < x_rows_mine) {
+      const int r = warp + lane * kWarps;
+      BulkCopyToShared(x_stage(s) + r * kRowBytes, x + static_cast<int64_t>(r) * k + step * kStepCols, C::kXRowBytes,
+                       &full[s]);
     }
   };
 
@@ -151,7 +145,6 @@ __global__ void __launch_bounds__(kThreads)
   const int first_tile = load_tile, first_step = load_step;
   for (int s = 0; s < kStages - 1; ++s) {
     if (begin + s < end) load_w(s, load_tile, load_step);
-    CpAsyncCommit();
     if (++load_step == steps) load_step = 0, ++load_tile;
   }
   GridDependencyWait();
@@ -161,7 +154,6 @@ __global__ void __launch_bounds__(kThreads)
       if (begin + s < end) load_x(s, step);
       if (++step == steps) step = 0;
     }
-    CpAsyncCommit();
   }
 
   float acc[C::kWarpTiles][kTokenTiles][4];
@@ -237,32 +229,28 @@ __global__ void __launch_bounds__(kThreads)
   int tile = first_tile, step = first_step, seg_from = first_step;
   for (int it = begin; it < end; ++it) {
     const int local = it - begin;
-    if (local == 0) {
-      CpAsyncWait<0>();
-    } else {
-      CpAsyncWait<kStages - 2>();
-    }
-    __syncthreads();  // the stage loaded below was read by every warp in the previous iteration
+    __syncthreads();  // the stage refilled below was read by every warp in the previous iteration
     if (it + kStages - 1 < end) {
       const int s = (local + kStages - 1) % kStages;
+      FenceProxyAsyncShared();  // those reads before the copies that overwrite the stage
       load_w(s, load_tile, load_step);
       load_x(s, load_step);
       if (++load_step == steps) load_step = 0, ++load_tile;
     }
-    CpAsyncCommit();
+    MbarrierWait(&full[local % kStages], (local / kStages) & 1);
 
     const unsigned char* ws = w_stage(local % kStages);
     const unsigned char* xs = x_stage(local % kStages);
 #pragma unroll
     for (int h = 0; h < kStepCols / 32; ++h) {
-      const int chunk = SwizzledChunk(g, 4 * h + t) * 16;
+      const int chunk = (4 * h + t) * 16;
       // a[i][s]: the A fragment of m16 tile i for the block's k16 step s.
       uint32_t a[C::kWarpTiles][2][4];
 #pragma unroll
       for (int i = 0; i < C::kWarpTiles; ++i) {
         const int r = warp_row0 + i * 16 + g;
         if constexpr (kFp8) {
-          const int at = (SwizzledFp8Chunk(g, 2 * h + (t >> 1)) * 16) + (t & 1) * 8;
+          const int at = 32 * h + 8 * t;
           const uint2 lo = *reinterpret_cast<const uint2*>(ws + r * C::kWRowBytes + at);
           const uint2 hi = *reinterpret_cast<const uint2*>(ws + (r + 8) * C::kWRowBytes + at);
 #pragma unroll

@@ -44,6 +44,16 @@ class CudaOpsTest : public ::testing::TestWithParam<DType> {
     Poison(*gpu_, o.t);
     return o;
   }
+  // The float32 CPU reference of x [m, k] times the transpose of `host_w` [n, k] (float32, on the CPU).
+  std::vector<float> CpuLinear(const Tensor& host_w, const std::vector<float>& x, int64_t m, int64_t n, int64_t k) {
+    OwnedTensor hx = Host({m, k}, x);
+    OwnedTensor hout = MakeTensor(cpu_, DType::kF32, {m, n});
+    LinearWeight hw;
+    hw.weight = host_w;
+    hw.format = StorageFormat::Float(DType::kF32);
+    EXPECT_TRUE(cpu_.Linear(hx.t, hw, hout.t).ok());
+    return Download(cpu_, hout.t);
+  }
   void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
     ASSERT_EQ(got.size(), want.size()) << what;
     const double err = RelErr(got, want);
@@ -167,13 +177,8 @@ TEST_P(CudaOpsTest, Linear) {
     for (int64_t m : ms) {
       if (c.n * c.k * m > int64_t{1} << 32) continue;  // keep the CPU reference quick
       const std::vector<float> x = Rand(m * c.k);
-      OwnedTensor dx = Dev({m, c.k}, x), hx = Host({m, c.k}, x);
-      OwnedTensor hout = MakeTensor(cpu_, DType::kF32, {m, c.n});
-      LinearWeight hw;
-      hw.weight = hwt.t;
-      hw.format = StorageFormat::Float(DType::kF32);
-      ASSERT_TRUE(cpu_.Linear(hx.t, hw, hout.t).ok());
-      const std::vector<float> ref = Download(cpu_, hout.t);
+      OwnedTensor dx = Dev({m, c.k}, x);
+      const std::vector<float> ref = CpuLinear(hwt.t, x, m, c.n, c.k);
       std::vector<float> ref_bias = ref;
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < c.n; ++j) ref_bias[i * c.n + j] += b[j];
@@ -240,13 +245,8 @@ TEST_P(CudaOpsTest, GemmFewRows) {
     OwnedTensor dwt = Dev({c.n, c.k}, w), hwt = Host({c.n, c.k}, w), dbt = Dev({c.n}, b);
     for (int64_t m : ms) {
       const std::vector<float> x = Rand(m * c.k);
-      OwnedTensor dx = Dev({m, c.k}, x), hx = Host({m, c.k}, x);
-      OwnedTensor hout = MakeTensor(cpu_, DType::kF32, {m, c.n});
-      LinearWeight hw;
-      hw.weight = hwt.t;
-      hw.format = StorageFormat::Float(DType::kF32);
-      ASSERT_TRUE(cpu_.Linear(hx.t, hw, hout.t).ok());
-      std::vector<float> ref = Download(cpu_, hout.t);
+      OwnedTensor dx = Dev({m, c.k}, x);
+      std::vector<float> ref = CpuLinear(hwt.t, x, m, c.n, c.k);
       const bool bias = m % 2 == 1;
       if (bias)
         for (int64_t i = 0; i < m; ++i)
@@ -285,13 +285,8 @@ TEST_P(CudaOpsTest, GemmFewRows) {
     const int64_t m = 33, n = 300, k = 14336;
     const float a = 1.0f / std::sqrt(static_cast<float>(k));
     const std::vector<float> w = Rand(n * k, -a, a), x = Rand(m * k);
-    OwnedTensor dwt = Dev({n, k}, w), hwt = Host({n, k}, w), dx = Dev({m, k}, x), hx = Host({m, k}, x);
-    OwnedTensor hout = MakeTensor(cpu_, DType::kF32, {m, n});
-    LinearWeight hw;
-    hw.weight = hwt.t;
-    hw.format = StorageFormat::Float(DType::kF32);
-    ASSERT_TRUE(cpu_.Linear(hx.t, hw, hout.t).ok());
-    const std::vector<float> ref = Download(cpu_, hout.t);
+    OwnedTensor dwt = Dev({n, k}, w), hwt = Host({n, k}, w), dx = Dev({m, k}, x);
+    const std::vector<float> ref = CpuLinear(hwt.t, x, m, n, k);
     LinearWeight dw;
     dw.weight = dwt.t;
     dw.format = StorageFormat::Float(dtype_);

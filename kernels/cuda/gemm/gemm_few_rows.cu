@@ -109,7 +109,9 @@ __global__ void __launch_bounds__(kThreads)
   auto w_stage = [&](int s) { return smem + s * C::kStageBytes; };
   auto x_stage = [&](int s) { return smem + s * C::kStageBytes + C::kWBytes; };
   // Stage s fills when every warp has arrived on full[s] announcing its bytes and the copies
-  // have landed: warp w copies its own W rows (a row a lane) and x's rows w, w + 8, ...
+  // have landed: warp w copies its own W rows (a row a lane) and x's rows w, w + 8, ... W rows past
+  // n and x rows past m are not copied: their stale bytes reach only outputs that are not written
+  // (an output element is the dot product of its own weight row and token).
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + C::kBarOffset);
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) MbarrierInit(&full[s], kWarps);
@@ -180,7 +182,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
   unsigned* last_flag = reinterpret_cast<unsigned*>(smem + C::kFlagOffset);
-  // The tile's sums over steps [from, to) are done: write them, or add them to the tile's slot.
+  // The tile's sums over steps [from, to) are done: write them, or, for a straddling tile, keep them.
   auto finish = [&](int tile, int from, int to) {
     if (from == 0 && to == steps) {
 #pragma unroll

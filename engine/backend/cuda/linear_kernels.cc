@@ -105,16 +105,6 @@ std::optional<CublasFp8Modes> CublasModesFor(const LinearWeight& w, int64_t k) {
   return m;
 }
 
-// Rows of x that the FP8 workspace holds at once, quantized, with their scales.
-int64_t Fp8ChunkRows(const LinearCall& c, const CublasFp8Modes& modes, const LinearContext& ctx) {
-  const int64_t groups = (c.k + 127) / 128;
-  const int64_t scale_bytes = modes.quantize == cuda::Fp8ActivationScaling::kPerGroup ? 4 * groups
-                              : modes.quantize == cuda::Fp8ActivationScaling::kPerToken ? 4
-                                                                                         : 0;
-  const int64_t reserve = 1024;  // alignment of the scales after the rows
-  return (static_cast<int64_t>(ctx.fp8_workspace_bytes) - reserve) / (c.k + scale_bytes) / 16 * 16;
-}
-
 absl::Status RunGemmFewRows(const LinearCall& c, const CudaBackendOptions& o, const LinearContext& ctx) {
   cuda::GemmFewRowsOptions fo;
   fo.tile_rows = o.gemm_few_rows_tile_rows;
@@ -131,7 +121,6 @@ absl::Status RunGemmFewRows(const LinearCall& c, const CudaBackendOptions& o, co
   return cuda::LaunchGemmFewRows(c.act, c.x.data(), w, BiasOf(c), c.out.data(), c.m, c.n, c.k, ctx.num_sms,
                                  {ctx.few_rows_workspace, ctx.few_rows_workspace_bytes}, fo, ctx.stream);
 }
-
 
 absl::Status RunFp8Gemv(const LinearCall& c, LinearKernelChoice choice, const CudaBackendOptions& o,
                         const LinearContext& ctx) {
@@ -327,6 +316,15 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
 
 namespace {
 
+// Rows of x that the FP8 workspace holds at once, quantized, with their scales.
+int64_t Fp8ChunkRows(const LinearCall& c, const CublasFp8Modes& modes, const LinearContext& ctx) {
+  const int64_t groups = (c.k + 127) / 128;
+  const int64_t scale_bytes = modes.quantize == cuda::Fp8ActivationScaling::kPerGroup ? 4 * groups
+                              : modes.quantize == cuda::Fp8ActivationScaling::kPerToken ? 4
+                                                                                         : 0;
+  const int64_t reserve = 1024;  // alignment of the scales after the rows
+  return (static_cast<int64_t>(ctx.fp8_workspace_bytes) - reserve) / (c.k + scale_bytes) / 16 * 16;
+}
 
 // The first chunk's FP8 GEMM, planned (cuBLASLt's heuristic asked) but not run.
 absl::Status ProbeFp8Cublas(const LinearCall& c, const LinearContext& ctx) {

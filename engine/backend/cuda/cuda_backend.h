@@ -76,7 +76,7 @@ struct CudaBackendOptions {
   // cuBLASLt's W8A8 GEMM, which reads the 8B decode shapes at 28-68% of the bandwidth there. By
   // measurement on an H100 (8B FP8 step, benchmarks/RESULTS.md): batch 8 -13.5%, 16 -7%, 32 +2%
   // (widening E4M3 to bf16 costs 4 instructions a pair: at 32 rows it no longer hides behind the
-  // stream), 64 +20%. 0: cuBLASLt (LLM_GEMM_FEW_ROWS=0).
+  // stream), 64 +20%; an H200 alike (8 -16%, 16 -8%, 32 +9%). 0: cuBLASLt (LLM_GEMM_FEW_ROWS=0).
   int gemm_few_rows_max_rows = 16;
   // The same for 16-bit weights; 0 by measurement (an H100 8B step at batch 8 ties cuBLASLt, at 32
   // and 64 it is 5-12% slower: benchmarks/RESULTS.md). LLM_GEMM_FEW_ROWS_16BIT.

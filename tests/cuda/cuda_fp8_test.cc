@@ -271,9 +271,11 @@ TEST_P(CudaFp8Test, LinearInRowChunks) {
       CheckLinear("chunked " + f.ToString(), 333, 256, 1536, f, a, true, *small);
 }
 
-// Captured in a graph and replayed after new inputs are written: the same outputs as eager runs.
+// Captured in a graph and replayed after new inputs are written: the same outputs as eager runs,
+// bit for bit, for every FP8 linear form: the GEMVs (1-4 rows), the few-rows GEMM (8, 16 rows;
+// straddling tiles summed in a fixed order), cuBLASLt (32).
 TEST_P(CudaFp8Test, LinearReplayedFromAGraph) {
-  for (int64_t m : {1, 2, 3, 4, 32}) {
+  for (int64_t m : {1, 2, 3, 4, 8, 16, 32}) {
     for (const StorageFormat& f : Formats()) {
       const int64_t n = 512, k = 1024;
       const Fp8Weight q = Quantize(RandomVec(rng_, n * k, -0.5f, 0.5f), n, k, f);

@@ -105,6 +105,12 @@ std::optional<CublasFp8Modes> CublasModesFor(const LinearWeight& w, int64_t k) {
   return m;
 }
 
+// Whether the few-rows GEMM takes `c` with up to `max_rows` rows (its workspace is there).
+bool FewRowsTakes(const LinearCall& c, const LinearContext& ctx, int max_rows) {
+  return c.m <= max_rows && ctx.few_rows_workspace_bytes >= cuda::GemmFewRowsWorkspaceBytes(ctx.num_sms) &&
+         cuda::GemmFewRowsSupports(c.act, c.out.dtype(), c.m, c.n, c.k);
+}
+
 absl::Status RunGemmFewRows(const LinearCall& c, const CudaBackendOptions& o, const LinearContext& ctx) {
   cuda::GemmFewRowsOptions fo;
   fo.tile_rows = o.gemm_few_rows_tile_rows;
@@ -224,9 +230,7 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
   // as the GEMV forms below it; x is not quantized even where the weight declares it), which
   // streams W at up to 2x cuBLASLt's W8A8 rate there (benchmarks/RESULTS.md). Its W8A8 form
   // (x quantized first, m16n8k32 E4M3 MMAs) was slower in the step and is not kept.
-  if (c.m <= o.gemm_few_rows_max_rows && c.w->scale_grid().cols == 1 &&
-      ctx.few_rows_workspace_bytes >= cuda::GemmFewRowsWorkspaceBytes(ctx.num_sms) &&
-      cuda::GemmFewRowsSupports(c.act, c.out.dtype(), c.m, c.n, c.k))
+  if (c.w->scale_grid().cols == 1 && FewRowsTakes(c, ctx, o.gemm_few_rows_max_rows))
     return {LinearKernel::kFp8GemmFewRows, 0};
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (modes && c.out.dtype() == c.act && ctx.fp8_workspace != nullptr &&
@@ -437,9 +441,8 @@ absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, co
       }
     }
   }
-  if (choice.kernel == LinearKernel::kCublasLt && c.m > o.gemv_max_rows && c.m <= o.gemm_few_rows_16bit_max_rows &&
-      ctx.few_rows_workspace_bytes >= cuda::GemmFewRowsWorkspaceBytes(ctx.num_sms) &&
-      cuda::GemmFewRowsSupports(c.act, c.out.dtype(), c.m, c.n, c.k))
+  if (choice.kernel == LinearKernel::kCublasLt && c.m > o.gemv_max_rows &&
+      FewRowsTakes(c, ctx, o.gemm_few_rows_16bit_max_rows))
     return LinearKernelChoice{LinearKernel::kGemmFewRows, 0};
   if (choice.kernel == LinearKernel::kCublasLt && ctx.tuning_pass && c.m <= o.tune_cublas_max_rows &&
       !ctx.capturing && !ctx.timing &&

@@ -19,7 +19,6 @@ namespace {
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kMinStepCols = 128;
 constexpr int kMaxTileRows = 256;
-constexpr int kMaxBlocksPerSm = 2;
 constexpr int kSmemBudget = 220 << 10;  // of the 227 KB a block may have
 
 // A block's tile: kTileRows weight rows (kWarps warps of one or two m16 tiles) by 8 x kTokenTiles
@@ -44,6 +43,9 @@ struct FewRowsTile {
   static constexpr int kBarOffset = kStages * kStageBytes;  // a full barrier a stage
   static constexpr int kFlagOffset = kBarOffset + kStages * 8;
   static constexpr int kSmemBytes = kFlagOffset + 16;
+  // Stages fill the budget, so a block has its SM to itself (an H100 SM has 228 KB): the grid is
+  // one block an SM, and the workspace holds that many blocks' slots.
+  static_assert(kSmemBytes > (114 << 10), "one block an SM");
   // A straddling tile's float32 sums, in fragment order: [warp][m16 tile][n8 tile][lane][4].
   static constexpr int kSlotFloats = kTileRows * kTokens;
   static_assert(kRowsPerWarp % 16 == 0 && kRowsPerWarp <= 32, "whole m16 tiles, a row copy a lane");
@@ -70,9 +72,7 @@ __device__ __forceinline__ uint32_t Fp8PairAs<__nv_bfloat16>(uint32_t two_bytes)
   return *reinterpret_cast<const uint32_t*>(&b);
 }
 
-size_t CountersBytes(int num_sms) {
-  return (static_cast<size_t>(num_sms) * kMaxBlocksPerSm * sizeof(unsigned) + 255) / 256 * 256;
-}
+size_t CountersBytes(int num_sms) { return (static_cast<size_t>(num_sms) * sizeof(unsigned) + 255) / 256 * 256; }
 
 // The iterations (tile, step) of the whole GEMM, cut into gridDim.x equal ranges.
 __device__ __forceinline__ int RangeBegin(int block, int total, int blocks) {
@@ -314,11 +314,8 @@ absl::Status LaunchTyped(const FewRowsArgs& a) {
   const int n = a.n, k = a.k;
   const GemmFewRowsWorkspace& ws = a.ws;
   CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, C::kSmemBytes));
-  int per_sm = 0;
-  CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, C::kSmemBytes));
-  per_sm = std::max(1, std::min(per_sm, kMaxBlocksPerSm));
   const int total = (n + kTileRows - 1) / kTileRows * (k / kStepCols);
-  const int blocks = std::min(total, a.num_sms * per_sm);
+  const int blocks = std::min(total, a.num_sms);
   // Counters first, at a place no form's slots reach: they must be zero at every call's start.
   unsigned* counters = static_cast<unsigned*>(ws.data);
   float* slots = reinterpret_cast<float*>(static_cast<char*>(ws.data) + CountersBytes(a.num_sms));
@@ -357,8 +354,7 @@ absl::Status LaunchConfig(int tile_rows, int step_cols, const FewRowsArgs& a) {
 }  // namespace
 
 size_t GemmFewRowsWorkspaceBytes(int num_sms) {
-  const size_t blocks = static_cast<size_t>(num_sms) * kMaxBlocksPerSm;
-  return CountersBytes(num_sms) + 2 * blocks * kMaxTileRows * kGemmFewRowsMaxRows * sizeof(float);
+  return CountersBytes(num_sms) + 2 * static_cast<size_t>(num_sms) * kMaxTileRows * kGemmFewRowsMaxRows * sizeof(float);
 }
 
 bool GemmFewRowsSupports(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k) {

@@ -111,10 +111,7 @@ __global__ void __launch_bounds__(C::kThreads)
 #pragma unroll
       for (int step = 0; step < 2; ++step)
 #pragma unroll
-        for (int reg = 0; reg < 2; ++reg) {
-          const int w4 = 2 * step + reg;
-          b[nt][step][reg] = W4ValuePair<T>(w4 == 0 ? words.x : w4 == 1 ? words.y : w4 == 2 ? words.z : words.w, t, zp);
-        }
+        for (int reg = 0; reg < 2; ++reg) b[nt][step][reg] = W4ValuePair<T>(W4Word(words, 2 * step + reg), t, zp);
     }
 
     float part[C::MT][C::NT][4];

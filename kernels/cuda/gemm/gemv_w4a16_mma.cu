@@ -47,8 +47,6 @@ struct Unit {
   int group;       // c's group, -1 past the last chunk
 };
 
-__device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
-
 // acc += scale * (a pass's sums over its chains): C fragment elements 0-1 are row g's (scale in
 // the low half of `scale_bits`), 2-3 row g + 8's (the high half).
 template <int NT, int kChains>
@@ -211,12 +209,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         uint32_t a[4];
-        a[0] = W4ValuePair<T>(Word(r.a, jj), 2 * h, zpa);
-        a[1] = W4ValuePair<T>(Word(r.b, jj), 2 * h, zpb);
-        a[2] = W4ValuePair<T>(Word(r.a, jj), 2 * h + 1, zpa);
-        a[3] = W4ValuePair<T>(Word(r.b, jj), 2 * h + 1, zpb);
+        a[0] = W4ValuePair<T>(W4Word(r.a, jj), 2 * h, zpa);
+        a[1] = W4ValuePair<T>(W4Word(r.b, jj), 2 * h, zpb);
+        a[2] = W4ValuePair<T>(W4Word(r.a, jj), 2 * h + 1, zpa);
+        a[3] = W4ValuePair<T>(W4Word(r.b, jj), 2 * h + 1, zpb);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) Mma16816<T>::Run(p[h % kChains][nt], a, Word(xv[nt], 2 * h), Word(xv[nt], 2 * h + 1));
+        for (int nt = 0; nt < NT; ++nt) Mma16816<T>::Run(p[h % kChains][nt], a, W4Word(xv[nt], 2 * h), W4Word(xv[nt], 2 * h + 1));
       }
     }
     // The scales of chunk 4u + pass (unmasked: of chunk 4u, which every lane's rows share; a lane
@@ -524,13 +522,13 @@ __global__ void __launch_bounds__(kWarps * 32, TPW * NT >= 8 ? 1 : 2)
 #pragma unroll
           for (int tt = 0; tt < TPW; ++tt) {
             uint32_t a[4];
-            a[0] = W4ValuePair<T>(Word(ca[tt], jj), 2 * h, zpa[tt]);
-            a[1] = W4ValuePair<T>(Word(cb[tt], jj), 2 * h, zpb[tt]);
-            a[2] = W4ValuePair<T>(Word(ca[tt], jj), 2 * h + 1, zpa[tt]);
-            a[3] = W4ValuePair<T>(Word(cb[tt], jj), 2 * h + 1, zpb[tt]);
+            a[0] = W4ValuePair<T>(W4Word(ca[tt], jj), 2 * h, zpa[tt]);
+            a[1] = W4ValuePair<T>(W4Word(cb[tt], jj), 2 * h, zpb[tt]);
+            a[2] = W4ValuePair<T>(W4Word(ca[tt], jj), 2 * h + 1, zpa[tt]);
+            a[3] = W4ValuePair<T>(W4Word(cb[tt], jj), 2 * h + 1, zpb[tt]);
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
-              Mma16816<T>::Run(p[tt][h % kChains][nt], a, Word(xv[nt], 2 * h), Word(xv[nt], 2 * h + 1));
+              Mma16816<T>::Run(p[tt][h % kChains][nt], a, W4Word(xv[nt], 2 * h), W4Word(xv[nt], 2 * h + 1));
           }
         }
       }

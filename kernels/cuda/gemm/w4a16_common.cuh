@@ -74,6 +74,9 @@ __device__ __forceinline__ uint32_t W4CodePair(uint32_t word, int s) {
   return pair;
 }
 
+// Code word i (0..3) of a chunk's 16 bytes.
+__device__ __forceinline__ uint32_t W4Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
 // (base + zero) in both halves.
 template <typename T>
 __device__ __forceinline__ uint32_t W4ZeroPair(int zero) {

@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(kThreads)
   const int g = __ldg(chunk_group + c);
   const float s = __half2float(scales[row * groups + g]);
   const uint32_t zp = W4ZeroPair<T>(kZeros ? __ldg(zeros + row * groups + g) : kW4SymmetricZero);
-  const uint32_t word = b == 0 ? v.x : b == 1 ? v.y : b == 2 ? v.z : v.w;
+  const uint32_t word = W4Word(v, b);
   Vec16<T> ov;
 #pragma unroll
   for (int p = 0; p < 4; ++p) {  // pair p: columns 8b + 2p, 8b + 2p + 1

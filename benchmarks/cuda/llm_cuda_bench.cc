@@ -33,8 +33,19 @@ struct Args {
   bool quick = false;
   std::string quantization;             // --quantization fp8 / int4: FP8 (per channel) or 4-bit dummy weights
   std::vector<int> batches;             // --batches 1,16,128: decode batches (context 128 at 1, else 1024)
+  std::vector<int> op_batches{1, 32};   // --op-batches 1,128: decode batches with a per-op table
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype fp8
 };
+
+std::vector<int> ParseIntList(const std::string& list) {
+  std::vector<int> v;
+  for (size_t at = 0; at < list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    v.push_back(std::stoi(list.substr(at, end - at)));
+    at = end + 1;
+  }
+  return v;
+}
 
 Args Parse(int argc, char** argv) {
   Args a;
@@ -47,17 +58,12 @@ Args Parse(int argc, char** argv) {
     else if (k == "--quick") a.quick = true;
     else if (k == "--quantization") a.quantization = next();
     else if (k == "--kv-cache-dtype") a.kv_cache_dtype = next();
-    else if (k == "--batches") {
-      std::string list = next();
-      for (size_t at = 0; at < list.size();) {
-        const size_t end = std::min(list.find(',', at), list.size());
-        a.batches.push_back(std::stoi(list.substr(at, end - at)));
-        at = end + 1;
-      }
-    } else {
+    else if (k == "--batches") a.batches = ParseIntList(next());
+    else if (k == "--op-batches") a.op_batches = ParseIntList(next());
+    else {
       std::fprintf(stderr,
                    "usage: %s --model DIR [--out FILE.md] [--steps N] [--quick] [--quantization fp8|int4] "
-                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128]\n",
+                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -470,7 +476,7 @@ int main(int argc, char** argv) {
   }
 
   // --- per-op tables for decode ---
-  for (int batch : {1, 32}) {
+  for (int batch : args.op_batches) {
     std::mt19937 rng(1);
     const StepPlan plan = DecodePlan(m, batch, batch == 1 ? 128 : 1024, rng);
     double total = 0;

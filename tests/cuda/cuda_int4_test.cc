@@ -208,7 +208,7 @@ TEST_P(CudaInt4Test, LinearEveryLayoutShapeAndKernel) {
 
 // Captured in a graph and replayed after new inputs are written: the same outputs as eager runs.
 TEST_P(CudaInt4Test, LinearReplayedFromAGraph) {
-  for (int64_t m : {1, 2, 4, 32}) {
+  for (int64_t m : {1, 2, 4, 16, 32, 128}) {
     for (bool act_order : {false, true}) {
       const HostInt4 w = MakeInt4(rng_, 512, 1024, 128, true, act_order);
       DeviceInt4 g = Place(*gpu_, dtype_, DType::kF16, w, Rand(512));
@@ -260,6 +260,64 @@ TEST_P(CudaInt4Test, MmaGemvAtEveryRowCount) {
     }
   }
   EXPECT_GT(kernels_seen_["w4a16 mma gemv"], 0);
+}
+
+// The few-rows GEMM on int4 weights (gemm_few_rows.h) at every token-tile count it has (9 to 128
+// rows), both tile heights and step widths, groups of one to four units and whole rows, zero
+// points or none, act-order inputs in regular groups, shapes whose stream-K ranges split tiles
+// between blocks (narrow N, long K) and bias or none: against the CPU oracle, and each call run
+// twice equal bit for bit (straddling tiles summed in a fixed order, counters left zero).
+TEST_P(CudaInt4Test, FewRowsGemmEveryRowCountAndShape) {
+  struct Case {
+    int64_t n, k, group;
+    bool zeros;
+  };
+  const Case cases[] = {{16, 128, 128, true},     {144, 640, 128, false}, {1024, 4096, 128, true},
+                        {304, 14336, 128, false}, {4096, 1024, 256, true}, {496, 1536, 512, false},
+                        {256, 2048, 0, true}};
+  CudaBackendOptions& o = gpu_->mutable_options();
+  o.gemm_few_rows_int4_min_rows = 1;
+  for (const Case& cs : cases) {
+    const HostInt4 w = MakeInt4(rng_, cs.n, cs.k, cs.group, cs.zeros, false);
+    for (const int64_t m : {1, 9, 16, 17, 40, 64, 65, 128}) {
+      for (const auto& [tile_rows, step_cols] : {std::pair{128, 256}, {128, 128}, {256, 256}, {256, 128}}) {
+        o.gemm_few_rows_tile_rows = tile_rows;
+        o.gemm_few_rows_step_cols = step_cols;
+        const std::string what = absl::StrCat(m, " rows, ", cs.n, "x", cs.k, " group ", cs.group, " zeros ", cs.zeros,
+                                              ", tile ", tile_rows, " step ", step_cols);
+        const size_t before = kernels_seen_["w4a16 few-rows gemm"];
+        CheckLinear(what, m, w, (m + cs.n / 16) % 2 == 1, dtype_);
+        EXPECT_EQ(kernels_seen_["w4a16 few-rows gemm"], before + 1) << what;
+      }
+    }
+  }
+  // Act-order, in groups of 128 storage columns (each group's columns gathered from anywhere in
+  // K): the input is permuted into storage order first, the groups are regular.
+  HostInt4 shuffled = MakeInt4(rng_, 512, 1024, 128, true, false);
+  shuffled.perm.resize(1024);
+  std::iota(shuffled.perm.begin(), shuffled.perm.end(), 0);
+  std::shuffle(shuffled.perm.begin(), shuffled.perm.end(), rng_);
+  for (const int64_t m : {12, 100}) {
+    const size_t before = kernels_seen_["w4a16 few-rows gemm"];
+    CheckLinear(absl::StrCat(m, " rows, act-order in regular groups"), m, shuffled, true, dtype_);
+    EXPECT_EQ(kernels_seen_["w4a16 few-rows gemm"], before + 1);
+  }
+  // Twice into fresh outputs, bit for bit (K = 14336 over 19 tiles: most tiles straddle blocks).
+  const HostInt4 wide = MakeInt4(rng_, 304, 14336, 128, true, false);
+  DeviceInt4 d = Place(*gpu_, dtype_, DType::kF16, wide, {});
+  for (const int64_t m : {24, 128}) {
+    OwnedTensor x = Upload(*gpu_, dtype_, {m, wide.k}, Rand(m * wide.k));
+    std::vector<float> first;
+    for (int call = 0; call < 2; ++call) {
+      OwnedTensor out = MakeTensor(*gpu_, dtype_, {m, wide.n});
+      Poison(*gpu_, out.t);
+      ASSERT_TRUE(gpu_->Linear(x.t, d.lw, out.t).ok());
+      if (call == 0) first = Download(*gpu_, out.t);
+      else EXPECT_EQ(Download(*gpu_, out.t), first) << m << " rows: the second call differs from the first";
+    }
+  }
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
 }
 
 // The tensor-core GEMV's forms (codes straight to registers, or through shared-memory stages of

@@ -252,7 +252,7 @@ TEST_P(CudaOpsTest, GemmFewRows) {
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < c.n; ++j) ref[i * c.n + j] += b[j];
       // (tile rows, step columns): every form; a step that does not divide K halves until it does.
-      for (const auto [tile_rows, step_cols] : {std::pair{128, 128}, {128, 256}, {256, 128}}) {
+      for (const auto& [tile_rows, step_cols] : {std::pair{128, 128}, {128, 256}, {256, 128}}) {
         o.gemm_few_rows_tile_rows = tile_rows;
         o.gemm_few_rows_step_cols = step_cols;
         LinearWeight dw;

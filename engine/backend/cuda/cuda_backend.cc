@@ -221,6 +221,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS"); v != nullptr) impl->options.gemm_few_rows_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_16BIT"); v != nullptr)
     impl->options.gemm_few_rows_16bit_max_rows = std::atoi(v);
+  if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_INT4"); v != nullptr) {
+    int lo = 0, hi = 0;
+    if (std::sscanf(v, "%d,%d", &lo, &hi) == 2)
+      impl->options.gemm_few_rows_int4_min_rows = lo, impl->options.gemm_few_rows_int4_max_rows = hi;
+  }
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_TILE"); v != nullptr) impl->options.gemm_few_rows_tile_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_STEP"); v != nullptr) impl->options.gemm_few_rows_step_cols = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMV_RING_KB"); v != nullptr && std::atoi(v) > 0)

@@ -105,27 +105,52 @@ std::optional<CublasFp8Modes> CublasModesFor(const LinearWeight& w, int64_t k) {
   return m;
 }
 
+cuda::W4A16Weights W4Weights(const LinearWeight& w) {
+  cuda::W4A16Weights d;
+  d.codes = w.weight.data_as<const uint8_t>();
+  d.scales = w.scale.data();
+  d.zeros = w.zero.empty() ? nullptr : w.zero.data_as<const uint8_t>();
+  d.chunk_group = w.chunk_group.data_as<const int32_t>();
+  d.groups = w.int4_groups();
+  d.group_chunks = w.int4_group_chunks;
+  return d;
+}
+
+// The few-rows GEMM's view of c's weight, and its K (int4: the storage columns).
+cuda::GemmFewRowsWeights FewRowsWeights(const LinearCall& c) {
+  cuda::GemmFewRowsWeights w;
+  w.data = c.w->weight.data();
+  if (c.w->format.int4()) {
+    w.type = cuda::GemmFewRowsWeightType::kInt4;
+    w.int4 = W4Weights(*c.w);
+  } else if (c.w->format.element == DType::kF8E4M3) {
+    const ScaleGrid g = c.w->scale_grid();
+    w.type = cuda::GemmFewRowsWeightType::kE4M3;
+    w.scale = c.w->scale.data_as<const float>();
+    w.scale_rows_per = g.rows_per;
+  }
+  return w;
+}
+int64_t FewRowsK(const LinearCall& c) { return c.w->format.int4() ? c.w->int4_storage_columns() : c.k; }
+
 // Whether the few-rows GEMM takes `c` with up to `max_rows` rows (its workspace is there).
 bool FewRowsTakes(const LinearCall& c, const LinearContext& ctx, int max_rows) {
   return c.m <= max_rows && ctx.few_rows_workspace_bytes >= cuda::GemmFewRowsWorkspaceBytes(ctx.num_sms) &&
-         cuda::GemmFewRowsSupports(c.act, c.out.dtype(), c.m, c.n, c.k);
+         cuda::GemmFewRowsSupports(c.act, c.out.dtype(), FewRowsWeights(c), c.m, c.n, FewRowsK(c));
 }
 
-absl::Status RunGemmFewRows(const LinearCall& c, const CudaBackendOptions& o, const LinearContext& ctx) {
+// x: c's input, or (int4 act-order) its rows m0.. in storage-column order.
+absl::Status RunGemmFewRows(const LinearCall& c, const CudaBackendOptions& o, const LinearContext& ctx,
+                            const void* x, void* out, int64_t m) {
   cuda::GemmFewRowsOptions fo;
   fo.tile_rows = o.gemm_few_rows_tile_rows;
   fo.step_cols = o.gemm_few_rows_step_cols;
   fo.pdl = o.programmatic_launch;
-  cuda::GemmFewRowsWeights w;
-  w.data = c.w->weight.data();
-  if (c.w->format.element == DType::kF8E4M3) {
-    const ScaleGrid g = c.w->scale_grid();
-    w.fp8 = true;
-    w.scale = c.w->scale.data_as<const float>();
-    w.scale_rows_per = g.rows_per;
-  }
-  return cuda::LaunchGemmFewRows(c.act, c.x.data(), w, BiasOf(c), c.out.data(), c.m, c.n, c.k, ctx.num_sms,
+  return cuda::LaunchGemmFewRows(c.act, x, FewRowsWeights(c), BiasOf(c), out, m, c.n, FewRowsK(c), ctx.num_sms,
                                  {ctx.few_rows_workspace, ctx.few_rows_workspace_bytes}, fo, ctx.stream);
+}
+absl::Status RunGemmFewRows(const LinearCall& c, const CudaBackendOptions& o, const LinearContext& ctx) {
+  return RunGemmFewRows(c, o, ctx, c.x.data(), c.out.data(), c.m);
 }
 
 absl::Status RunFp8Gemv(const LinearCall& c, LinearKernelChoice choice, const CudaBackendOptions& o,
@@ -144,17 +169,6 @@ absl::Status RunFp8Gemv(const LinearCall& c, LinearKernelChoice choice, const Cu
 absl::Status RunFp8Dequant(const LinearCall& c, const LinearContext& ctx) {
   return cuda::LaunchGemmFp8Dequant(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), WeightScales(*c.w),
                                     BiasOf(c), c.out.data(), c.m, c.n, c.k, ctx.stream);
-}
-
-cuda::W4A16Weights W4Weights(const LinearWeight& w) {
-  cuda::W4A16Weights d;
-  d.codes = w.weight.data_as<const uint8_t>();
-  d.scales = w.scale.data();
-  d.zeros = w.zero.empty() ? nullptr : w.zero.data_as<const uint8_t>();
-  d.chunk_group = w.chunk_group.data_as<const int32_t>();
-  d.groups = w.int4_groups();
-  d.group_chunks = w.int4_group_chunks;
-  return d;
 }
 
 // The dequantizing GEMM's use of the workspace: an act-order weight's permuted input rows first
@@ -198,6 +212,7 @@ std::string_view LinearKernelChoice::Name() const {
     case LinearKernel::kW4A16MmaGemv: return "w4a16 mma gemv";
     case LinearKernel::kW4A16DequantGemm: return "w4a16 dequant gemm";
     case LinearKernel::kW4A16Gemm: return "w4a16 gemm";
+    case LinearKernel::kW4A16GemmFewRows: return "w4a16 few-rows gemm";
   }
   return "unknown";
 }
@@ -249,6 +264,8 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
 LinearKernelChoice LinearKernels::ChooseW4A16(const LinearCall& c, const LinearContext& ctx) const {
   const CudaBackendOptions& o = options_;
   const int64_t kp = c.w->int4_storage_columns();
+  if (c.m >= o.gemm_few_rows_int4_min_rows && FewRowsTakes(c, ctx, o.gemm_few_rows_int4_max_rows))
+    return {LinearKernel::kW4A16GemmFewRows, 0};
   if (o.gemv_max_rows > 0 && c.m <= cuda::kGemvW4A16MmaMaxRows && kp / 32 * 4 <= (32 << 10))
     return {LinearKernel::kW4A16MmaGemv, 0};
   if (PlanW4Dequant(c, ctx).slice_rows >= std::min(c.n, kW4MinSliceRows)) return {LinearKernel::kW4A16DequantGemm, 0};
@@ -298,6 +315,7 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
   if (choice.kernel == LinearKernel::kW4A16DequantGemm) return RunW4A16Dequant(c, ctx);
   auto run = [&](const void* x, int64_t r0, int64_t rows) -> absl::Status {
     void* out = static_cast<char*>(c.out.data()) + r0 * c.n * out_bytes;
+    if (choice.kernel == LinearKernel::kW4A16GemmFewRows) return RunGemmFewRows(c, options_, ctx, x, out, rows);
     if (choice.kernel == LinearKernel::kW4A16MmaGemv)
       return cuda::LaunchGemvW4A16Mma(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, 0,
                                       options_.programmatic_launch, ctx.stream);
@@ -466,7 +484,8 @@ absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, 
     case LinearKernel::kFp8Dequant: return RunFp8Dequant(c, ctx);
     case LinearKernel::kW4A16MmaGemv:
     case LinearKernel::kW4A16DequantGemm:
-    case LinearKernel::kW4A16Gemm: return RunW4A16(c, choice, ctx);
+    case LinearKernel::kW4A16Gemm:
+    case LinearKernel::kW4A16GemmFewRows: return RunW4A16(c, choice, ctx);
   }
   return absl::InternalError("Linear: unknown kernel");
 }

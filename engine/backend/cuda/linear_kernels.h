@@ -42,6 +42,7 @@ enum class LinearKernel : uint8_t {
   kW4A16MmaGemv,      // the decode batches' kernel: GEMV on the tensor cores (gemv_w4a16_mma.h)
   kW4A16DequantGemm,  // larger batches: slices of rows widened to 16 bits, each cuBLASLt's (w4a16_dequant.h)
   kW4A16Gemm,         // tensor-core GEMM on codes in registers: where the workspace holds no slice
+  kW4A16GemmFewRows,  // the few-rows GEMM forming (code - zero) in registers (gemm_few_rows.h): regular groups
 };
 
 struct LinearKernelChoice {

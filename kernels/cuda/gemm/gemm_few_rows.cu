@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/common/bulk_copy.cuh"
@@ -12,6 +13,7 @@
 #include "kernels/cuda/common/dynamic_smem.h"
 #include "kernels/cuda/common/fp8.cuh"
 #include "kernels/cuda/common/mma_sync.cuh"
+#include "kernels/cuda/gemm/w4a16_common.cuh"
 
 namespace llm::cuda {
 namespace {
@@ -20,25 +22,39 @@ constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kMinStepCols = 128;
 constexpr int kMaxTileRows = 256;
 constexpr int kSmemBudget = 220 << 10;  // of the 227 KB a block may have
+constexpr int kMaxSlotFloats = kMaxTileRows * 128;  // a block's sums of one tile: rows x tokens
+constexpr int kUnitCols = kW4Chunk * kW4UnitChunks;  // int4: columns of a unit of the layout
+constexpr int kUnitBytes = kW4TileRows * kW4UnitChunks * kW4ChunkBytes;  // a full unit of a full tile
+
+using WeightType = GemmFewRowsWeightType;
 
 // A block's tile: kTileRows weight rows (kWarps warps of one or two m16 tiles) by 8 x kTokenTiles
 // tokens (n8 tiles, all of x's rows). A stage holds kStepCols columns of the tile's W and of x.
-// Each row of a stage is one bulk copy of its kStepCols columns, stored with a pitch that keeps
-// the fragment loads conflict-free: 16-bit rows padded by 64 bytes (pitch / 16 = 4 mod 8: the two
-// rows of a quarter warp's 16-byte loads land 4 bank groups apart), E4M3 rows by 32 (pitch / 8 =
-// 4 mod 16: the four rows of a half warp's 8-byte loads land in 4 different 32-byte groups).
-template <int kTileRows, int kTokenTiles, int kStepCols, int kWeightBytes>
+// Each row of x and of 16-bit or E4M3 W is one bulk copy of its kStepCols columns a stage, stored
+// with a pitch that keeps the fragment loads conflict-free: 16-bit rows padded by 64 bytes (pitch
+// / 16 = 4 mod 8: the two rows of a quarter warp's 16-byte loads land 4 bank groups apart), E4M3
+// rows by 32 (pitch / 8 = 4 mod 16: the four rows of a half warp's 8-byte loads land in 4
+// different 32-byte groups). Int4 W: a stage of an m16 tile is kStepCols / 128 whole units,
+// contiguous in the layout (one copy an m16 tile, a warp's 16-byte loads of a unit's rows 512
+// contiguous bytes); x's rows padded by 32 bytes there (the lanes' word order below).
+template <int kTileRows, int kTokenTiles, int kStepCols, WeightType kW>
 struct FewRowsTile {
+  static constexpr bool kInt4 = kW == WeightType::kInt4;
   static constexpr int kXRowBytes = kStepCols * 2;  // bytes a bulk copy of x's row
-  static constexpr int kRowBytes = kXRowBytes + 64;  // x's pitch
-  static constexpr int kWCopyBytes = kStepCols * kWeightBytes;  // W: 16-bit or E4M3 weights
-  static constexpr int kWRowBytes = kWCopyBytes + (kWeightBytes == 2 ? 64 : 32);
+  static constexpr int kRowBytes = kXRowBytes + (kInt4 ? 32 : 64);  // x's pitch
+  // Bytes a bulk copy of W: a row's step (16-bit or E4M3), an m16 tile's step (int4).
+  static constexpr int kWCopyBytes = kInt4 ? kStepCols / kUnitCols * kUnitBytes
+                                           : kStepCols * (kW == WeightType::k16Bit ? 2 : 1);
+  static constexpr int kWRowBytes = kInt4 ? 0 : kWCopyBytes + (kW == WeightType::k16Bit ? 64 : 32);
   static constexpr int kRowsPerWarp = kTileRows / kWarps;
   static constexpr int kWarpTiles = kRowsPerWarp / 16;
   static constexpr int kTokens = 8 * kTokenTiles;
-  static constexpr int kWBytes = kTileRows * kWRowBytes;
+  static constexpr int kWBytes = kInt4 ? kTileRows / 16 * kWCopyBytes : kTileRows * kWRowBytes;
   static constexpr int kStageBytes = kWBytes + kTokens * kRowBytes;
-  static constexpr int kStages = kSmemBudget / kStageBytes > 8 ? 8 : kSmemBudget / kStageBytes;
+  // Deeper pipelines gave 16-bit and E4M3 weights nothing; int4 stages are small, and up to 16 of
+  // them keep the block over half the SM's shared memory.
+  static constexpr int kMaxStages = kInt4 ? 16 : 8;
+  static constexpr int kStages = kSmemBudget / kStageBytes > kMaxStages ? kMaxStages : kSmemBudget / kStageBytes;
   static_assert(kStages >= 2, "two stages fit");
   static constexpr int kBarOffset = kStages * kStageBytes;  // a full barrier a stage
   static constexpr int kFlagOffset = kBarOffset + kStages * 8;
@@ -48,14 +64,25 @@ struct FewRowsTile {
   static_assert(kSmemBytes > (114 << 10), "one block an SM");
   // A straddling tile's float32 sums, in fragment order: [warp][m16 tile][n8 tile][lane][4].
   static constexpr int kSlotFloats = kTileRows * kTokens;
+  static_assert(kSlotFloats <= kMaxSlotFloats, "the workspace's slots hold a tile's sums");
   static_assert(kRowsPerWarp % 16 == 0 && kRowsPerWarp <= 32, "whole m16 tiles, a row copy a lane");
-  static_assert(kStepCols % 32 == 0 && kStageBytes % 16 == 0, "whole 32-column blocks, aligned stages");
+  static_assert(kStepCols % (kInt4 ? kUnitCols : 32) == 0 && kStageBytes % 16 == 0,
+                "whole 32-column blocks (int4: units), aligned stages");
 };
 
 // Per-row weight scales of E4M3 weights (scale[row / rows_per]); 16-bit weights have none.
 struct RowScales {
   const float* scale = nullptr;
   int rows_per = 1;
+};
+
+// Int4 weights' scales (f16 bits [n, groups]) and zeros (u8 [n, groups], or null: 8); unit u of
+// the layout (128 columns) is in group u >> group_shift.
+struct Int4Side {
+  const uint16_t* scales = nullptr;
+  const uint8_t* zeros = nullptr;
+  int groups = 0;
+  int group_shift = 0;
 };
 
 // Two E4M3 bytes (the lower in the low half) as the T pair of an MMA operand, exactly.
@@ -85,19 +112,127 @@ __device__ __forceinline__ int BlockOfIteration(int it, int total, int blocks) {
   return b;
 }
 
+// An exact (code - zero) pair of T times its scale, in float32, rounded to T once.
+template <typename T>
+__device__ __forceinline__ uint32_t ScalePair(uint32_t pair, float scale) {
+  const float2 f = W4PairToFloat2(pair, static_cast<T*>(nullptr));
+  typename W4Pair<T>::T2 r;
+  if constexpr (std::is_same_v<T, __half>) r = __floats2half2_rn(f.x * scale, f.y * scale);
+  else r = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// Int4 weights, one stage of the block's tile for this warp (layout and lane order: the kernel's
+// comment): acc[i][j] += scale x (the stage's units' sums of m16 tile i and n8 tile j). Where a
+// unit's own accumulators would not fit beside the sums (kScaleInA: 16 or more m16 x n8 tiles a
+// warp), each weight is instead multiplied by its scale in float32 and rounded to T once (as the
+// widened GEMM does) before its MMAs, which then add into the sums directly.
+template <typename T, typename C, int kTokenTiles, bool kScaleInA = (C::kWarpTiles * kTokenTiles >= 16)>
+__device__ __forceinline__ void Int4Stage(const unsigned char* ws, const unsigned char* xs, const Int4Side& side,
+                                          int tile, int step, int n, int warp, int lane,
+                                          float (&acc)[C::kWarpTiles][kTokenTiles][4]) {
+  constexpr int kUnits = C::kWCopyBytes / kUnitBytes;  // units a stage
+  const int g = lane >> 2, t = lane & 3, swap = (t >> 1) & 1;
+  // Per m16 tile: rows rA = ... + g and rB = rA + 8 (both in W or both past it: n % 16 == 0).
+  int row_a[C::kWarpTiles];
+#pragma unroll
+  for (int i = 0; i < C::kWarpTiles; ++i) row_a[i] = tile * C::kRowsPerWarp * kWarps + warp * C::kRowsPerWarp + i * 16 + g;
+#pragma unroll
+  for (int uu = 0; uu < kUnits; ++uu) {
+    const int group = (step * kUnits + uu) >> side.group_shift;
+    float sa[C::kWarpTiles], sb[C::kWarpTiles];
+    uint32_t za[C::kWarpTiles], zb[C::kWarpTiles];
+    uint4 wa[C::kWarpTiles], wb[C::kWarpTiles];
+#pragma unroll
+    for (int i = 0; i < C::kWarpTiles; ++i) {
+      const bool in = row_a[i] < n;
+      const int64_t ia = static_cast<int64_t>(in ? row_a[i] : 0) * side.groups + group;
+      const int64_t ib = ia + (in ? 8 * static_cast<int64_t>(side.groups) : 0);
+      sa[i] = __half2float(__ushort_as_half(__ldg(side.scales + ia)));
+      sb[i] = __half2float(__ushort_as_half(__ldg(side.scales + ib)));
+      za[i] = W4ZeroPair<T>(side.zeros ? __ldg(side.zeros + ia) : kW4SymmetricZero);
+      zb[i] = W4ZeroPair<T>(side.zeros ? __ldg(side.zeros + ib) : kW4SymmetricZero);
+      const unsigned char* unit = ws + (warp * C::kWarpTiles + i) * C::kWCopyBytes + uu * kUnitBytes + lane * 16;
+      uint4 a = *reinterpret_cast<const uint4*>(unit), b = *reinterpret_cast<const uint4*>(unit + kUnitBytes / 2);
+      // Word jj of the lane's order is word jj ^ swap of the chunk.
+      wa[i] = swap ? make_uint4(a.y, a.x, a.w, a.z) : a;
+      wb[i] = swap ? make_uint4(b.y, b.x, b.w, b.z) : b;
+    }
+    constexpr int kP = kScaleInA ? 1 : C::kWarpTiles;
+    float p[kP][kTokenTiles][4];
+#pragma unroll
+    for (int i = 0; i < kP; ++i)
+#pragma unroll
+      for (int j = 0; j < kTokenTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p[i][j][e] = 0.0f;
+    const unsigned char* x_unit = xs + g * C::kRowBytes + (uu * kUnitCols + t * kW4Chunk) * 2;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      uint32_t a[C::kWarpTiles][2][4];
+#pragma unroll
+      for (int i = 0; i < C::kWarpTiles; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          a[i][h][0] = W4ValuePair<T>(W4Word(wa[i], jj), 2 * h, za[i]);
+          a[i][h][1] = W4ValuePair<T>(W4Word(wb[i], jj), 2 * h, zb[i]);
+          a[i][h][2] = W4ValuePair<T>(W4Word(wa[i], jj), 2 * h + 1, za[i]);
+          a[i][h][3] = W4ValuePair<T>(W4Word(wb[i], jj), 2 * h + 1, zb[i]);
+          if constexpr (kScaleInA) {
+            a[i][h][0] = ScalePair<T>(a[i][h][0], sa[i]);
+            a[i][h][1] = ScalePair<T>(a[i][h][1], sb[i]);
+            a[i][h][2] = ScalePair<T>(a[i][h][2], sa[i]);
+            a[i][h][3] = ScalePair<T>(a[i][h][3], sb[i]);
+          }
+        }
+#pragma unroll
+      for (int j = 0; j < kTokenTiles; ++j) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(x_unit + j * 8 * C::kRowBytes + ((jj ^ swap) * 8) * 2);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int i = 0; i < C::kWarpTiles; ++i) {
+            if constexpr (kScaleInA)
+              Mma16816<T>::Run(acc[i][j], a[i][h], W4Word(xv, 2 * h), W4Word(xv, 2 * h + 1));
+            else
+              Mma16816<T>::Run(p[i][j], a[i][h], W4Word(xv, 2 * h), W4Word(xv, 2 * h + 1));
+          }
+      }
+    }
+    if constexpr (!kScaleInA)
+#pragma unroll
+    for (int i = 0; i < C::kWarpTiles; ++i)
+#pragma unroll
+      for (int j = 0; j < kTokenTiles; ++j) {
+        acc[i][j][0] += sa[i] * p[i][j][0];
+        acc[i][j][1] += sa[i] * p[i][j][1];
+        acc[i][j][2] += sb[i] * p[i][j][2];
+        acc[i][j][3] += sb[i] * p[i][j][3];
+      }
+  }
+}
+
 // K order inside a 32-column block: lane t holds physical columns 8t..8t+7 (one 16-byte load of
 // W's rows g and g + 8 and of x's token row g); the first k16 MMA takes columns 8t..8t+3 as its
 // logical k {2t, 2t+1, 2t+8, 2t+9}, the second 8t+4..8t+7. A and B use the same order, so the
 // dot products are those of the true order, and no ldmatrix or shuffle is needed.
 // E4M3 weights (TW = uint8_t): the same order, a lane reading 8 weight bytes of each row and
 // widening them in registers (exact), each row's scale applied to its sums.
-template <typename T, typename TW, int kTileRows, int kTokenTiles, int kStepCols>
+//
+// Int4 weights: lane (g, t) reads the 16 bytes of chunk t of its rows g and g + 8 of a unit (as
+// the tensor-core GEMV does from global memory, gemv_w4a16_mma.cu) and fills the MMA's K slots
+// 2t, 2t + 1, 2t + 8, 2t + 9 from them, x's B registers from the same columns of its token: a
+// k16 MMA sums four chunks' columns, one a lane. Lane t takes the chunk's code words in the order
+// jj ^ (t / 2) (any order sums the same, as long as A and B agree), so a quarter warp's x loads,
+// two token rows apart by a pitch of 32 mod 128 bytes, fall in 8 different 16-byte bank groups.
+// A unit is in one group: its MMAs sum into fresh accumulators, scaled into the sums after it.
+template <typename T, WeightType kW, int kTileRows, int kTokenTiles, int kStepCols>
 __global__ void __launch_bounds__(kThreads)
-    GemmFewRowsKernel(const T* __restrict__ x, const TW* __restrict__ w, RowScales scales, const T* __restrict__ bias,
-                      T* __restrict__ out, int m, int n, int k, float* __restrict__ slots,
+    GemmFewRowsKernel(const T* __restrict__ x, const void* __restrict__ w, RowScales scales, Int4Side side,
+                      const T* __restrict__ bias, T* __restrict__ out, int m, int n, int k, float* __restrict__ slots,
                       unsigned* __restrict__ counters) {
-  constexpr bool kFp8 = sizeof(TW) == 1;
-  using C = FewRowsTile<kTileRows, kTokenTiles, kStepCols, sizeof(TW)>;
+  constexpr bool kFp8 = kW == WeightType::kE4M3, kInt4 = kW == WeightType::kInt4;
+  using C = FewRowsTile<kTileRows, kTokenTiles, kStepCols, kW>;
   constexpr int kStages = C::kStages, kRowBytes = C::kRowBytes;
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -124,14 +259,25 @@ __global__ void __launch_bounds__(kThreads)
   // lanes copy the W rows.
   auto load_w = [&](int s, int tile, int step) {
     const int rows = w_rows_in(tile);
+    const int copies = kInt4 ? rows / 16 : rows;  // int4: n is a multiple of 16
     if (lane == 0)
-      MbarrierArriveExpectTx(&full[s], rows * C::kWCopyBytes + x_rows_mine * C::kXRowBytes);
+      MbarrierArriveExpectTx(&full[s], copies * C::kWCopyBytes + x_rows_mine * C::kXRowBytes);
     __syncwarp();
-    if (lane < rows) {
-      const int r = warp * C::kRowsPerWarp + lane;
-      BulkCopyToShared(w_stage(s) + r * C::kWRowBytes,
-                       w + static_cast<int64_t>(tile * kTileRows + r) * k + step * kStepCols, C::kWCopyBytes,
-                       &full[s]);
+    if (lane < copies) {
+      if constexpr (kInt4) {  // m16 tile `lane` of the warp: its step's units, contiguous
+        const int lt = warp * C::kWarpTiles + lane;
+        const int64_t layout_tile = (static_cast<int64_t>(tile) * kTileRows) / 16 + lt;
+        BulkCopyToShared(w_stage(s) + lt * C::kWCopyBytes,
+                         static_cast<const uint8_t*>(w) + layout_tile * 16 * (k / 2) +
+                             static_cast<int64_t>(step) * C::kWCopyBytes,
+                         C::kWCopyBytes, &full[s]);
+      } else {
+        const int r = warp * C::kRowsPerWarp + lane;
+        BulkCopyToShared(w_stage(s) + r * C::kWRowBytes,
+                         static_cast<const unsigned char*>(w) +
+                             (static_cast<int64_t>(tile * kTileRows + r) * k + step * kStepCols) * (kFp8 ? 1 : 2),
+                         C::kWCopyBytes, &full[s]);
+      }
     }
   };
   auto load_x = [&](int s, int step) {
@@ -243,6 +389,9 @@ __global__ void __launch_bounds__(kThreads)
 
     const unsigned char* ws = w_stage(local % kStages);
     const unsigned char* xs = x_stage(local % kStages);
+    if constexpr (kInt4) {
+      Int4Stage<T, C, kTokenTiles>(ws, xs, side, tile, step, n, warp, lane, acc);
+    } else {
 #pragma unroll
     for (int h = 0; h < kStepCols / 32; ++h) {
       const int chunk = (4 * h + t) * 16;
@@ -284,6 +433,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int i = 0; i < C::kWarpTiles; ++i) Mma16816<T>::Run(acc[i][j], a[i][1], b[j].z, b[j].w);
     }
+    }
 
     if (step == steps - 1 || it == end - 1) {
       finish(tile, seg_from, step + 1);
@@ -299,6 +449,7 @@ struct FewRowsArgs {
   const void* x;
   const void* w;
   RowScales scales;
+  Int4Side side;
   const void* bias;
   void* out;
   int m, n, k, num_sms;
@@ -307,10 +458,10 @@ struct FewRowsArgs {
   Stream stream;
 };
 
-template <typename T, typename TW, int kTileRows, int kTokenTiles, int kStepCols>
+template <typename T, WeightType kW, int kTileRows, int kTokenTiles, int kStepCols>
 absl::Status LaunchTyped(const FewRowsArgs& a) {
-  using C = FewRowsTile<kTileRows, kTokenTiles, kStepCols, sizeof(TW)>;
-  auto kernel = GemmFewRowsKernel<T, TW, kTileRows, kTokenTiles, kStepCols>;
+  using C = FewRowsTile<kTileRows, kTokenTiles, kStepCols, kW>;
+  auto kernel = GemmFewRowsKernel<T, kW, kTileRows, kTokenTiles, kStepCols>;
   const int n = a.n, k = a.k;
   const GemmFewRowsWorkspace& ws = a.ws;
   CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, C::kSmemBytes));
@@ -322,56 +473,84 @@ absl::Status LaunchTyped(const FewRowsArgs& a) {
   if (CountersBytes(a.num_sms) + 2 * static_cast<size_t>(blocks) * C::kSlotFloats * sizeof(float) > ws.bytes)
     return absl::InternalError("GemmFewRows: workspace too small");
   CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(blocks), dim3(kThreads), C::kSmemBytes, a.stream, a.pdl,
-                                    static_cast<const T*>(a.x), static_cast<const TW*>(a.w), a.scales,
-                                    static_cast<const T*>(a.bias), static_cast<T*>(a.out), a.m, n, k, slots,
-                                    counters));
+                                    static_cast<const T*>(a.x), a.w, a.scales, a.side, static_cast<const T*>(a.bias),
+                                    static_cast<T*>(a.out), a.m, n, k, slots, counters));
   return absl::OkStatus();
 }
 
-template <typename T, typename TW, int kTileRows, int kStepCols>
+template <typename T, WeightType kW, int kTileRows, int kStepCols>
 absl::Status LaunchRows(const FewRowsArgs& a) {
-  if (a.m <= 8) return LaunchTyped<T, TW, kTileRows, 1, kStepCols>(a);
-  if (a.m <= 16) return LaunchTyped<T, TW, kTileRows, 2, kStepCols>(a);
-  if (a.m <= 32) return LaunchTyped<T, TW, kTileRows, 4, kStepCols>(a);
-  return LaunchTyped<T, TW, kTileRows, 8, kStepCols>(a);
+  if (a.m <= 8) return LaunchTyped<T, kW, kTileRows, 1, kStepCols>(a);
+  if (a.m <= 16) return LaunchTyped<T, kW, kTileRows, 2, kStepCols>(a);
+  if (a.m <= 32) return LaunchTyped<T, kW, kTileRows, 4, kStepCols>(a);
+  if (a.m <= 64) return LaunchTyped<T, kW, kTileRows, 8, kStepCols>(a);
+  if constexpr (kW == WeightType::kInt4) return LaunchTyped<T, kW, kTileRows, 16, kStepCols>(a);
+  return absl::InvalidArgumentError(absl::StrCat("GemmFewRows: no form for ", a.m, " rows of x"));
 }
 
 // The forms: 16-bit weights in 128 x 128, 128 x 256 and 256 x 128 tiles (rows x columns a stage);
-// E4M3 weights in 128 x 128, 128 x 256 and 256 x 256.
-template <typename T, typename TW>
+// E4M3 and int4 weights in 128 x 128, 128 x 256 and 256 x 256.
+template <typename T, WeightType kW>
 absl::Status LaunchConfig(int tile_rows, int step_cols, const FewRowsArgs& a) {
-  if (tile_rows == 128 && step_cols == 128) return LaunchRows<T, TW, 128, 128>(a);
-  if (tile_rows == 128 && step_cols == 256) return LaunchRows<T, TW, 128, 256>(a);
-  if constexpr (sizeof(TW) == 2) {
-    if (tile_rows == 256 && step_cols == 128) return LaunchRows<T, TW, 256, 128>(a);
-  } else {
-    if (tile_rows == 256 && step_cols == 256) return LaunchRows<T, TW, 256, 256>(a);
+  if (tile_rows == 128 && step_cols == 128) return LaunchRows<T, kW, 128, 128>(a);
+  if (tile_rows == 128 && step_cols == 256) return LaunchRows<T, kW, 128, 256>(a);
+  if constexpr (kW != WeightType::kE4M3) {
+    if (tile_rows == 256 && step_cols == 128) return LaunchRows<T, kW, 256, 128>(a);
+  }
+  if constexpr (kW != WeightType::k16Bit) {
+    if (tile_rows == 256 && step_cols == 256) return LaunchRows<T, kW, 256, 256>(a);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("GemmFewRows: no form with ", tile_rows, "-row tiles and ", step_cols, "-column steps"));
 }
 
+template <typename T>
+absl::Status LaunchWeightType(WeightType type, int tile_rows, int step_cols, const FewRowsArgs& a) {
+  switch (type) {
+    case WeightType::k16Bit: return LaunchConfig<T, WeightType::k16Bit>(tile_rows, step_cols, a);
+    case WeightType::kE4M3: return LaunchConfig<T, WeightType::kE4M3>(tile_rows, step_cols, a);
+    case WeightType::kInt4: return LaunchConfig<T, WeightType::kInt4>(tile_rows, step_cols, a);
+  }
+  return absl::InvalidArgumentError("GemmFewRows: weight type");
+}
+
+// Int4: unit u of the layout is in group u >> shift (-1: the groups are not that regular).
+int Int4GroupShift(const W4A16Weights& w, int64_t k) {
+  if (w.groups == 1) return 30;
+  if (w.group_chunks <= 0 || w.group_chunks % kW4UnitChunks != 0) return -1;
+  const int64_t units = w.group_chunks / kW4UnitChunks;
+  if ((units & (units - 1)) != 0 || w.groups != (k / kUnitCols + units - 1) / units) return -1;
+  int shift = 0;
+  while ((int64_t{1} << shift) < units) ++shift;
+  return shift;
+}
+
 }  // namespace
 
 size_t GemmFewRowsWorkspaceBytes(int num_sms) {
-  return CountersBytes(num_sms) + 2 * static_cast<size_t>(num_sms) * kMaxTileRows * kGemmFewRowsMaxRows * sizeof(float);
+  return CountersBytes(num_sms) + 2 * static_cast<size_t>(num_sms) * kMaxSlotFloats * sizeof(float);
 }
 
-bool GemmFewRowsSupports(DType dtype, DType out_dtype, int64_t m, int64_t n, int64_t k) {
-  return (dtype == DType::kBF16 || dtype == DType::kF16) && out_dtype == dtype && m >= 1 &&
-         m <= kGemmFewRowsMaxRows && n >= 1 && k >= kMinStepCols && k % kMinStepCols == 0 &&
-         (n + 127) / 128 * (k / kMinStepCols) < (int64_t{1} << 30);
+bool GemmFewRowsSupports(DType dtype, DType out_dtype, const GemmFewRowsWeights& w, int64_t m, int64_t n, int64_t k) {
+  const bool common = (dtype == DType::kBF16 || dtype == DType::kF16) && out_dtype == dtype && m >= 1 &&
+                      m <= GemmFewRowsMaxRows(w.type) && n >= 1 && k >= kMinStepCols && k % kMinStepCols == 0 &&
+                      (n + 127) / 128 * (k / kMinStepCols) < (int64_t{1} << 30);
+  if (!common || w.type != WeightType::kInt4) return common;
+  return n % kW4TileRows == 0 && w.int4.codes != nullptr && w.int4.scales != nullptr && w.int4.groups >= 1 &&
+         Int4GroupShift(w.int4, k) >= 0;
 }
 
 absl::Status LaunchGemmFewRows(DType dtype, const void* x, const GemmFewRowsWeights& w, const void* bias, void* out,
                                int64_t m, int64_t n, int64_t k, int num_sms, const GemmFewRowsWorkspace& workspace,
                                const GemmFewRowsOptions& options, Stream stream) {
-  if (!GemmFewRowsSupports(dtype, dtype, m, n, k))
+  if (!GemmFewRowsSupports(dtype, dtype, w, m, n, k))
     return absl::InvalidArgumentError(absl::StrCat("GemmFewRows: unsupported call m ", m, " n ", n, " k ", k, " ",
                                                    std::string(DTypeName(dtype))));
-  if (!Aligned16(x) || !Aligned16(w.data) || !Aligned16(out) || num_sms < 1)
+  const bool int4 = w.type == WeightType::kInt4, fp8 = w.type == WeightType::kE4M3;
+  const void* wdata = int4 ? static_cast<const void*>(w.int4.codes) : w.data;
+  if (!Aligned16(x) || !Aligned16(wdata) || !Aligned16(out) || num_sms < 1)
     return absl::InvalidArgumentError("GemmFewRows: misaligned operands");
-  if (w.fp8 && (w.scale == nullptr || w.scale_rows_per < 1))
+  if (fp8 && (w.scale == nullptr || w.scale_rows_per < 1))
     return absl::InvalidArgumentError("GemmFewRows: E4M3 weights need their row scales");
   if (workspace.data == nullptr || workspace.bytes < GemmFewRowsWorkspaceBytes(num_sms))
     return absl::InvalidArgumentError("GemmFewRows: no workspace");
@@ -381,13 +560,14 @@ absl::Status LaunchGemmFewRows(DType dtype, const void* x, const GemmFewRowsWeig
   const int tile_rows = options.tile_rows != 0 ? options.tile_rows : 128;
   int step_cols = options.step_cols != 0 ? options.step_cols : 256;
   int rows = tile_rows;
-  if (!w.fp8 && rows == 256) step_cols = std::min(step_cols, 128);  // 256 x 256 x 2 bytes: no room for 2 stages
-  if (w.fp8 && rows == 256 && k % 256 != 0) rows = 128;              // E4M3 256-row tiles take 256-column steps
-  if (w.fp8 && rows == 256) step_cols = 256;
+  if (!fp8 && !int4 && rows == 256) step_cols = std::min(step_cols, 128);  // 256 x 256 x 2 bytes: no room for 2 stages
+  if (fp8 && rows == 256 && k % 256 != 0) rows = 128;  // its 256-row tiles take 256-column steps
+  if (fp8 && rows == 256) step_cols = 256;
   while (step_cols > kMinStepCols && k % step_cols != 0) step_cols /= 2;
   FewRowsArgs a{x,
-                w.data,
+                wdata,
                 RowScales{w.scale, static_cast<int>(std::min<int64_t>(w.scale_rows_per, n))},
+                Int4Side{},
                 bias,
                 out,
                 static_cast<int>(m),
@@ -397,12 +577,11 @@ absl::Status LaunchGemmFewRows(DType dtype, const void* x, const GemmFewRowsWeig
                 workspace,
                 options.pdl,
                 stream};
-  if (dtype == DType::kBF16) {
-    if (w.fp8) return LaunchConfig<__nv_bfloat16, uint8_t>(rows, step_cols, a);
-    return LaunchConfig<__nv_bfloat16, __nv_bfloat16>(rows, step_cols, a);
-  }
-  if (w.fp8) return LaunchConfig<__half, uint8_t>(rows, step_cols, a);
-  return LaunchConfig<__half, __half>(rows, step_cols, a);
+  if (int4)
+    a.side = Int4Side{static_cast<const uint16_t*>(w.int4.scales), w.int4.zeros, static_cast<int>(w.int4.groups),
+                      Int4GroupShift(w.int4, k)};
+  if (dtype == DType::kBF16) return LaunchWeightType<__nv_bfloat16>(w.type, rows, step_cols, a);
+  return LaunchWeightType<__half>(w.type, rows, step_cols, a);
 }
 
 }  // namespace llm::cuda

@@ -18,6 +18,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "engine/core/int4_layout.h"
 #include "engine/model/dummy_weights.h"
@@ -280,11 +281,14 @@ TEST_P(CudaInt4Test, FewRowsGemmEveryRowCountAndShape) {
   for (const Case& cs : cases) {
     const HostInt4 w = MakeInt4(rng_, cs.n, cs.k, cs.group, cs.zeros, false);
     for (const int64_t m : {1, 9, 16, 17, 40, 64, 65, 128}) {
-      for (const auto& [tile_rows, step_cols] : {std::pair{128, 256}, {128, 128}, {256, 256}, {256, 128}}) {
+      // (tile rows, step columns, warps an m16 tile): every form.
+      for (const auto& [tile_rows, step_cols, split] :
+           {std::tuple{128, 256, 1}, {128, 128, 1}, {256, 256, 1}, {256, 128, 1}, {128, 256, 2}, {128, 128, 2}}) {
         o.gemm_few_rows_tile_rows = tile_rows;
         o.gemm_few_rows_step_cols = step_cols;
+        o.gemm_few_rows_token_split = split;
         const std::string what = absl::StrCat(m, " rows, ", cs.n, "x", cs.k, " group ", cs.group, " zeros ", cs.zeros,
-                                              ", tile ", tile_rows, " step ", step_cols);
+                                              ", tile ", tile_rows, " step ", step_cols, " split ", split);
         const size_t before = kernels_seen_["w4a16 few-rows gemm"];
         CheckLinear(what, m, w, (m + cs.n / 16) % 2 == 1, dtype_);
         EXPECT_EQ(kernels_seen_["w4a16 few-rows gemm"], before + 1) << what;

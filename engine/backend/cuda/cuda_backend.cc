@@ -227,6 +227,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
       impl->options.gemm_few_rows_int4_min_rows = lo, impl->options.gemm_few_rows_int4_max_rows = hi;
   }
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_TILE"); v != nullptr) impl->options.gemm_few_rows_tile_rows = std::atoi(v);
+  if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_SPLIT"); v != nullptr)
+    impl->options.gemm_few_rows_token_split = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_STEP"); v != nullptr) impl->options.gemm_few_rows_step_cols = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMV_RING_KB"); v != nullptr && std::atoi(v) > 0)
     impl->options.gemv_ring_bytes = static_cast<size_t>(std::atoi(v)) << 10;

@@ -84,12 +84,13 @@ struct CudaBackendOptions {
   // Int4 weights with regular groups (whole 128-column units in column order) from
   // gemm_few_rows_int4_min_rows to gemm_few_rows_int4_max_rows rows (at most 128): the few-rows
   // GEMM (W4A16) instead of the tensor-core GEMV or the widened GEMM. By measurement on an H100
-  // (8B int4 step, benchmarks/RESULTS.md): batch 32 7.53 -> 6.23 ms, 64 15.8 -> 9.8, 128 20.1 ->
-  // 16.3; at 16 rows the GEMV stays ahead (4.76 against 4.85-4.90). LLM_GEMM_FEW_ROWS_INT4=MIN,MAX.
+  // (8B int4 step, benchmarks/RESULTS.md): batch 32 7.55 -> 6.10 ms, 64 15.78 -> 9.30, 128 20.05
+  // -> 15.71; at 16 rows the GEMV ties it (4.74-4.76 ms). LLM_GEMM_FEW_ROWS_INT4=MIN,MAX.
   int gemm_few_rows_int4_min_rows = 17;
   int gemm_few_rows_int4_max_rows = 128;
   int gemm_few_rows_tile_rows = 0;  // 128 or 256; 0: the kernel's rule
   int gemm_few_rows_step_cols = 0;  // 64, 128 or 256; 0: the kernel's rule
+  int gemm_few_rows_token_split = 0;  // int4: warps an m16 tile, 1 or 2; 0: the kernel's rule
   int tune_cublas_candidates = 8;  // how many of the heuristic's picks are timed (at most 32)
   // Programmatic dependent launch for the GEMV (its weight prefetch overlaps the previous op) and
   // the small per-layer kernels (norm, RoPE/KV write, decode attention, SiLU: their launch

@@ -145,6 +145,7 @@ absl::Status RunGemmFewRows(const LinearCall& c, const CudaBackendOptions& o, co
   cuda::GemmFewRowsOptions fo;
   fo.tile_rows = o.gemm_few_rows_tile_rows;
   fo.step_cols = o.gemm_few_rows_step_cols;
+  fo.token_split = o.gemm_few_rows_token_split;
   fo.pdl = o.programmatic_launch;
   return cuda::LaunchGemmFewRows(c.act, x, FewRowsWeights(c), BiasOf(c), out, m, c.n, FewRowsK(c), ctx.num_sms,
                                  {ctx.few_rows_workspace, ctx.few_rows_workspace_bytes}, fo, ctx.stream);

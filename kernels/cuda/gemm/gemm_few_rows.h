@@ -62,6 +62,7 @@ struct GemmFewRowsOptions {
                       // takes 128-column steps, with int4 weights at most 64 rows of x)
   int step_cols = 0;  // K columns a pipeline stage: 128 or 256 (0: the kernel's rule; halved until it divides k)
   bool pdl = false;   // programmatic dependent launch (W's first stages load before the wait)
+  int token_split = 0;  // int4, 128-row tiles, 9+ rows of x: warps sharing an m16 tile, 1 or 2 (0: the kernel's rule)
 };
 
 absl::Status LaunchGemmFewRows(DType dtype, const void* x, const GemmFewRowsWeights& w, const void* bias, void* out,

@@ -495,10 +495,8 @@ absl::Status LaunchTyped(const FewRowsArgs& a) {
 
 template <typename T, WeightType kW, int kTileRows, int kStepCols>
 absl::Status LaunchRows(const FewRowsArgs& a) {
-  if constexpr (kW == WeightType::kInt4 && kTileRows == 128) {
+  if constexpr (kW == WeightType::kInt4) {
     if (a.split == 2) {
-      if (a.m <= 16) return LaunchTyped<T, kW, kTileRows, 2, kStepCols, 2>(a);
-      if (a.m <= 32) return LaunchTyped<T, kW, kTileRows, 4, kStepCols, 2>(a);
       if (a.m <= 64) return LaunchTyped<T, kW, kTileRows, 8, kStepCols, 2>(a);
       return LaunchTyped<T, kW, kTileRows, 16, kStepCols, 2>(a);
     }
@@ -512,15 +510,16 @@ absl::Status LaunchRows(const FewRowsArgs& a) {
 }
 
 // The forms: 16-bit weights in 128 x 128, 128 x 256 and 256 x 128 tiles (rows x columns a stage);
-// E4M3 and int4 weights in 128 x 128, 128 x 256 and 256 x 256.
+// E4M3 weights in 128 x 128, 128 x 256 and 256 x 256; int4 weights in 128 x 128 and 128 x 256
+// (256-row tiles were slower at every row count on an H100: benchmarks/RESULTS.md).
 template <typename T, WeightType kW>
 absl::Status LaunchConfig(int tile_rows, int step_cols, const FewRowsArgs& a) {
   if (tile_rows == 128 && step_cols == 128) return LaunchRows<T, kW, 128, 128>(a);
   if (tile_rows == 128 && step_cols == 256) return LaunchRows<T, kW, 128, 256>(a);
-  if constexpr (kW != WeightType::kE4M3) {
+  if constexpr (kW == WeightType::k16Bit) {
     if (tile_rows == 256 && step_cols == 128) return LaunchRows<T, kW, 256, 128>(a);
   }
-  if constexpr (kW != WeightType::k16Bit) {
+  if constexpr (kW == WeightType::kE4M3) {
     if (tile_rows == 256 && step_cols == 256) return LaunchRows<T, kW, 256, 256>(a);
   }
   return absl::InvalidArgumentError(
@@ -582,7 +581,7 @@ absl::Status LaunchGemmFewRows(DType dtype, const void* x, const GemmFewRowsWeig
   // streamed at 10% less). Measured on an H100 (benchmarks/RESULTS.md).
   const int tile_rows = options.tile_rows != 0 ? options.tile_rows : 128;
   int step_cols = options.step_cols != 0 ? options.step_cols : 256;
-  int rows = tile_rows;
+  int rows = int4 ? 128 : tile_rows;
   if (!fp8 && !int4 && rows == 256) step_cols = std::min(step_cols, 128);  // 256 x 256 x 2 bytes: no room for 2 stages
   if (fp8 && rows == 256 && k % 256 != 0) rows = 128;  // its 256-row tiles take 256-column steps
   if (fp8 && rows == 256) step_cols = 256;
@@ -600,10 +599,10 @@ absl::Status LaunchGemmFewRows(DType dtype, const void* x, const GemmFewRowsWeig
                 workspace,
                 options.pdl,
                 stream};
-  // Two warps an m16 tile from 33 rows of x (int4, 128-row tiles): by measurement on an H100 (8B
+  // Two warps an m16 tile from 33 rows of x (int4): by measurement on an H100 (8B
   // int4 step) batch 64 9.73 -> 9.22 ms, 128 16.26 -> 15.57; at 16 and 32 rows one warp is faster
   // (4.74 against 5.26 ms, 6.04 against 6.40).
-  a.split = int4 && rows == 128 && m > 8 ? (options.token_split != 0 ? options.token_split : m > 32 ? 2 : 1) : 1;
+  a.split = int4 && m > 32 ? (options.token_split != 0 ? options.token_split : 2) : 1;
   if (int4)
     a.side = Int4Side{static_cast<const uint16_t*>(w.int4.scales), w.int4.zeros, static_cast<int>(w.int4.groups),
                       Int4GroupShift(w.int4, k)};

@@ -59,10 +59,10 @@ bool GemmFewRowsSupports(DType dtype, DType out_dtype, const GemmFewRowsWeights&
 
 struct GemmFewRowsOptions {
   int tile_rows = 0;  // weight rows a tile: 128 or 256 (0: the kernel's rule; 256 with 16-bit weights
-                      // takes 128-column steps, with int4 weights at most 64 rows of x)
+                      // takes 128-column steps; int4 weights take 128)
   int step_cols = 0;  // K columns a pipeline stage: 128 or 256 (0: the kernel's rule; halved until it divides k)
   bool pdl = false;   // programmatic dependent launch (W's first stages load before the wait)
-  int token_split = 0;  // int4, 128-row tiles, 9+ rows of x: warps sharing an m16 tile, 1 or 2 (0: the kernel's rule)
+  int token_split = 0;  // int4, 33+ rows of x: warps sharing an m16 tile, 1 or 2 (0: the kernel's rule, 2)
 };
 
 absl::Status LaunchGemmFewRows(DType dtype, const void* x, const GemmFewRowsWeights& w, const void* bias, void* out,

@@ -181,10 +181,7 @@ __device__ __forceinline__ void Int4Stage(const unsigned char* ws, const unsigne
       for (int i = 0; i < C::kWarpTiles; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          a[i][h][0] = W4ValuePair<T>(W4Word(wa[i], jj), 2 * h, za[i]);
-          a[i][h][1] = W4ValuePair<T>(W4Word(wb[i], jj), 2 * h, zb[i]);
-          a[i][h][2] = W4ValuePair<T>(W4Word(wa[i], jj), 2 * h + 1, za[i]);
-          a[i][h][3] = W4ValuePair<T>(W4Word(wb[i], jj), 2 * h + 1, zb[i]);
+          W4AFragment<T>(W4Word(wa[i], jj), W4Word(wb[i], jj), h, za[i], zb[i], a[i][h]);
           if constexpr (kScaleInA) {
             a[i][h][0] = ScalePair<T>(a[i][h][0], sa[i]);
             a[i][h][1] = ScalePair<T>(a[i][h][1], sb[i]);

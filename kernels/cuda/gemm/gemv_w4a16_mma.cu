@@ -209,10 +209,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         uint32_t a[4];
-        a[0] = W4ValuePair<T>(W4Word(r.a, jj), 2 * h, zpa);
-        a[1] = W4ValuePair<T>(W4Word(r.b, jj), 2 * h, zpb);
-        a[2] = W4ValuePair<T>(W4Word(r.a, jj), 2 * h + 1, zpa);
-        a[3] = W4ValuePair<T>(W4Word(r.b, jj), 2 * h + 1, zpb);
+        W4AFragment<T>(W4Word(r.a, jj), W4Word(r.b, jj), h, zpa, zpb, a);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) Mma16816<T>::Run(p[h % kChains][nt], a, W4Word(xv[nt], 2 * h), W4Word(xv[nt], 2 * h + 1));
       }
@@ -522,10 +519,7 @@ __global__ void __launch_bounds__(kWarps * 32, TPW * NT >= 8 ? 1 : 2)
 #pragma unroll
           for (int tt = 0; tt < TPW; ++tt) {
             uint32_t a[4];
-            a[0] = W4ValuePair<T>(W4Word(ca[tt], jj), 2 * h, zpa[tt]);
-            a[1] = W4ValuePair<T>(W4Word(cb[tt], jj), 2 * h, zpb[tt]);
-            a[2] = W4ValuePair<T>(W4Word(ca[tt], jj), 2 * h + 1, zpa[tt]);
-            a[3] = W4ValuePair<T>(W4Word(cb[tt], jj), 2 * h + 1, zpb[tt]);
+            W4AFragment<T>(W4Word(ca[tt], jj), W4Word(cb[tt], jj), h, zpa[tt], zpb[tt], a);
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
               Mma16816<T>::Run(p[tt][h % kChains][nt], a, W4Word(xv[nt], 2 * h), W4Word(xv[nt], 2 * h + 1));

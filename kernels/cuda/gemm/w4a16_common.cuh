@@ -97,6 +97,18 @@ __device__ __forceinline__ uint32_t W4ValuePair(uint32_t word, int s, uint32_t z
   return W4SubPair<T>(W4CodePair<T>(word, s), zero_pair);
 }
 
+// mma.m16n8k16's A fragment for half h (one k16 step) of code word w of a lane's rows g
+// (`word_a`) and g + 8 (`word_b`): K slots (2t, 2t + 1) hold columns (8w + 4h, + 1), slots
+// (2t + 8, 2t + 9) columns (8w + 4h + 2, + 3), as exact (code - zero) pairs.
+template <typename T>
+__device__ __forceinline__ void W4AFragment(uint32_t word_a, uint32_t word_b, int h, uint32_t zero_a, uint32_t zero_b,
+                                            uint32_t (&a)[4]) {
+  a[0] = W4ValuePair<T>(word_a, 2 * h, zero_a);
+  a[1] = W4ValuePair<T>(word_b, 2 * h, zero_b);
+  a[2] = W4ValuePair<T>(word_a, 2 * h + 1, zero_a);
+  a[3] = W4ValuePair<T>(word_b, 2 * h + 1, zero_b);
+}
+
 __device__ __forceinline__ float2 W4PairToFloat2(uint32_t p, __nv_bfloat16*) {
   return make_float2(__uint_as_float(p << 16), __uint_as_float(p & 0xFFFF0000u));
 }

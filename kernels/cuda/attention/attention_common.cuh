@@ -50,8 +50,9 @@ struct DecodeSplit {
   int head_tiles = 1;  // blocks per KV head: ceil(group / G)
   int splits = 1;      // context slices per (token, KV head, head tile)
   // Decode kernel: the fewest keys a slice takes. Each sequence's slices are sized from its own
-  // context (a CUDA graph is captured for the longest one): chunk = max(min_chunk, keys / splits),
-  // slice z starting z * chunk keys after the first visible key; short contexts use fewer slices.
+  // context (a CUDA graph is captured for the longest one): n = min(splits, keys / min_chunk)
+  // slices (at least one) of chunk = keys / n keys rounded up to 32, slice z starting z * chunk
+  // keys after the first visible key; short contexts use fewer slices.
   int min_chunk = 0;
   float* part_acc = nullptr;  // splits > 1: [token, head, split, head_dim] unnormalized outputs
   float2* part_ml = nullptr;  // [token, head, split]: running max (log2 units) and sum

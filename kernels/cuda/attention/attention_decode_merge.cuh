@@ -40,8 +40,13 @@ __device__ __forceinline__ DecodeSlice LocateDecodeSlice(const PagedAttentionPar
   int chunk = s.ctx - first;
   s.splits = 1;
   if (split.splits > 1) {
-    chunk = max(split.min_chunk, ((s.ctx - first + split.splits - 1) / split.splits + 31) / 32 * 32);
-    s.splits = max(1, (s.ctx - first + chunk - 1) / chunk);
+    // As many slices as whole min_chunks fit (a context just past a multiple of min_chunk is not
+    // given a slice of a few keys, whose partials and merge cost more than the keys: 129 keys in
+    // one slice, not 128 + 1), the keys spread evenly over them in multiples of 32.
+    const int keys = s.ctx - first;
+    const int n = max(1, min(split.splits, keys / split.min_chunk));
+    chunk = max(32, ((keys + n - 1) / n + 31) / 32 * 32);
+    s.splits = max(1, (keys + chunk - 1) / chunk);
   }
   s.start = first + s.z * chunk;
   s.end = min(s.ctx, s.start + chunk);

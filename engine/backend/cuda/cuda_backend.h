@@ -72,7 +72,7 @@ struct CudaBackendOptions {
   // (LLM_TUNE_CUBLAS=0 sets that).
   int tune_cublas_max_rows = 256;
   // FP8 weights with one scale a row, above the GEMV's rows and up to this many (at most
-  // kGemmFewRowsMaxRows): the tensor-core GEMM for a few rows (gemm_few_rows.h, W8A16) instead of
+  // GemmFewRowsMaxRows: 64): the tensor-core GEMM for a few rows (gemm_few_rows.h, W8A16) instead of
   // cuBLASLt's W8A8 GEMM, which reads the 8B decode shapes at 28-68% of the bandwidth there. By
   // measurement on an H100 (8B FP8 step, benchmarks/RESULTS.md): batch 8 -13.5%, 16 -7%, 32 +2%
   // (widening E4M3 to bf16 costs 4 instructions a pair: at 32 rows it no longer hides behind the
@@ -89,7 +89,7 @@ struct CudaBackendOptions {
   int gemm_few_rows_int4_min_rows = 17;
   int gemm_few_rows_int4_max_rows = 128;
   int gemm_few_rows_tile_rows = 0;  // 128 or 256; 0: the kernel's rule
-  int gemm_few_rows_step_cols = 0;  // 64, 128 or 256; 0: the kernel's rule
+  int gemm_few_rows_step_cols = 0;  // 128 or 256; 0: the kernel's rule
   int gemm_few_rows_token_split = 0;  // int4: warps an m16 tile, 1 or 2; 0: the kernel's rule
   int tune_cublas_candidates = 8;  // how many of the heuristic's picks are timed (at most 32)
   // Programmatic dependent launch for the GEMV (its weight prefetch overlaps the previous op) and

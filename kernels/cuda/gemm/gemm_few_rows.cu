@@ -22,7 +22,7 @@ constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kMinStepCols = 128;
 constexpr int kMaxTileRows = 256;
 constexpr int kSmemBudget = 220 << 10;  // of the 227 KB a block may have
-constexpr int kMaxSlotFloats = kMaxTileRows * 128;  // a block's sums of one tile: rows x tokens
+constexpr int kMaxSlotFloats = kMaxTileRows * 64;  // a block's sums of one tile: 256 x 64 (16-bit, E4M3) or 128 x 128 (int4)
 constexpr int kUnitCols = kW4Chunk * kW4UnitChunks;  // int4: columns of a unit of the layout
 constexpr int kUnitBytes = kW4TileRows * kW4UnitChunks * kW4ChunkBytes;  // a full unit of a full tile
 

@@ -29,7 +29,6 @@ enum class GemmFewRowsWeightType { k16Bit, kE4M3, kInt4 };
 
 // Rows of x a call takes: 64 with 16-bit or E4M3 weights (x's stages crowd out W's above), 128
 // with int4 weights (a quarter of the stage bytes).
-inline constexpr int kGemmFewRowsMaxRows = 128;
 constexpr int GemmFewRowsMaxRows(GemmFewRowsWeightType type) {
   return type == GemmFewRowsWeightType::kInt4 ? 128 : 64;
 }

@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/common/bulk_copy.cuh"
@@ -119,22 +118,9 @@ __device__ __forceinline__ int BlockOfIteration(int it, int total, int blocks) {
   return b;
 }
 
-// An exact (code - zero) pair of T times its scale, in float32, rounded to T once.
-template <typename T>
-__device__ __forceinline__ uint32_t ScalePair(uint32_t pair, float scale) {
-  const float2 f = W4PairToFloat2(pair, static_cast<T*>(nullptr));
-  typename W4Pair<T>::T2 r;
-  if constexpr (std::is_same_v<T, __half>) r = __floats2half2_rn(f.x * scale, f.y * scale);
-  else r = __floats2bfloat162_rn(f.x * scale, f.y * scale);
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-
 // Int4 weights, one stage of the block's tile for this warp (layout and lane order: the kernel's
-// comment): acc[i][j] += scale x (the stage's units' sums of m16 tile i and n8 tile j). Where a
-// unit's own accumulators would not fit beside the sums (kScaleInA: 16 or more m16 x n8 tiles a
-// warp), each weight is instead multiplied by its scale in float32 and rounded to T once (as the
-// widened GEMM does) before its MMAs, which then add into the sums directly.
-template <typename T, typename C, int kTokenTiles, bool kScaleInA = (C::kWarpTiles * kTokenTiles >= 16)>
+// comment): acc[i][j] += scale x (the stage's units' sums of m16 tile i and n8 tile j).
+template <typename T, typename C, int kTokenTiles>
 __device__ __forceinline__ void Int4Stage(const unsigned char* ws, const unsigned char* xs, const Int4Side& side,
                                           int tile, int step, int n, int warp, int part, int lane,
                                           float (&acc)[C::kWarpTiles][kTokenTiles][4]) {
@@ -165,10 +151,9 @@ __device__ __forceinline__ void Int4Stage(const unsigned char* ws, const unsigne
       wa[i] = swap ? make_uint4(a.y, a.x, a.w, a.z) : a;
       wb[i] = swap ? make_uint4(b.y, b.x, b.w, b.z) : b;
     }
-    constexpr int kP = kScaleInA ? 1 : C::kWarpTiles;
-    float p[kP][kTokenTiles][4];
+    float p[C::kWarpTiles][kTokenTiles][4];  // the unit's sums
 #pragma unroll
-    for (int i = 0; i < kP; ++i)
+    for (int i = 0; i < C::kWarpTiles; ++i)
 #pragma unroll
       for (int j = 0; j < kTokenTiles; ++j)
 #pragma unroll
@@ -182,12 +167,6 @@ __device__ __forceinline__ void Int4Stage(const unsigned char* ws, const unsigne
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           W4AFragment<T>(W4Word(wa[i], jj), W4Word(wb[i], jj), h, za[i], zb[i], a[i][h]);
-          if constexpr (kScaleInA) {
-            a[i][h][0] = ScalePair<T>(a[i][h][0], sa[i]);
-            a[i][h][1] = ScalePair<T>(a[i][h][1], sb[i]);
-            a[i][h][2] = ScalePair<T>(a[i][h][2], sa[i]);
-            a[i][h][3] = ScalePair<T>(a[i][h][3], sb[i]);
-          }
         }
 #pragma unroll
       for (int j = 0; j < kTokenTiles; ++j) {
@@ -195,24 +174,14 @@ __device__ __forceinline__ void Int4Stage(const unsigned char* ws, const unsigne
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int i = 0; i < C::kWarpTiles; ++i) {
-            if constexpr (kScaleInA)
-              Mma16816<T>::Run(acc[i][j], a[i][h], W4Word(xv, 2 * h), W4Word(xv, 2 * h + 1));
-            else
-              Mma16816<T>::Run(p[i][j], a[i][h], W4Word(xv, 2 * h), W4Word(xv, 2 * h + 1));
-          }
+          for (int i = 0; i < C::kWarpTiles; ++i)
+            Mma16816<T>::Run(p[i][j], a[i][h], W4Word(xv, 2 * h), W4Word(xv, 2 * h + 1));
       }
     }
-    if constexpr (!kScaleInA)
 #pragma unroll
     for (int i = 0; i < C::kWarpTiles; ++i)
 #pragma unroll
-      for (int j = 0; j < kTokenTiles; ++j) {
-        acc[i][j][0] += sa[i] * p[i][j][0];
-        acc[i][j][1] += sa[i] * p[i][j][1];
-        acc[i][j][2] += sb[i] * p[i][j][2];
-        acc[i][j][3] += sb[i] * p[i][j][3];
-      }
+      for (int j = 0; j < kTokenTiles; ++j) W4AccumulateScaled(acc[i][j], p[i][j], sa[i], sb[i]);
   }
 }
 
@@ -220,7 +189,7 @@ __device__ __forceinline__ void Int4Stage(const unsigned char* ws, const unsigne
 // W's rows g and g + 8 and of x's token row g); the first k16 MMA takes columns 8t..8t+3 as its
 // logical k {2t, 2t+1, 2t+8, 2t+9}, the second 8t+4..8t+7. A and B use the same order, so the
 // dot products are those of the true order, and no ldmatrix or shuffle is needed.
-// E4M3 weights (TW = uint8_t): the same order, a lane reading 8 weight bytes of each row and
+// E4M3 weights: the same order, a lane reading 8 weight bytes of each row and
 // widening them in registers (exact), each row's scale applied to its sums.
 //
 // Int4 weights: lane (g, t) reads the 16 bytes of chunk t of its rows g and g + 8 of a unit (as
@@ -573,6 +542,8 @@ absl::Status LaunchGemmFewRows(DType dtype, const void* x, const GemmFewRowsWeig
     return absl::InvalidArgumentError("GemmFewRows: E4M3 weights need their row scales");
   if (workspace.data == nullptr || workspace.bytes < GemmFewRowsWorkspaceBytes(num_sms))
     return absl::InvalidArgumentError("GemmFewRows: no workspace");
+  if (options.token_split < 0 || options.token_split > 2)
+    return absl::InvalidArgumentError(absl::StrCat("GemmFewRows: token_split ", options.token_split, " (0, 1 or 2)"));
   // 128-row tiles split narrow W (N = 4096) into more tiles, so fewer of them straddle blocks;
   // 256-column steps read 512-byte runs of each 16-bit weight row (64-column steps, 128-byte runs,
   // streamed at 10% less). Measured on an H100 (benchmarks/RESULTS.md).

@@ -59,10 +59,7 @@ __device__ __forceinline__ void AccumulateScaled(float (&acc)[NT][4], const floa
     float q[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) q[e] = kChains == 2 ? p[0][nt][e] + p[kChains - 1][nt][e] : p[0][nt][e];
-    acc[nt][0] += sa * q[0];
-    acc[nt][1] += sa * q[1];
-    acc[nt][2] += sb * q[2];
-    acc[nt][3] += sb * q[3];
+    W4AccumulateScaled(acc[nt], q, sa, sb);
   }
 }
 

@@ -109,6 +109,16 @@ __device__ __forceinline__ void W4AFragment(uint32_t word_a, uint32_t word_b, in
   a[3] = W4ValuePair<T>(word_b, 2 * h + 1, zero_b);
 }
 
+// acc += scale x sums on an m16n8 C fragment: elements 0-1 are row g's (scale_a), 2-3 row g + 8's
+// (scale_b). Scales apply per group, so each group's MMA sums are kept apart and scaled here.
+__device__ __forceinline__ void W4AccumulateScaled(float (&acc)[4], const float (&sums)[4], float scale_a,
+                                                   float scale_b) {
+  acc[0] += scale_a * sums[0];
+  acc[1] += scale_a * sums[1];
+  acc[2] += scale_b * sums[2];
+  acc[3] += scale_b * sums[3];
+}
+
 __device__ __forceinline__ float2 W4PairToFloat2(uint32_t p, __nv_bfloat16*) {
   return make_float2(__uint_as_float(p << 16), __uint_as_float(p & 0xFFFF0000u));
 }

@@ -76,6 +76,7 @@ struct Model {
   std::unique_ptr<ModelRunner> runner;
   CudaBackend* backend = nullptr;
   int32_t width = 0;  // block-table width
+  double kv_element_bytes = 2.0;  // the KV cache's storage type (1 for an FP8 cache)
 };
 
 constexpr int kMaxContext = 2048;
@@ -116,6 +117,8 @@ Model Build(const Args& args) {
   BENCH_CHECK(runner.status());
   m.runner = std::move(*runner);
   m.width = m.runner->block_table_width();
+  if (!m.runner->kv_cache_layers().empty())
+    m.kv_element_bytes = static_cast<double>(DTypeSize(m.runner->kv_cache_layers().front().k.dtype()));
   std::printf("dummy weights: %.2f GB generated on the GPU in %.2f s; KV cache %.2f GB\n",
               m.runner->weight_bytes() / 1e9, gen_s, m.runner->kv_cache_bytes() / 1e9);
   // The KV cache holds random values: decode speed does not depend on them, NaN-free garbage would.
@@ -198,7 +201,7 @@ double WeightBytesRead(const Model& m, int batch) {
   return double(m.runner->weight_bytes()) - emb + batch * m.config.hidden_size * es;
 }
 double KvBytesRead(const Model& m, int batch, int ctx) {
-  return 2.0 * batch * ctx * m.config.num_layers * m.config.num_kv_heads * m.config.head_dim * 2.0;
+  return 2.0 * batch * ctx * m.config.num_layers * m.config.num_kv_heads * m.config.head_dim * m.kv_element_bytes;
 }
 
 struct OpRow {

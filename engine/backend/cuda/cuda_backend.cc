@@ -23,6 +23,7 @@
 #include "kernels/cuda/elementwise/gather.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/gemm/gemm_few_rows.h"
+#include "kernels/cuda/gemm/gemm_fp8_wgmma.h"
 #include "kernels/cuda/norm/rms_norm.h"
 #include "kernels/cuda/rope/qkv_rope.h"
 #include "kernels/cuda/sampling/pending_tokens.h"
@@ -219,6 +220,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (const char* v = std::getenv("LLM_TUNE_CUBLAS_CANDIDATES"); v != nullptr && std::atoi(v) > 0)
     impl->options.tune_cublas_candidates = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS"); v != nullptr) impl->options.gemm_few_rows_max_rows = std::atoi(v);
+  if (const char* v = std::getenv("LLM_GEMM_FP8_WGMMA"); v != nullptr) impl->options.gemm_fp8_wgmma_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_16BIT"); v != nullptr)
     impl->options.gemm_few_rows_16bit_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_INT4"); v != nullptr) {
@@ -252,8 +254,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
                                                "the FP8 activation workspace"));
   if (options.dtype != DType::kF32)
     RETURN_IF_ERROR(impl->few_rows_workspace.Ensure(
-        *impl->arena, cuda::GemmFewRowsWorkspaceBytes(impl->prop.multiProcessorCount), "the few-rows GEMM's sums"));
-  // The decode attention's and the few-rows GEMM's counters start at zero (each call leaves them so).
+        *impl->arena,
+        std::max(cuda::GemmFewRowsWorkspaceBytes(impl->prop.multiProcessorCount),
+                 cuda::GemmFp8WgmmaWorkspaceBytes(impl->prop.multiProcessorCount)),
+        "the stream-K GEMMs' sums"));
+  // The decode attention's and the stream-K GEMMs' counters start at zero (each call leaves them so).
   for (DeviceMem* zeroed : {&impl->attention_workspace, &impl->few_rows_workspace})
     if (zeroed->bytes() > 0) CUDA_RETURN_IF_ERROR(cudaMemsetAsync(zeroed->ptr(), 0, zeroed->bytes(), impl->stream));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(impl->stream));

@@ -15,6 +15,7 @@
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/gemm/gemm_few_rows.h"
 #include "kernels/cuda/gemm/gemm_fp8_dequant.h"
+#include "kernels/cuda/gemm/gemm_fp8_wgmma.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemm_w4a16.h"
 #include "kernels/cuda/gemm/gemv_fp8.h"
@@ -196,6 +197,68 @@ W4DequantPlan PlanW4Dequant(const LinearCall& c, const LinearContext& ctx) {
   p.slice_rows = rows >= c.n ? c.n : rows / kW4MinSliceRows * kW4MinSliceRows;
   return p;
 }
+
+// Rows of x that the FP8 workspace holds at once, quantized, with their scales.
+int64_t Fp8ChunkRows(const LinearCall& c, const CublasFp8Modes& modes, const LinearContext& ctx) {
+  const int64_t groups = (c.k + 127) / 128;
+  const int64_t scale_bytes = modes.quantize == cuda::Fp8ActivationScaling::kPerGroup ? 4 * groups
+                              : modes.quantize == cuda::Fp8ActivationScaling::kPerToken ? 4
+                                                                                         : 0;
+  const int64_t reserve = 1024;  // alignment of the scales after the rows
+  return (static_cast<int64_t>(ctx.fp8_workspace_bytes) - reserve) / (c.k + scale_bytes) / 16 * 16;
+}
+
+// The FP8 GEMM of x's rows [r0, r0 + rows), quantized into `q` (E4M3) with `scales`.
+cuda::Fp8GemmArgs Fp8ArgsFor(const LinearCall& c, const CublasFp8Modes& modes, const void* q, const float* scales,
+                             int64_t r0, int64_t rows) {
+  cuda::Fp8GemmArgs a;
+  a.x = q;
+  a.w = c.w->weight.data();
+  a.x_scale = modes.quantize == cuda::Fp8ActivationScaling::kStatic ? c.w->input_scale.data_as<const float>() : scales;
+  a.w_scale = c.w->scale.data_as<const float>();
+  a.x_mode = modes.x;
+  a.w_mode = modes.w;
+  a.bias = BiasOf(c);
+  a.out = static_cast<char*>(c.out.data()) + r0 * c.n * DTypeSize(c.out.dtype());
+  a.out_dtype = c.out.dtype();
+  a.m = rows;
+  a.n = c.n;
+  a.k = c.k;
+  return a;
+}
+
+// Where x's quantized rows and their scales go in the FP8 workspace, a chunk of `rows` at a time.
+struct Fp8Chunk {
+  char* q = nullptr;
+  float* scales = nullptr;
+};
+Fp8Chunk Fp8ChunkAt(const LinearCall& c, const LinearContext& ctx, int64_t rows) {
+  char* q = static_cast<char*>(ctx.fp8_workspace);
+  return {q, reinterpret_cast<float*>(q + (rows * c.k + 255) / 256 * 256)};
+}
+
+// The first chunk's FP8 GEMM, planned (cuBLASLt's heuristic asked) but not run.
+absl::Status ProbeFp8Cublas(const LinearCall& c, const LinearContext& ctx) {
+  const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
+  if (!modes) return absl::UnimplementedError("no cuBLASLt scale modes for this format");
+  const int64_t rows = std::min<int64_t>(c.m, Fp8ChunkRows(c, *modes, ctx));
+  if (rows < 1) return absl::UnimplementedError("the FP8 workspace holds no row");
+  const Fp8Chunk chunk = Fp8ChunkAt(c, ctx, rows);
+  return ctx.gemm->PlanFp8(Fp8ArgsFor(c, *modes, chunk.q, chunk.scales, 0, rows));
+}
+
+// Whether the warpgroup GEMM takes every chunk of the call (x quantized whole when it fits).
+bool Fp8WgmmaTakes(const LinearCall& c, const LinearContext& ctx) {
+  const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
+  if (!modes || ctx.fp8_workspace == nullptr || c.out.dtype() != c.act ||
+      ctx.few_rows_workspace_bytes < cuda::GemmFp8WgmmaWorkspaceBytes(ctx.num_sms))
+    return false;
+  const int64_t rows = std::min<int64_t>(c.m, Fp8ChunkRows(c, *modes, ctx));
+  if (rows < 1) return false;
+  const Fp8Chunk chunk = Fp8ChunkAt(c, ctx, rows);
+  return cuda::GemmFp8WgmmaSupports(Fp8ArgsFor(c, *modes, chunk.q, chunk.scales, 0, rows));
+}
+
 }  // namespace
 
 std::string_view LinearKernelChoice::Name() const {
@@ -210,6 +273,7 @@ std::string_view LinearKernelChoice::Name() const {
     case LinearKernel::kFp8CublasLt: return "fp8 cublasLt";
     case LinearKernel::kFp8Dequant: return "fp8 dequant gemm";
     case LinearKernel::kFp8GemmFewRows: return "fp8 few-rows gemm";
+    case LinearKernel::kFp8Wgmma: return "fp8 wgmma gemm";
     case LinearKernel::kW4A16MmaGemv: return "w4a16 mma gemv";
     case LinearKernel::kW4A16DequantGemm: return "w4a16 dequant gemm";
     case LinearKernel::kW4A16Gemm: return "w4a16 gemm";
@@ -242,12 +306,15 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
       return {LinearKernel::kFp8GemvRing, 0};
     return {LinearKernel::kFp8Gemv, 0};
   }
-  // 5 to 16 rows, one weight scale a row: the few-rows GEMM widening E4M3 in registers (W8A16,
+  // 5 to 8 rows, one weight scale a row: the few-rows GEMM widening E4M3 in registers (W8A16,
   // as the GEMV forms below it; x is not quantized even where the weight declares it), which
   // streams W at up to 2x cuBLASLt's W8A8 rate there (benchmarks/RESULTS.md). Its W8A8 form
   // (x quantized first, m16n8k32 E4M3 MMAs) was slower in the step and is not kept.
   if (c.w->scale_grid().cols == 1 && FewRowsTakes(c, ctx, o.gemm_few_rows_max_rows))
     return {LinearKernel::kFp8GemmFewRows, 0};
+  // Then up to gemm_fp8_wgmma_max_rows rows, x quantized per token or tensor: the warpgroup GEMM
+  // (W8A8), faster than both in the 8B step at 9-32 rows (benchmarks/RESULTS.md).
+  if (c.m <= o.gemm_fp8_wgmma_max_rows && Fp8WgmmaTakes(c, ctx)) return {LinearKernel::kFp8Wgmma, 0};
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (modes && c.out.dtype() == c.act && ctx.fp8_workspace != nullptr &&
       !fp8_cublas_refused_.count({c.m, c.n, c.k, static_cast<int>(c.w->format.granularity)}))
@@ -337,71 +404,33 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
   return absl::OkStatus();
 }
 
-namespace {
-
-// Rows of x that the FP8 workspace holds at once, quantized, with their scales.
-int64_t Fp8ChunkRows(const LinearCall& c, const CublasFp8Modes& modes, const LinearContext& ctx) {
-  const int64_t groups = (c.k + 127) / 128;
-  const int64_t scale_bytes = modes.quantize == cuda::Fp8ActivationScaling::kPerGroup ? 4 * groups
-                              : modes.quantize == cuda::Fp8ActivationScaling::kPerToken ? 4
-                                                                                         : 0;
-  const int64_t reserve = 1024;  // alignment of the scales after the rows
-  return (static_cast<int64_t>(ctx.fp8_workspace_bytes) - reserve) / (c.k + scale_bytes) / 16 * 16;
-}
-
-// The first chunk's FP8 GEMM, planned (cuBLASLt's heuristic asked) but not run.
-absl::Status ProbeFp8Cublas(const LinearCall& c, const LinearContext& ctx) {
-  const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
-  if (!modes) return absl::UnimplementedError("no cuBLASLt scale modes for this format");
-  cuda::Fp8GemmArgs a;
-  a.x = ctx.fp8_workspace;
-  a.w = c.w->weight.data();
-  a.x_scale = a.w_scale = c.w->scale.data_as<const float>();
-  a.x_mode = modes->x;
-  a.w_mode = modes->w;
-  a.bias = BiasOf(c);
-  a.out = c.out.data();
-  a.out_dtype = c.out.dtype();
-  a.m = std::min<int64_t>(c.m, Fp8ChunkRows(c, *modes, ctx));
-  a.n = c.n;
-  a.k = c.k;
-  if (a.m < 1) return absl::UnimplementedError("the FP8 workspace holds no row");
-  return ctx.gemm->PlanFp8(a);
-}
-
-}  // namespace
 
 // Quantizes x a chunk of rows at a time into the FP8 workspace (E4M3 rows, then their scales),
-// each chunk followed by its GEMM. If cuBLASLt has no algorithm for the combination, the shape
-// is remembered and this call (and later ones) take the dequantizing GEMM.
-absl::Status LinearKernels::RunFp8Cublas(const LinearCall& c, const LinearContext& ctx) {
+// each chunk followed by its GEMM: the warpgroup GEMM's, or cuBLASLt's. If cuBLASLt has no
+// algorithm for the combination, the shape is remembered and this call (and later ones) take the
+// dequantizing GEMM.
+absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) {
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (!modes) return RunFp8Dequant(c, ctx);
   const int64_t rows = std::min<int64_t>(c.m, Fp8ChunkRows(c, *modes, ctx));
   if (rows < 1) return RunFp8Dequant(c, ctx);
-  char* q = static_cast<char*>(ctx.fp8_workspace);
-  float* scales = reinterpret_cast<float*>(q + (rows * c.k + 255) / 256 * 256);
+  const Fp8Chunk chunk = Fp8ChunkAt(c, ctx, rows);
   const float* static_scale =
       modes->quantize == cuda::Fp8ActivationScaling::kStatic ? c.w->input_scale.data_as<const float>() : nullptr;
-  const size_t in_bytes = DTypeSize(c.act), out_bytes = DTypeSize(c.out.dtype());
+  const size_t in_bytes = DTypeSize(c.act);
   for (int64_t r0 = 0; r0 < c.m; r0 += rows) {
     const int64_t mc = std::min(rows, c.m - r0);
-    RETURN_IF_ERROR(cuda::LaunchQuantizeFp8(c.act, static_cast<const char*>(c.x.data()) + r0 * c.k * in_bytes, q,
-                                            scales, mc, c.k, modes->quantize, static_scale, ctx.stream,
+    RETURN_IF_ERROR(cuda::LaunchQuantizeFp8(c.act, static_cast<const char*>(c.x.data()) + r0 * c.k * in_bytes,
+                                            chunk.q, chunk.scales, mc, c.k, modes->quantize, static_scale, ctx.stream,
                                             options_.programmatic_launch));
-    cuda::Fp8GemmArgs a;
-    a.x = q;
-    a.w = c.w->weight.data();
-    a.x_scale = static_scale ? static_scale : scales;
-    a.w_scale = c.w->scale.data_as<const float>();
-    a.x_mode = modes->x;
-    a.w_mode = modes->w;
-    a.bias = BiasOf(c);
-    a.out = static_cast<char*>(c.out.data()) + r0 * c.n * out_bytes;
-    a.out_dtype = c.out.dtype();
-    a.m = mc;
-    a.n = c.n;
-    a.k = c.k;
+    const cuda::Fp8GemmArgs a = Fp8ArgsFor(c, *modes, chunk.q, chunk.scales, r0, mc);
+    if (choice.kernel == LinearKernel::kFp8Wgmma) {
+      cuda::GemmFp8WgmmaOptions wo;
+      wo.pdl = options_.programmatic_launch;
+      RETURN_IF_ERROR(cuda::LaunchGemmFp8Wgmma(a, ctx.num_sms, ctx.few_rows_workspace, ctx.few_rows_workspace_bytes,
+                                               wo, ctx.stream));
+      continue;
+    }
     const absl::Status st = ctx.gemm->RunFp8(a, ctx.stream);
     if (absl::IsUnimplemented(st)) {
       // Choose probed the first chunk; a shorter last one can still be refused: the whole call
@@ -481,7 +510,8 @@ absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, 
     case LinearKernel::kFp8Gemv:
     case LinearKernel::kFp8GemvRing:
     case LinearKernel::kFp8GemvMma: return RunFp8Gemv(c, choice, options_, ctx);
-    case LinearKernel::kFp8CublasLt: return RunFp8Cublas(c, ctx);
+    case LinearKernel::kFp8CublasLt:
+    case LinearKernel::kFp8Wgmma: return RunFp8W8A8(c, choice, ctx);
     case LinearKernel::kFp8Dequant: return RunFp8Dequant(c, ctx);
     case LinearKernel::kW4A16MmaGemv:
     case LinearKernel::kW4A16DequantGemm:

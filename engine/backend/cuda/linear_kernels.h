@@ -37,6 +37,7 @@ enum class LinearKernel : uint8_t {
   kFp8CublasLt,  // x quantized to FP8 as the weight declares (fp8_quantize.h), then cuBLASLt's FP8 GEMM (W8A8)
   kFp8Dequant,   // tensor-core GEMM on weights widened in shared memory, 16-bit x (W8A16): what cuBLASLt refuses
   kFp8GemmFewRows,  // the few-rows GEMM widening E4M3 in registers, 16-bit x (W8A16): one scale a row
+  kFp8Wgmma,        // x quantized as kFp8CublasLt, then the warpgroup GEMM (gemm_fp8_wgmma.h, W8A8)
   // Int4 weights, 16-bit x (W4A16: gemv_w4a16_mma.h, w4a16_dequant.h, gemm_w4a16.h); act-order
   // inputs permuted first.
   kW4A16MmaGemv,      // the decode batches' kernel: GEMV on the tensor cores (gemv_w4a16_mma.h)
@@ -75,7 +76,7 @@ struct LinearContext {
   bool capturing = false;    // a graph capture is open: nothing may be timed
   bool timing = false;       // per-op timing is on: nothing may be timed either
   bool tuning_pass = false;  // Backend::SetTuningPass
-  // kGemmFewRows's float32 sums of tiles that straddle blocks (zero between calls).
+  // kGemmFewRows's and kFp8Wgmma's float32 sums of tiles that straddle blocks (zero between calls).
   void* few_rows_workspace = nullptr;
   size_t few_rows_workspace_bytes = 0;
 };
@@ -100,7 +101,8 @@ class LinearKernels {
   LinearKernelChoice ChooseW4A16(const LinearCall& call, const LinearContext& ctx) const;
   absl::Status RunW4A16(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx);
   absl::Status RunW4A16Dequant(const LinearCall& call, const LinearContext& ctx);
-  absl::Status RunFp8Cublas(const LinearCall& call, const LinearContext& ctx);
+  // Quantizes x as the weight declares, then cuBLASLt's FP8 GEMM or the warpgroup GEMM (W8A8).
+  absl::Status RunFp8W8A8(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx);
 
   const CudaBackendOptions& options_;
   std::map<ShapeKey, LinearKernelChoice> timed_;  // autotune_linear's winners

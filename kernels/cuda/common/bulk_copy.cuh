@@ -81,6 +81,37 @@ __device__ __forceinline__ void BulkCopyToShared(void* dst, const void* src, uin
 #endif
 }
 
+// One arrival on `bar` (no bytes announced): a consumer's release of a stage.
+__device__ __forceinline__ void MbarrierArrive(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SharedAddress(bar)) : "memory");
+#endif
+}
+
+// A tile of a 2-D tensor (TMA: the box and the shared-memory swizzle are the tensor map's; `map`
+// the address of a __grid_constant__ CUtensorMap parameter) at element coordinates (inner, outer)
+// into shared `dst`, completing its bytes on `bar` (announced by MbarrierArriveExpectTx). Parts
+// of the box outside the tensor are filled with zeros. `l2_policy` as for BulkLoadToShared.
+__device__ __forceinline__ void TensorTileToShared(void* dst, const void* map, int inner, int outer, uint64_t* bar,
+                                                   uint64_t l2_policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(SharedAddress(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(SharedAddress(bar)), "l"(l2_policy)
+      : "memory");
+#endif
+}
+
+// An L2 policy for data many blocks re-read (a GEMM's activations): kept in L2 first.
+__device__ __forceinline__ uint64_t L2EvictLastPolicy() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
 // Waits until the barrier's phase of parity `parity` (0 for the first phase, then alternating)
 // has completed.
 __device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {

@@ -14,32 +14,9 @@
 #include "absl/status/statusor.h"
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/common/stream.h"
+#include "kernels/cuda/gemm/fp8_gemm_args.h"
 
 namespace llm::cuda {
-
-// How the FP8 GEMM's float32 scales apply (cuBLASLt's matrix scale modes; Hopper supports all of
-// them since CUDA 12.9).
-enum class Fp8ScaleMode {
-  kScalar,       // one value (device pointer)
-  kOuterVector,  // weights: [N] (per channel); activations: [M] (per token)
-  kBlock128,     // weights only: [ceil(N/128), ceil(K/128)] row-major (128 x 128 blocks)
-  kVector128,    // activations only: [ceil(K/128), M], one per row and 128 columns, group-major
-};
-
-// out[M, N] = (x[M, K] · W[N, K]ᵀ) with E4M3 operands, each dequantized by its scales, (+ bias),
-// fp32 accumulation, out in bf16/fp16.
-struct Fp8GemmArgs {
-  const void* x = nullptr;  // E4M3 [M, K]
-  const void* w = nullptr;  // E4M3 [N, K]
-  const float* x_scale = nullptr;
-  const float* w_scale = nullptr;
-  Fp8ScaleMode x_mode = Fp8ScaleMode::kScalar;
-  Fp8ScaleMode w_mode = Fp8ScaleMode::kScalar;
-  const void* bias = nullptr;  // [N] of out_dtype, or null
-  void* out = nullptr;
-  DType out_dtype = DType::kBF16;
-  int64_t m = 0, n = 0, k = 0;
-};
 
 class CublasLtGemm {
  public:

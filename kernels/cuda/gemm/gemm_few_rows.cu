@@ -12,6 +12,7 @@
 #include "kernels/cuda/common/dynamic_smem.h"
 #include "kernels/cuda/common/fp8.cuh"
 #include "kernels/cuda/common/mma_sync.cuh"
+#include "kernels/cuda/gemm/stream_k.cuh"
 #include "kernels/cuda/gemm/w4a16_common.cuh"
 
 namespace llm::cuda {
@@ -103,19 +104,6 @@ __device__ __forceinline__ uint32_t Fp8PairAs<__nv_bfloat16>(uint32_t two_bytes)
   const uint32_t h = Fp8x2ToHalf2Bits(two_bytes);
   const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(*reinterpret_cast<const __half2*>(&h)));
   return *reinterpret_cast<const uint32_t*>(&b);
-}
-
-size_t CountersBytes(int num_sms) { return (static_cast<size_t>(num_sms) * sizeof(unsigned) + 255) / 256 * 256; }
-
-// The iterations (tile, step) of the whole GEMM, cut into gridDim.x equal ranges.
-__device__ __forceinline__ int RangeBegin(int block, int total, int blocks) {
-  return static_cast<int>(static_cast<int64_t>(block) * total / blocks);
-}
-__device__ __forceinline__ int BlockOfIteration(int it, int total, int blocks) {
-  int b = static_cast<int>(static_cast<int64_t>(it) * blocks / total);
-  while (b + 1 < blocks && RangeBegin(b + 1, total, blocks) <= it) ++b;
-  while (b > 0 && RangeBegin(b, total, blocks) > it) --b;
-  return b;
 }
 
 // Int4 weights, one stage of the block's tile for this warp (layout and lane order: the kernel's
@@ -214,7 +202,7 @@ __global__ void __launch_bounds__(kThreads * kSplit)
   const int steps = k / kStepCols;
   const int tiles = (n + kTileRows - 1) / kTileRows;
   const int total = tiles * steps, blocks = gridDim.x;
-  const int begin = RangeBegin(blockIdx.x, total, blocks), end = RangeBegin(blockIdx.x + 1, total, blocks);
+  const int begin = StreamKRangeBegin(blockIdx.x, total, blocks), end = StreamKRangeBegin(blockIdx.x + 1, total, blocks);
 
   auto w_stage = [&](int s) { return smem + s * C::kStageBytes; };
   auto x_stage = [&](int s) { return smem + s * C::kStageBytes + C::kWBytes; };
@@ -317,14 +305,11 @@ __global__ void __launch_bounds__(kThreads * kSplit)
       return;
     }
     // A straddling tile: every contributor stores its sums in a slot of its own; the last to
-    // arrive adds them in block order (so the result does not depend on arrival order: graph
-    // replays and eager runs agree bit for bit) and writes the tile. A block has two slots: its
-    // range's first segment (if it starts inside a tile) and its last (if it ends inside one, as
-    // the tile's first contributor does). The counter is the first contributor's.
-    const int first = BlockOfIteration(tile * steps, total, blocks);
-    const int last = BlockOfIteration(tile * steps + steps - 1, total, blocks);
+    // arrive adds them in block order and writes the tile (stream_k.cuh).
+    const StreamKStraddle straddle(tile, steps, total, blocks);
+    const int first = straddle.first, last = straddle.last;
     const int frag = block_warp * (C::kWarpTiles * kWTT * 128) + lane * 4;
-    auto slot_of = [&](int b) { return slots + static_cast<int64_t>(2 * b + (b == first ? 1 : 0)) * C::kSlotFloats + frag; };
+    auto slot_of = [&](int b) { return slots + straddle.Slot(b) * C::kSlotFloats + frag; };
     float* mine = slot_of(blockIdx.x);
 #pragma unroll
     for (int i = 0; i < C::kWarpTiles; ++i)
@@ -450,8 +435,8 @@ absl::Status LaunchTyped(const FewRowsArgs& a) {
   const int blocks = std::min(total, a.num_sms);
   // Counters first, at a place no form's slots reach: they must be zero at every call's start.
   unsigned* counters = static_cast<unsigned*>(ws.data);
-  float* slots = reinterpret_cast<float*>(static_cast<char*>(ws.data) + CountersBytes(a.num_sms));
-  if (CountersBytes(a.num_sms) + 2 * static_cast<size_t>(blocks) * C::kSlotFloats * sizeof(float) > ws.bytes)
+  float* slots = reinterpret_cast<float*>(static_cast<char*>(ws.data) + StreamKCountersBytes(a.num_sms));
+  if (StreamKCountersBytes(a.num_sms) + 2 * static_cast<size_t>(blocks) * C::kSlotFloats * sizeof(float) > ws.bytes)
     return absl::InternalError("GemmFewRows: workspace too small");
   CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(blocks), dim3(kThreads * kSplit), C::kSmemBytes, a.stream, a.pdl,
                                     static_cast<const T*>(a.x), a.w, a.scales, a.side, static_cast<const T*>(a.bias),
@@ -516,7 +501,7 @@ int Int4GroupShift(const W4A16Weights& w, int64_t k) {
 }  // namespace
 
 size_t GemmFewRowsWorkspaceBytes(int num_sms) {
-  return CountersBytes(num_sms) + 2 * static_cast<size_t>(num_sms) * kMaxSlotFloats * sizeof(float);
+  return StreamKCountersBytes(num_sms) + 2 * static_cast<size_t>(num_sms) * kMaxSlotFloats * sizeof(float);
 }
 
 bool GemmFewRowsSupports(DType dtype, DType out_dtype, const GemmFewRowsWeights& w, int64_t m, int64_t n, int64_t k) {

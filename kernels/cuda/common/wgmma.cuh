@@ -1,0 +1,116 @@
+// Hopper's warpgroup MMA (wgmma.mma_async): four warps issue one MMA of 64 rows together, both
+// operands read from shared memory through 64-bit matrix descriptors, the accumulators in the
+// warps' registers. The asynchronous form needs its fences: WgmmaFence before MMAs that read
+// registers written since, WgmmaCommit after issuing them, WgmmaWait before reading the sums (or
+// before the operands' shared memory is reused).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace llm::cuda {
+
+// The descriptor of a K-major operand tile stored with the 128-byte swizzle (rows of 128 bytes,
+// 16-byte chunks XOR-permuted by row % 8, as a TMA load with CU_TENSOR_MAP_SWIZZLE_128B leaves
+// them; the tile 1024-byte aligned): 8-row groups 1024 bytes apart. An MMA's K slice that starts
+// `bytes` into the rows takes the descriptor of address + bytes (the swizzle applies to the
+// address bits, so the slice need not be 128-byte aligned).
+__device__ __forceinline__ uint64_t WgmmaDescSwizzle128(uint32_t shared_address) {
+  uint64_t d = (shared_address & 0x3FFFF) >> 4;  // start address
+  d |= uint64_t{1} << 16;                        // leading byte offset (unused with this swizzle): 16 bytes
+  d |= uint64_t{1024 >> 4} << 32;                // stride byte offset: 8 rows of 128 bytes
+  d |= uint64_t{1} << 62;                        // 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WgmmaCommit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+// Waits until at most `kPending` committed groups are still running.
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+#endif
+}
+// Keeps the compiler from moving reads or writes of an accumulator across the asynchronous MMAs.
+template <int kRegs>
+__device__ __forceinline__ void WgmmaFenceOperands(float (&d)[kRegs]) {
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d[64 x kN] = A[64 x 32] · B[kN x 32]ᵀ (+ d if `accumulate`), A and B E4M3 (K-major descriptors),
+// d float32 (Hopper keeps fewer bits than float32 while it sums E4M3 products: callers add a
+// few MMAs' sums into float32 totals themselves, as cuBLASLt does unless told to be fast): a thread
+// holds kN / 2 sums, d[4 j + e] at row 16 (warp % 4) + lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4)
+// + e % 2.
+template <int kN>
+struct WgmmaFp8;
+
+template <>
+struct WgmmaFp8<16> {
+  static __device__ __forceinline__ void Run(float (&d)[8], uint64_t a, uint64_t b, bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#endif
+  }
+};
+
+template <>
+struct WgmmaFp8<32> {
+  static __device__ __forceinline__ void Run(float (&d)[16], uint64_t a, uint64_t b, bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#endif
+  }
+};
+
+template <>
+struct WgmmaFp8<64> {
+  static __device__ __forceinline__ void Run(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
+        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+          "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+          "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#endif
+  }
+};
+
+}  // namespace llm::cuda

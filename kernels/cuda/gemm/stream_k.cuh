@@ -1,0 +1,43 @@
+// Stream-K over one block an SM: the (tile, K step) iterations of a whole GEMM are cut into
+// gridDim.x equal contiguous ranges, so every SM streams the same number of weight bytes whatever
+// N and K are. A tile that straddles blocks is summed by its last contributor from per-block
+// float32 slots in block order (a counter a tile, reset by that contributor), so results do not
+// depend on arrival order: graph replays equal eager runs bit for bit. Shared by the few-rows GEMM
+// and the FP8 warpgroup GEMM; the workspace holds the counters first, then two slots a block.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llm::cuda {
+
+// Bytes of the tile counters at the workspace's front (they are zero between calls).
+inline size_t StreamKCountersBytes(int num_sms) {
+  return (static_cast<size_t>(num_sms) * sizeof(unsigned) + 255) / 256 * 256;
+}
+
+// The first iteration of `block`'s range.
+__device__ __forceinline__ int StreamKRangeBegin(int block, int total, int blocks) {
+  return static_cast<int>(static_cast<int64_t>(block) * total / blocks);
+}
+
+// The block whose range holds iteration `it`.
+__device__ __forceinline__ int StreamKBlockOf(int it, int total, int blocks) {
+  int b = static_cast<int>(static_cast<int64_t>(it) * blocks / total);
+  while (b + 1 < blocks && StreamKRangeBegin(b + 1, total, blocks) <= it) ++b;
+  while (b > 0 && StreamKRangeBegin(b, total, blocks) > it) --b;
+  return b;
+}
+
+// A straddling tile's contributors [first, last] and their slots: a block has two, its range's
+// first segment (if it starts inside a tile) and its last (if it ends inside one, as the tile's
+// first contributor does). The counter is the first contributor's.
+struct StreamKStraddle {
+  int first = 0, last = 0;
+  __device__ __forceinline__ StreamKStraddle(int tile, int steps, int total, int blocks)
+      : first(StreamKBlockOf(tile * steps, total, blocks)),
+        last(StreamKBlockOf(tile * steps + steps - 1, total, blocks)) {}
+  __device__ __forceinline__ int64_t Slot(int block) const { return 2 * block + (block == first ? 1 : 0); }
+};
+
+}  // namespace llm::cuda

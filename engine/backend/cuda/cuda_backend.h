@@ -75,15 +75,14 @@ struct CudaBackendOptions {
   // GemmFewRowsMaxRows: 64): the tensor-core GEMM for a few rows (gemm_few_rows.h, W8A16) instead of
   // cuBLASLt's W8A8 GEMM, which reads the 8B decode shapes at 28-68% of the bandwidth there. By
   // measurement on an H100 (8B FP8 step, benchmarks/RESULTS.md): batch 8 -13.5% against cuBLASLt;
-  // from 9 rows the warpgroup GEMM below is faster (batch 16 5.27 against 5.46 ms). 0: none
+  // from 9 rows the warpgroup GEMM below is faster (batch 16 5.20 against 5.45 ms). 0: none
   // (LLM_GEMM_FEW_ROWS=N).
   int gemm_few_rows_max_rows = 8;
   // FP8 linears that quantize x per token or per tensor (W8A8), with one weight scale a row or a
   // tensor, above the few-rows GEMM's rows and up to this many (at most cuda::kGemmFp8WgmmaMaxRows:
   // 64): the warpgroup GEMM (gemm_fp8_wgmma.h) instead of cuBLASLt's FP8 GEMM. By measurement on
-  // an H100 (8B FP8 step, benchmarks/RESULTS.md): batch 16 -3.5% against the few-rows GEMM, 32
-  // -3% to -7% against cuBLASLt, 64 and 128 slower than cuBLASLt (+16%, +47%). 0: cuBLASLt
-  // (LLM_GEMM_FP8_WGMMA=N).
+  // an H100 (8B FP8 step, benchmarks/RESULTS.md): batch 16 -5% against the few-rows GEMM, 32 -4%
+  // against cuBLASLt, 64 +16% (an H200: -13%, -11%, +15%). 0: cuBLASLt (LLM_GEMM_FP8_WGMMA=N).
   int gemm_fp8_wgmma_max_rows = 32;
   // The same for 16-bit weights; 0 by measurement (an H100 8B step at batch 8 ties cuBLASLt, at 32
   // and 64 it is 5-12% slower: benchmarks/RESULTS.md). LLM_GEMM_FEW_ROWS_16BIT.

@@ -47,6 +47,15 @@ __device__ __forceinline__ uint64_t L2EvictFirstPolicy() {
   return policy;
 }
 
+// An L2 policy for data many blocks re-read (a GEMM's activations): kept in L2 first.
+__device__ __forceinline__ uint64_t L2EvictLastPolicy() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
 // One arrival that also announces `bytes` to come, then the copy of `bytes` (a multiple of 16;
 // both addresses 16-byte aligned) from global `src` to shared `dst`, completing on `bar`.
 __device__ __forceinline__ void BulkLoadToShared(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
@@ -101,15 +110,6 @@ __device__ __forceinline__ void TensorTileToShared(void* dst, const void* map, i
       "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(SharedAddress(bar)), "l"(l2_policy)
       : "memory");
 #endif
-}
-
-// An L2 policy for data many blocks re-read (a GEMM's activations): kept in L2 first.
-__device__ __forceinline__ uint64_t L2EvictLastPolicy() {
-  uint64_t policy = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-#endif
-  return policy;
 }
 
 // Waits until the barrier's phase of parity `parity` (0 for the first phase, then alternating)

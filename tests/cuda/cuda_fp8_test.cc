@@ -334,7 +334,8 @@ TEST_P(CudaFp8Test, WgmmaAsAccurateAsCublas) {
   gpu_->mutable_options().dtype = dtype_;
 }
 
-// The cuBLASLt path quantizes x in chunks of rows when the FP8 workspace holds fewer than M.
+// The cuBLASLt path quantizes x in chunks of rows when the FP8 workspace holds fewer than M, rows of
+// up to 16384 columns and longer.
 TEST_P(CudaFp8Test, LinearInRowChunks) {
   CudaBackendOptions o;
   o.fp8_workspace_bytes = 64 << 10;  // 40 rows of 1536 columns a chunk
@@ -344,7 +345,12 @@ TEST_P(CudaFp8Test, LinearInRowChunks) {
   for (const StorageFormat& f : Formats())
     for (ActivationQuant a : {ActivationQuant::kDynamicPerToken, ActivationQuant::kDynamicPerGroup,
                               ActivationQuant::kStaticPerTensor})
+    {
       CheckLinear("chunked " + f.ToString(), 333, 256, 1536, f, a, true, *small);
+      // Rows longer than the quantizing kernel keeps in registers (16384 columns: read twice), in
+      // the default workspace (64 KB holds no such row).
+      CheckLinear("long rows " + f.ToString(), 40, 128, 16512, f, a, false, *gpu_);
+    }
 }
 
 // Captured in a graph and replayed after new inputs are written: the same outputs as eager runs,

@@ -310,7 +310,7 @@ bool GemmFp8WgmmaSupports(const Fp8GemmArgs& a) {
          (a.n + 127) / 128 * ((a.k + 127) / 128) < (int64_t{1} << 30) && a.n < (int64_t{1} << 31) &&
          (a.out_dtype == DType::kBF16 || a.out_dtype == DType::kF16) && ScaleModeTaken(a.w_mode) &&
          ScaleModeTaken(a.x_mode) && a.w_scale != nullptr && a.x_scale != nullptr && Aligned16(a.x) &&
-         Aligned16(a.w) && Aligned16(a.out);
+         Aligned16(a.w) && Aligned16(a.out) && TensorMapEncoder() != nullptr;
 }
 
 size_t GemmFp8WgmmaWorkspaceBytes(int num_sms) {

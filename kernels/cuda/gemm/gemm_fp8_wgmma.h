@@ -24,7 +24,7 @@ constexpr int kGemmFp8WgmmaMaxRows = 64;
 
 // Whether the kernel takes `args`: 1 <= m <= kGemmFp8WgmmaMaxRows, k a multiple of 16, W's scales
 // kScalar or kOuterVector, x's kScalar or kOuterVector, out bf16 or fp16, x, W and out 16-byte
-// aligned.
+// aligned, and a driver that encodes TMA tensor maps (else the caller keeps cuBLASLt).
 bool GemmFp8WgmmaSupports(const Fp8GemmArgs& args);
 
 // Device memory for straddling tiles' sums and counters (zero-filled once; the counters are zero

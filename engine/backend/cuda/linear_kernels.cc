@@ -404,7 +404,6 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
   return absl::OkStatus();
 }
 
-
 // Quantizes x a chunk of rows at a time into the FP8 workspace (E4M3 rows, then their scales),
 // each chunk followed by its GEMM: the warpgroup GEMM's, or cuBLASLt's. If cuBLASLt has no
 // algorithm for the combination, the shape is remembered and this call (and later ones) take the

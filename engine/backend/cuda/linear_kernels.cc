@@ -237,26 +237,30 @@ Fp8Chunk Fp8ChunkAt(const LinearCall& c, const LinearContext& ctx, int64_t rows)
   return {q, reinterpret_cast<float*>(q + (rows * c.k + 255) / 256 * 256)};
 }
 
+// The FP8 GEMM arguments of the call's first chunk of rows, nullopt where no W8A8 form applies
+// (no scale modes for the format, or no row in the workspace).
+std::optional<cuda::Fp8GemmArgs> FirstFp8Chunk(const LinearCall& c, const LinearContext& ctx) {
+  const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
+  if (!modes || ctx.fp8_workspace == nullptr) return std::nullopt;
+  const int64_t rows = std::min<int64_t>(c.m, Fp8ChunkRows(c, *modes, ctx));
+  if (rows < 1) return std::nullopt;
+  const Fp8Chunk chunk = Fp8ChunkAt(c, ctx, rows);
+  return Fp8ArgsFor(c, *modes, chunk.q, chunk.scales, 0, rows);
+}
+
 // The first chunk's FP8 GEMM, planned (cuBLASLt's heuristic asked) but not run.
 absl::Status ProbeFp8Cublas(const LinearCall& c, const LinearContext& ctx) {
-  const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
-  if (!modes) return absl::UnimplementedError("no cuBLASLt scale modes for this format");
-  const int64_t rows = std::min<int64_t>(c.m, Fp8ChunkRows(c, *modes, ctx));
-  if (rows < 1) return absl::UnimplementedError("the FP8 workspace holds no row");
-  const Fp8Chunk chunk = Fp8ChunkAt(c, ctx, rows);
-  return ctx.gemm->PlanFp8(Fp8ArgsFor(c, *modes, chunk.q, chunk.scales, 0, rows));
+  const std::optional<cuda::Fp8GemmArgs> first = FirstFp8Chunk(c, ctx);
+  if (!first) return absl::UnimplementedError("no cuBLASLt scale modes for this format, or no row in the workspace");
+  return ctx.gemm->PlanFp8(*first);
 }
 
 // Whether the warpgroup GEMM takes every chunk of the call (x quantized whole when it fits).
 bool Fp8WgmmaTakes(const LinearCall& c, const LinearContext& ctx) {
-  const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
-  if (!modes || ctx.fp8_workspace == nullptr || c.out.dtype() != c.act ||
-      ctx.few_rows_workspace_bytes < cuda::GemmFp8WgmmaWorkspaceBytes(ctx.num_sms))
+  if (c.out.dtype() != c.act || ctx.few_rows_workspace_bytes < cuda::GemmFp8WgmmaWorkspaceBytes(ctx.num_sms))
     return false;
-  const int64_t rows = std::min<int64_t>(c.m, Fp8ChunkRows(c, *modes, ctx));
-  if (rows < 1) return false;
-  const Fp8Chunk chunk = Fp8ChunkAt(c, ctx, rows);
-  return cuda::GemmFp8WgmmaSupports(Fp8ArgsFor(c, *modes, chunk.q, chunk.scales, 0, rows));
+  const std::optional<cuda::Fp8GemmArgs> first = FirstFp8Chunk(c, ctx);
+  return first && cuda::GemmFp8WgmmaSupports(*first);
 }
 
 }  // namespace
@@ -283,8 +287,8 @@ std::string_view LinearKernelChoice::Name() const {
 }
 
 // FP8 weights: the GEMV forms up to gemv_max_rows (the tensor-core ring where it fits, else forced
-// forms and the ring rule as for 16-bit weights; not timed yet), then cuBLASLt's FP8 GEMM where it takes the scales, else the
-// dequantizing GEMM.
+// forms and the ring rule as for 16-bit weights; not timed yet), then the few-rows GEMM, the
+// warpgroup GEMM, cuBLASLt's FP8 GEMM where it takes the scales, else the dequantizing GEMM.
 LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearContext& ctx) const {
   const CudaBackendOptions& o = options_;
   if (c.m <= o.gemv_max_rows && c.m <= cuda::kGemvMaxRows && cuda::GemvFp8Supported(c.act, c.k, WeightScales(*c.w))) {

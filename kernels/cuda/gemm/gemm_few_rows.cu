@@ -433,14 +433,11 @@ absl::Status LaunchTyped(const FewRowsArgs& a) {
   CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, C::kSmemBytes));
   const int total = (n + kTileRows - 1) / kTileRows * (k / kStepCols);
   const int blocks = std::min(total, a.num_sms);
-  // Counters first, at a place no form's slots reach: they must be zero at every call's start.
-  unsigned* counters = static_cast<unsigned*>(ws.data);
-  float* slots = reinterpret_cast<float*>(static_cast<char*>(ws.data) + StreamKCountersBytes(a.num_sms));
-  if (StreamKCountersBytes(a.num_sms) + 2 * static_cast<size_t>(blocks) * C::kSlotFloats * sizeof(float) > ws.bytes)
-    return absl::InternalError("GemmFewRows: workspace too small");
+  const StreamKSlots sums = StreamKSlotsIn(ws.data, ws.bytes, a.num_sms, blocks, C::kSlotFloats);
+  if (sums.slots == nullptr) return absl::InternalError("GemmFewRows: workspace too small");
   CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(blocks), dim3(kThreads * kSplit), C::kSmemBytes, a.stream, a.pdl,
                                     static_cast<const T*>(a.x), a.w, a.scales, a.side, static_cast<const T*>(a.bias),
-                                    static_cast<T*>(a.out), a.m, n, k, slots, counters));
+                                    static_cast<T*>(a.out), a.m, n, k, sums.slots, sums.counters));
   return absl::OkStatus();
 }
 
@@ -501,7 +498,7 @@ int Int4GroupShift(const W4A16Weights& w, int64_t k) {
 }  // namespace
 
 size_t GemmFewRowsWorkspaceBytes(int num_sms) {
-  return StreamKCountersBytes(num_sms) + 2 * static_cast<size_t>(num_sms) * kMaxSlotFloats * sizeof(float);
+  return StreamKWorkspaceBytes(num_sms, kMaxSlotFloats);
 }
 
 bool GemmFewRowsSupports(DType dtype, DType out_dtype, const GemmFewRowsWeights& w, int64_t m, int64_t n, int64_t k) {

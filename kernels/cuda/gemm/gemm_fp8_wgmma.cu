@@ -277,17 +277,15 @@ absl::Status LaunchTyped(const Fp8GemmArgs& a, int num_sms, void* workspace, siz
   const int steps = static_cast<int>((a.k + kStepBytes - 1) / kStepBytes);
   const int total = static_cast<int>((a.n + kTileRows - 1) / kTileRows) * steps;
   const int blocks = std::min(total, num_sms);
-  unsigned* counters = static_cast<unsigned*>(workspace);
-  float* slots = reinterpret_cast<float*>(static_cast<char*>(workspace) + StreamKCountersBytes(num_sms));
-  if (StreamKCountersBytes(num_sms) + 2 * static_cast<size_t>(blocks) * C::kSlotFloats * sizeof(float) >
-      workspace_bytes)
-    return absl::InternalError("GemmFp8Wgmma: workspace too small");
+  const StreamKSlots sums = StreamKSlotsIn(workspace, workspace_bytes, num_sms, blocks, C::kSlotFloats);
+  if (sums.slots == nullptr) return absl::InternalError("GemmFp8Wgmma: workspace too small");
   CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, C::kSmemBytes));
   CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(blocks), dim3(kThreads), C::kSmemBytes, stream, options.pdl,
                                     w_map, x_map, a.w_scale, a.w_mode == Fp8ScaleMode::kOuterVector,
                                     a.x_scale, a.x_mode == Fp8ScaleMode::kOuterVector,
                                     static_cast<const T*>(a.bias), static_cast<T*>(a.out),
-                                    static_cast<int>(a.m), static_cast<int>(a.n), steps, slots, counters));
+                                    static_cast<int>(a.m), static_cast<int>(a.n), steps,
+                                    sums.slots, sums.counters));
   return absl::OkStatus();
 }
 
@@ -314,7 +312,7 @@ bool GemmFp8WgmmaSupports(const Fp8GemmArgs& a) {
 }
 
 size_t GemmFp8WgmmaWorkspaceBytes(int num_sms) {
-  return StreamKCountersBytes(num_sms) + 2 * static_cast<size_t>(num_sms) * kMaxSlotFloats * sizeof(float);
+  return StreamKWorkspaceBytes(num_sms, kMaxSlotFloats);
 }
 
 absl::Status LaunchGemmFp8Wgmma(const Fp8GemmArgs& args, int num_sms, void* workspace, size_t workspace_bytes,

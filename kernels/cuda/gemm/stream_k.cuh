@@ -16,6 +16,26 @@ inline size_t StreamKCountersBytes(int num_sms) {
   return (static_cast<size_t>(num_sms) * sizeof(unsigned) + 255) / 256 * 256;
 }
 
+// The workspace that serves every call of a kernel whose tiles hold at most `max_slot_floats` sums,
+// on a GPU of `num_sms` SMs (one block an SM, two slots a block).
+inline size_t StreamKWorkspaceBytes(int num_sms, int max_slot_floats) {
+  return StreamKCountersBytes(num_sms) + 2 * static_cast<size_t>(num_sms) * max_slot_floats * sizeof(float);
+}
+
+// A call's view of the workspace: the counters first, at a place no call's slots reach (they must
+// be zero at every call's start), then `blocks` blocks' two slots of `slot_floats` sums; null
+// pointers if `bytes` do not hold them.
+struct StreamKSlots {
+  unsigned* counters = nullptr;
+  float* slots = nullptr;
+};
+inline StreamKSlots StreamKSlotsIn(void* data, size_t bytes, int num_sms, int blocks, int slot_floats) {
+  const size_t need = StreamKCountersBytes(num_sms) + 2 * static_cast<size_t>(blocks) * slot_floats * sizeof(float);
+  if (data == nullptr || need > bytes) return {};
+  return {static_cast<unsigned*>(data),
+          reinterpret_cast<float*>(static_cast<char*>(data) + StreamKCountersBytes(num_sms))};
+}
+
 // The first iteration of `block`'s range.
 __device__ __forceinline__ int StreamKRangeBegin(int block, int total, int blocks) {
   return static_cast<int>(static_cast<int64_t>(block) * total / blocks);

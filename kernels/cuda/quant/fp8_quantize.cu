@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kThreads) QuantizeFp8Kernel(const T* __restric
   const T* xr = x + static_cast<int64_t>(row) * k;
   uint8_t* qr = q + static_cast<int64_t>(row) * k;
   const int pieces = k / 16;
-  const bool held = pieces <= kThreads * kMaxPieces;
+  constexpr bool kPerToken = kScaling == Fp8ActivationScaling::kPerToken;
   float v[kMaxPieces][16];
   float amax = 0.0f;
 #pragma unroll
@@ -50,24 +50,24 @@ __global__ void __launch_bounds__(kThreads) QuantizeFp8Kernel(const T* __restric
     const int p = threadIdx.x + i * kThreads;
     if (p < pieces) {
       LoadPiece(xr, p, v[i]);
+      if constexpr (kPerToken) {
 #pragma unroll
-      for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(v[i][e]));
+        for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(v[i][e]));
+      }
     }
   }
-  if constexpr (kScaling == Fp8ActivationScaling::kPerToken) {
-    if (!held) {
-      for (int p = threadIdx.x + kMaxPieces * kThreads; p < pieces; p += kThreads) {
-        float w[16];
-        LoadPiece(xr, p, w);
-        for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(w[e]));
-      }
+  if constexpr (kPerToken) {
+    for (int p = threadIdx.x + kMaxPieces * kThreads; p < pieces; p += kThreads) {  // a row past the registers
+      float w[16];
+      LoadPiece(xr, p, w);
+      for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(w[e]));
     }
     amax = BlockMax(amax, scratch);
   }
   const float row_scale = kScaling == Fp8ActivationScaling::kStatic     ? *static_scale
-                          : kScaling == Fp8ActivationScaling::kPerToken ? Fp8ScaleForAmax(amax)
+                          : kPerToken                                   ? Fp8ScaleForAmax(amax)
                                                                         : 1.0f;
-  if (kScaling == Fp8ActivationScaling::kPerToken && threadIdx.x == 0) scales[row] = row_scale;
+  if (kPerToken && threadIdx.x == 0) scales[row] = row_scale;
   // Groups: the pieces of a 128-column group are 8 consecutive pieces, i.e. 8 consecutive lanes
   // of one warp when the loop's stride (kThreads) is a multiple of 8.
   static_assert(kThreads % 8 == 0);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -51,18 +52,20 @@ std::vector<v1::GenerateRequest> SeededStreams(int max_tokens) {
   return requests;
 }
 
-// Every request streamed at once. `received` counts tokens as they arrive; `arrivals` records
-// when each part came (for the recovery time).
+// Every request streamed at once. `on_received(total)` is called by the reading thread as each
+// part arrives, with the tokens received so far over all streams; `arrivals` records when each
+// part came (for the recovery time).
 struct StreamRun {
   std::vector<CallResult> results;
   std::vector<absl::Time> arrivals;
 };
 
 StreamRun StreamAll(const ServerProcess& server, const std::vector<v1::GenerateRequest>& requests,
-              std::atomic<int>* received = nullptr) {
+                    const std::function<void(int)>& on_received = nullptr) {
   StreamRun run;
   run.results.resize(requests.size());
   std::mutex mu;
+  std::atomic<int> received{0};
   std::vector<std::thread> threads;
   for (size_t i = 0; i < requests.size(); ++i)
     threads.emplace_back([&, i] {
@@ -77,7 +80,8 @@ StreamRun StreamAll(const ServerProcess& server, const std::vector<v1::GenerateR
           std::lock_guard<std::mutex> lock(mu);
           run.arrivals.push_back(absl::Now());
         }
-        if (received) received->fetch_add(part.token_ids_size());
+        const int total = received.fetch_add(part.token_ids_size()) + part.token_ids_size();
+        if (on_received) on_received(total);
         result.merged.mutable_token_ids()->Add(part.token_ids().begin(), part.token_ids().end());
         result.merged.mutable_text()->append(part.text());
         if (part.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) result.merged.set_finish_reason(part.finish_reason());
@@ -115,28 +119,32 @@ void ExpectSameAsUndisturbed(const StreamRun& disturbed, const StreamRun& refere
   }
 }
 
-// Runs the streams and, once every stream has about 8 tokens, sends `sig` to world rank `rank` of
+// Runs the streams and, once they have about 8 tokens each, sends `sig` to world rank `rank` of
 // replica 0's group. Returns the run and the time from the signal to the first resumed token.
+// The signal goes from the reading thread that sees the threshold crossed, at once: a separate
+// thread polling the count could be scheduled late on a loaded machine, after the streams ended,
+// and the disruption would then test nothing (checked below).
 std::pair<StreamRun, absl::Duration> StreamWhileDisrupting(const ServerProcess& server,
                                                      const std::vector<v1::GenerateRequest>& requests, int rank,
                                                      int sig) {
-  std::atomic<int> received{0};
-  absl::Time disrupted = absl::InfiniteFuture();
-  std::thread disruptor([&] {
-    const std::map<int, pid_t> ranks = server.WorkerRanks(0);
-    if (!WaitFor([&] { return received.load() >= kStreams * 8; }, absl::Seconds(60))) return;
-    auto it = ranks.find(rank);
-    if (it == ranks.end()) {
-      ADD_FAILURE() << "no worker rank " << rank;
-      return;
-    }
+  const std::map<int, pid_t> ranks = server.WorkerRanks(0);
+  const auto target = ranks.find(rank);
+  if (target == ranks.end()) {
+    ADD_FAILURE() << "no worker rank " << rank;
+    return {};
+  }
+  std::atomic<bool> fired{false};
+  absl::Time disrupted = absl::InfiniteFuture();  // written once, read after the readers joined
+  StreamRun run = StreamAll(server, requests, [&](int total) {
+    if (total < kStreams * 8 || fired.exchange(true)) return;
     disrupted = absl::Now();
-    kill(it->second, sig);
+    kill(target->second, sig);
   });
-  StreamRun run = StreamAll(server, requests, &received);
-  disruptor.join();
   EXPECT_NE(disrupted, absl::InfiniteFuture()) << "the streams ended before the disruption";
-  return {std::move(run), RecoveryTime(run.arrivals, disrupted)};
+  EXPECT_TRUE(std::any_of(run.arrivals.begin(), run.arrivals.end(), [&](absl::Time t) { return t > disrupted; }))
+      << "every token arrived before the disruption: it disturbed no running stream";
+  const absl::Duration recovery = RecoveryTime(run.arrivals, disrupted);
+  return {std::move(run), recovery};
 }
 
 struct Layout {
@@ -190,7 +198,9 @@ TEST_P(SurvivalTest, KilledOrHungRankResumesEveryStreamExactly) {
   EXPECT_EQ(Ids(after.merged), Ids(reference.results[0].merged));
   EXPECT_EQ(server->Metric("llm_worker_recoveries_total"), 2);
   EXPECT_EQ(server->Metric("llm_replicas_serving"), 1);
-  EXPECT_EQ(server->Health(), grpc::health::v1::HealthCheckResponse::SERVING);
+  // gRPC health follows the engine's state on the front end's 100 ms watch.
+  EXPECT_TRUE(WaitFor([&] { return server->Health() == grpc::health::v1::HealthCheckResponse::SERVING; },
+                      absl::Seconds(2)));
 }
 
 std::string LayoutName(const ::testing::TestParamInfo<Layout>& info) {

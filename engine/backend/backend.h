@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/core/int4_layout.h"
@@ -64,6 +65,33 @@ struct LinearWeight {
   }
   Int4View int4_view() const { return MakeInt4View(weight, scale, zero, chunk_group, input_perm, int4_in_features); }
 };
+
+// A linear's input already quantized to FP8 E4M3 as its weight declares (per token, or by the
+// weight's static input scale: LinearWeight::input_quant), written by the op that produced the
+// input (AddRmsNormFp8, SiluMulFp8) beside its 16-bit output, so that a W8A8 Linear does not
+// read the activations again to quantize them (LinearFp8Input). Element [t, c] stands for
+// e4m3(values[t, c]) * scale, with the scale scales[t] (per token) or *input_scale (static).
+struct Fp8Input {
+  Tensor values;  // f8e4m3 [T, K]
+  Tensor scales;  // f32 [T]: per token (unused for a static scale)
+};
+
+// `q` holds [rows, cols] of input quantized for `consumer` (per token or static per tensor).
+inline absl::Status ValidateFp8Input(const char* op, const Fp8Input& q, const LinearWeight& consumer, int64_t rows,
+                                     int64_t cols) {
+  const bool per_token = consumer.input_quant == ActivationQuant::kDynamicPerToken;
+  if (consumer.format.element != DType::kF8E4M3 || !(per_token || consumer.input_quant == ActivationQuant::kStaticPerTensor))
+    return absl::InvalidArgumentError(absl::StrCat(op, ": the consumer's weight takes no per-token or static FP8 input"));
+  if (consumer.in_features() != cols || q.values.dtype() != DType::kF8E4M3 || q.values.numel() != rows * cols)
+    return absl::InvalidArgumentError(absl::StrCat(op, ": FP8 input ", q.values.shape().ToString(), " for ", rows,
+                                                   " rows of ", cols, " columns (the consumer takes ",
+                                                   consumer.in_features(), ")"));
+  if (per_token ? q.scales.dtype() != DType::kF32 || q.scales.numel() != rows : consumer.input_scale.numel() != 1)
+    return absl::InvalidArgumentError(absl::StrCat(op, ": FP8 input scales do not match ", rows, " rows"));
+  if (q.values.device() != consumer.weight.device() || (per_token && q.scales.device() != q.values.device()))
+    return absl::InvalidArgumentError(absl::StrCat(op, ": FP8 input is not on the weight's device"));
+  return absl::OkStatus();
+}
 
 // One layer's paged KV cache. Block b of the layer holds, for each KV head, `block_size`
 // consecutive token slots of head_dim values. A token's slot is block_id * block_size + offset.
@@ -285,6 +313,28 @@ class Backend {
     RETURN_IF_ERROR(EnqueueSample(args));
     RETURN_IF_ERROR(Synchronize());
     return ReadSampleResults(args.slot, results);
+  }
+
+  // --- FP8 inputs quantized by the op that produces them (Fp8Input) ---
+  // Whether Linear over `rows` rows of x and `w` runs W8A8 on x quantized as w declares, and
+  // takes that input pre-quantized (LinearFp8Input): the decoder then asks the producing op for
+  // it. Backends that do not fuse the quantization say no, and none of the three below is called.
+  virtual bool TakesFp8Input(const LinearWeight& w, int64_t rows) const { return false; }
+  // AddRmsNorm, also writing `out` quantized for `consumer` (for which TakesFp8Input said yes)
+  // into `quantized` ([T, K] codes, [T] scales): exactly the values and scales Linear would
+  // compute from `out`.
+  virtual absl::Status AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
+                                     const LinearWeight& consumer, Fp8Input quantized) {
+    return absl::UnimplementedError("this backend does not fuse FP8 input quantization");
+  }
+  // SiluMul, also writing `out` quantized for `consumer`, as AddRmsNormFp8.
+  virtual absl::Status SiluMulFp8(Tensor gate_up, Tensor out, const LinearWeight& consumer, Fp8Input quantized) {
+    return absl::UnimplementedError("this backend does not fuse FP8 input quantization");
+  }
+  // Linear(x, w, out) where `quantized` holds x quantized as w declares (written by one of the
+  // two above): the same result as Linear, without quantizing x again.
+  virtual absl::Status LinearFp8Input(Tensor x, Fp8Input quantized, const LinearWeight& w, Tensor out) {
+    return absl::UnimplementedError("this backend does not fuse FP8 input quantization");
   }
 
   // --- overlapped steps ---

@@ -48,6 +48,15 @@ absl::Status Decoder::AllocateActivations() {
       {&logits_, DType::kF32, {s, dims_.vocab_local}},
   };
   std::vector<Want> all(std::begin(wants), std::end(wants));
+  // Linears whose input an op quantizes for them: the widest such input sizes the buffer.
+  int64_t fp8_cols = 0;
+  for (const LayerWeights& lw : weights_->layers)
+    for (const LinearWeight* w : {&lw.qkv, &lw.gate_up, &lw.down})
+      if (backend_.TakesFp8Input(*w, t)) fp8_cols = std::max(fp8_cols, w->in_features());
+  if (fp8_cols > 0) {
+    all.push_back({&fp8_codes_, DType::kF8E4M3, {t * fp8_cols}});
+    all.push_back({&fp8_scales_, DType::kF32, {t}});
+  }
   const int64_t tp = tp_comm_ ? tp_comm_->size() : 1;
   const int64_t table_rows = std::min<int64_t>(s, limits_.max_seqs);
   if (tp > 1 && dims_.is_last_stage) {
@@ -82,14 +91,36 @@ absl::Status Decoder::AllReduce(Tensor t) {
   return tp_comm_->AllReduceSum(t.data(), t.numel(), t.dtype());
 }
 
-absl::Status Decoder::ReduceAddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor normed) {
-  if (tp_comm_ == nullptr || tp_comm_->size() == 1) return backend_.AddRmsNorm(residual, delta, weight, eps, normed);
+std::optional<Fp8Input> Decoder::Fp8InputFor(const LinearWeight& w, int32_t n) const {
+  if (fp8_codes_.empty() || !backend_.TakesFp8Input(w, n)) return std::nullopt;
+  const int64_t k = w.in_features();
+  return Fp8Input{fp8_codes_.Rows(0, n * k).Reshape({n, k}), fp8_scales_.Rows(0, n)};
+}
+
+absl::Status Decoder::AddRmsNormFor(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor normed,
+                                    const LinearWeight& consumer, const std::optional<Fp8Input>& quantized) {
+  if (quantized) return backend_.AddRmsNormFp8(residual, delta, weight, eps, normed, consumer, *quantized);
+  return backend_.AddRmsNorm(residual, delta, weight, eps, normed);
+}
+
+absl::Status Decoder::LinearOf(Tensor x, const std::optional<Fp8Input>& quantized, const LinearWeight& w,
+                               Tensor out) {
+  if (quantized) return backend_.LinearFp8Input(x, *quantized, w, out);
+  return backend_.Linear(x, w, out);
+}
+
+absl::Status Decoder::ReduceAddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor normed,
+                                       const LinearWeight& consumer, std::optional<Fp8Input>* quantized) {
+  if (tp_comm_ == nullptr || tp_comm_->size() == 1)
+    return AddRmsNormFor(residual, delta, weight, eps, normed, consumer, *quantized);
   const size_t rows = static_cast<size_t>(residual.shape()[0]), dim = static_cast<size_t>(residual.shape()[1]);
-  if (tp_comm_->CanAllReduceAddRmsNorm(rows, dim, delta.dtype()))
+  if (tp_comm_->CanAllReduceAddRmsNorm(rows, dim, delta.dtype())) {
+    quantized->reset();  // the communicator's kernel writes the 16-bit output only
     return tp_comm_->AllReduceAddRmsNorm(delta.data(), residual.data(), weight.data(), eps, normed.data(), rows, dim,
                                          delta.dtype());
+  }
   RETURN_IF_ERROR(AllReduce(delta));
-  return backend_.AddRmsNorm(residual, delta, weight, eps, normed);
+  return AddRmsNormFor(residual, delta, weight, eps, normed, consumer, *quantized);
 }
 
 absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCacheLayer& cache, int32_t n) {
@@ -99,13 +130,15 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
   // Attention block. `delta` holds the previous layer's MLP output, not yet summed over the TP
   // ranks nor added to the residual (nothing before the first layer of a stage): its all-reduce
   // runs here, fused with the add and the norm where the communicator can.
+  // Where the backend takes a W8A8 linear's input pre-quantized, the op before it writes it so.
+  std::optional<Fp8Input> qkv_input = Fp8InputFor(w.qkv, n);
   if (index == 0) {
-    RETURN_IF_ERROR(backend_.AddRmsNorm(residual, Tensor(), w.input_norm, eps, normed));
+    RETURN_IF_ERROR(AddRmsNormFor(residual, Tensor(), w.input_norm, eps, normed, w.qkv, qkv_input));
   } else {
-    RETURN_IF_ERROR(ReduceAddRmsNorm(residual, delta, w.input_norm, eps, normed));
+    RETURN_IF_ERROR(ReduceAddRmsNorm(residual, delta, w.input_norm, eps, normed, w.qkv, &qkv_input));
   }
   Tensor qkv = qkv_.Rows(0, n), q = q_.Rows(0, n), attn = attn_.Rows(0, n);
-  RETURN_IF_ERROR(backend_.Linear(normed, w.qkv, qkv));
+  RETURN_IF_ERROR(LinearOf(normed, qkv_input, w.qkv, qkv));
   QkvRopeArgs rope_args;
   rope_args.qkv = qkv;
   rope_args.num_heads = static_cast<int32_t>(dims_.num_heads);
@@ -133,12 +166,14 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
   RETURN_IF_ERROR(backend_.Attention(attn_args));
   RETURN_IF_ERROR(backend_.Linear(attn, w.o_proj, delta));
   // MLP block.
-  RETURN_IF_ERROR(ReduceAddRmsNorm(residual, delta, w.post_attention_norm, eps, normed));
+  std::optional<Fp8Input> gate_up_input = Fp8InputFor(w.gate_up, n);
+  RETURN_IF_ERROR(ReduceAddRmsNorm(residual, delta, w.post_attention_norm, eps, normed, w.gate_up, &gate_up_input));
   Tensor gate_up = gate_up_.Rows(0, n), act = act_.Rows(0, n);
-  RETURN_IF_ERROR(backend_.Linear(normed, w.gate_up, gate_up));
-  RETURN_IF_ERROR(backend_.SiluMul(gate_up, act));
+  RETURN_IF_ERROR(LinearOf(normed, gate_up_input, w.gate_up, gate_up));
+  const std::optional<Fp8Input> down_input = Fp8InputFor(w.down, n);
+  RETURN_IF_ERROR(down_input ? backend_.SiluMulFp8(gate_up, act, w.down, *down_input) : backend_.SiluMul(gate_up, act));
   // Left unreduced: the next layer's ReduceAddRmsNorm (or Forward, after the last layer) sums it.
-  return backend_.Linear(act, w.down, delta);
+  return LinearOf(act, down_input, w.down, delta);
 }
 
 absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<const KvCacheLayer> cache) {

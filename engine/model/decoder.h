@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -58,8 +59,18 @@ class Decoder {
   absl::Status AllocateActivations();
   absl::Status AllReduce(Tensor t);
   // residual += (delta summed over the TP ranks); normed = RMSNorm(residual) * weight: one fused
-  // communicator kernel where the TP communicator offers it, else AllReduce + AddRmsNorm.
-  absl::Status ReduceAddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor normed);
+  // communicator kernel where the TP communicator offers it, else AllReduce + AddRmsNorm. `normed`
+  // is the input of `consumer`: where *quantized is set (Fp8InputFor), the backend's norm also
+  // writes it quantized there; the communicator's does not, and resets it.
+  absl::Status ReduceAddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor normed,
+                                const LinearWeight& consumer, std::optional<Fp8Input>* quantized);
+  absl::Status AddRmsNormFor(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor normed,
+                             const LinearWeight& consumer, const std::optional<Fp8Input>& quantized);
+  // The FP8 input buffer for `w`'s n rows of input, where the backend takes that input quantized
+  // by the op producing it (Backend::TakesFp8Input); else nullopt.
+  std::optional<Fp8Input> Fp8InputFor(const LinearWeight& w, int32_t n) const;
+  // Linear, or LinearFp8Input where x's quantized form was written.
+  absl::Status LinearOf(Tensor x, const std::optional<Fp8Input>& quantized, const LinearWeight& w, Tensor out);
   absl::Status Layer(int64_t index, const StepMetadata& meta, const KvCacheLayer& cache, int32_t tokens);
 
   const ModelConfig config_;
@@ -75,6 +86,9 @@ class Decoder {
   Buffer activations_;
   Tensor residual_, delta_, normed_, qkv_, q_, attn_, gate_up_, act_;
   Tensor last_residual_, last_delta_, last_normed_, logits_;
+  // FP8 models whose linears take their input pre-quantized (Fp8Input): one buffer of E4M3 codes
+  // (max_tokens x the widest such input, flat) and per-token scales, reused by every linear.
+  Tensor fp8_codes_, fp8_scales_;
   // Tensor parallelism: all-gathered shards [tp * logit_rows, vocab_local], the row orders that
   // interleave them, and the full logits [logit_rows, tp * vocab_local]. The orders for every
   // row count up to max_seqs are uploaded once at creation (gather_orders_, see GatherOrder), so

@@ -17,6 +17,7 @@
 #include "tests/model/test_files.h"
 #include "tests/runtime/checkpoint_copy.h"
 #include "tests/runtime/fixture_reference.h"
+#include "tests/runtime/recording_backend.h"
 #include "tests/runtime/rounding_backend.h"
 
 namespace llm {
@@ -558,6 +559,40 @@ TEST(Fp8ActivationEmulationTest, W8A8StaysCloseToTheReference) {
     EXPECT_GT(parity->max_err, 1e-4) << name;
     EXPECT_LT(parity->mean_err(), 0.2) << name;
     EXPECT_GE(parity->agreement(), 0.7) << name;
+  }
+}
+
+// A W8A8 linear's input quantized by the op that produces it (AddRmsNormFp8, SiluMulFp8; what
+// the CUDA backend fuses) gives exactly the logits of Linear quantizing it itself, for per-token
+// (qwen3-fp8-channel) and static (llama-fp8-tensor-kv) input scales; per-group inputs (the block
+// layout) are not taken that way.
+TEST(Fp8ActivationEmulationTest, InputsQuantizedByTheProducingOpGiveTheSameLogits) {
+  for (const char* name : testing::kFp8FixtureModels) {
+    SCOPED_TRACE(name);
+    const std::filesystem::path dir = testing::ModelDir(name);
+    CpuBackendOptions unfused = Cpu(/*emulate=*/true);
+    unfused.fuse_fp8_input_quant = false;
+    auto reference = Parity(dir, name, unfused, testing::ParityRunnerOptions());
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    auto config = LoadModelConfig(dir);
+    auto checkpoint = Checkpoint::Open(dir);
+    ASSERT_TRUE(config.ok() && checkpoint.ok());
+    auto backend = std::make_unique<testing::RecordingBackend>(Cpu(/*emulate=*/true));
+    testing::RecordingBackend* recording = backend.get();
+    auto runner = ModelRunner::Create(*config, **checkpoint, std::move(backend), nullptr, testing::ParityRunnerOptions());
+    ASSERT_TRUE(runner.ok()) << runner.status();
+    auto fused = testing::TeacherForcedParity(**runner, name);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    EXPECT_EQ(fused->max_err, reference->max_err);
+    EXPECT_EQ(fused->mean_err(), reference->mean_err());
+    EXPECT_EQ(fused->agreement(), reference->agreement());
+    if (std::string(name) == "llama-fp8-block") {
+      EXPECT_EQ(recording->fp8_inputs_written, 0);
+    } else {
+      // q/k/v, gate/up and down of every layer (o_proj's input comes from attention).
+      EXPECT_GT(recording->fp8_inputs_written, 0);
+      EXPECT_EQ(recording->fp8_input_linears, recording->fp8_inputs_written);
+    }
   }
 }
 

@@ -18,7 +18,10 @@ namespace llm::testing {
 class RecordingBackend final : public Backend {
  public:
   explicit RecordingBackend(int threads) : cpu_(threads) {}
+  explicit RecordingBackend(const CpuBackendOptions& options) : cpu_(options) {}
   int captures = 0, replays = 0;
+  // Ops that wrote a linear's input quantized (Backend::Fp8Input), and Linear calls that took one.
+  int fp8_inputs_written = 0, fp8_input_linears = 0;
   // Tuning passes (Backend::SetTuningPass) seen, and Linear calls run inside one.
   int tuning_passes = 0, linears_while_tuning = 0;
 
@@ -53,6 +56,20 @@ class RecordingBackend final : public Backend {
   absl::Status SiluMul(Tensor gu, Tensor out) override { return Do([=, this] { return cpu_.SiluMul(gu, out); }); }
   absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) override {
     return Do([=, this] { return cpu_.GatherRows(x, rows, out); });
+  }
+  bool TakesFp8Input(const LinearWeight& w, int64_t rows) const override { return cpu_.TakesFp8Input(w, rows); }
+  absl::Status AddRmsNormFp8(Tensor r, Tensor d, Tensor w, float eps, Tensor out, const LinearWeight& consumer,
+                             Fp8Input q) override {
+    ++fp8_inputs_written;
+    return Do([=, this] { return cpu_.AddRmsNormFp8(r, d, w, eps, out, consumer, q); });
+  }
+  absl::Status SiluMulFp8(Tensor gu, Tensor out, const LinearWeight& consumer, Fp8Input q) override {
+    ++fp8_inputs_written;
+    return Do([=, this] { return cpu_.SiluMulFp8(gu, out, consumer, q); });
+  }
+  absl::Status LinearFp8Input(Tensor x, Fp8Input q, const LinearWeight& w, Tensor out) override {
+    ++fp8_input_linears;
+    return Do([=, this] { return cpu_.LinearFp8Input(x, q, w, out); });
   }
   absl::Status EnqueueSample(const SampleArgs& args) override { return cpu_.EnqueueSample(args); }
   absl::Status ReadSampleResults(int slot, absl::Span<SampleResult> results) override {

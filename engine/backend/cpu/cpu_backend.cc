@@ -147,6 +147,10 @@ absl::Status CpuBackend::Add(Tensor x, Tensor y) {
 }
 
 absl::Status CpuBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
+  return LinearWithInput(x, nullptr, w, out);
+}
+
+absl::Status CpuBackend::LinearWithInput(Tensor x, const float* quantized_x, const LinearWeight& w, Tensor out) {
   RETURN_IF_ERROR(ExpectF32("Linear", {&x, &w.bias, &out}));
   RETURN_IF_ERROR(Expect(SupportsLinearFormat(w.format) && w.weight.dtype() == StoredDType(w.format.element) &&
                              w.weight.device().kind == DeviceKind::kCpu,
@@ -181,8 +185,8 @@ absl::Status CpuBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
   RETURN_IF_ERROR(Expect(w.scale.dtype() == DType::kF32 && w.scale.numel() == grid.numel(), "Linear",
                          absl::StrCat("scale of ", w.scale.numel(), " elements for ", w.format.ToString(),
                                       " weights ", w.weight.shape().ToString())));
-  const float* input = x.data_as<const float>();
-  if (options_.emulate_fp8_activations && w.input_quant != ActivationQuant::kNone) {
+  const float* input = quantized_x != nullptr ? quantized_x : x.data_as<const float>();
+  if (quantized_x == nullptr && options_.emulate_fp8_activations && w.input_quant != ActivationQuant::kNone) {
     const bool is_static = w.input_quant == ActivationQuant::kStaticPerTensor;
     RETURN_IF_ERROR(Expect(!is_static || (w.input_scale.dtype() == DType::kF32 && w.input_scale.numel() == 1),
                            "Linear", "static activation quantization without an input scale"));
@@ -252,6 +256,47 @@ absl::Status CpuBackend::SiluMul(Tensor gate_up, Tensor out) {
       }
   });
   return absl::OkStatus();
+}
+
+bool CpuBackend::TakesFp8Input(const LinearWeight& w, int64_t rows) const {
+  return options_.emulate_fp8_activations && options_.fuse_fp8_input_quant && w.format.element == DType::kF8E4M3 &&
+         (w.input_quant == ActivationQuant::kDynamicPerToken || w.input_quant == ActivationQuant::kStaticPerTensor);
+}
+
+absl::Status CpuBackend::QuantizeFor(Tensor out, const LinearWeight& consumer, Fp8Input quantized, const char* op) {
+  const int64_t cols = consumer.in_features(), rows = cols > 0 ? out.numel() / cols : 0;
+  RETURN_IF_ERROR(Expect(TakesFp8Input(consumer, rows), op, "the consumer does not take an FP8 input here"));
+  RETURN_IF_ERROR(Expect(rows * cols == out.numel(), op, "the output does not match the consumer's input"));
+  RETURN_IF_ERROR(ValidateFp8Input(op, quantized, consumer, rows, cols));
+  const bool is_static = consumer.input_quant == ActivationQuant::kStaticPerTensor;
+  cpu::QuantizeFp8Rows(pool_, out.data_as<const float>(), quantized.values.data_as<uint8_t>(),
+                       is_static ? nullptr : quantized.scales.data_as<float>(), rows, cols, consumer.input_quant,
+                       is_static ? *consumer.input_scale.data_as<const float>() : 0.0f);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
+                                       const LinearWeight& consumer, Fp8Input quantized) {
+  RETURN_IF_ERROR(AddRmsNorm(residual, delta, weight, eps, out));
+  return QuantizeFor(out, consumer, quantized, "AddRmsNormFp8");
+}
+
+absl::Status CpuBackend::SiluMulFp8(Tensor gate_up, Tensor out, const LinearWeight& consumer, Fp8Input quantized) {
+  RETURN_IF_ERROR(SiluMul(gate_up, out));
+  return QuantizeFor(out, consumer, quantized, "SiluMulFp8");
+}
+
+absl::Status CpuBackend::LinearFp8Input(Tensor x, Fp8Input quantized, const LinearWeight& w, Tensor out) {
+  const int64_t k = w.in_features(), m = k > 0 ? x.numel() / k : 0;
+  RETURN_IF_ERROR(Expect(TakesFp8Input(w, m) && m * k == x.numel(), "LinearFp8Input",
+                         "the weight does not take an FP8 input here"));
+  RETURN_IF_ERROR(ValidateFp8Input("LinearFp8Input", quantized, w, m, k));
+  const bool is_static = w.input_quant == ActivationQuant::kStaticPerTensor;
+  if (quantized_input_.size() < static_cast<size_t>(x.numel())) quantized_input_.resize(x.numel());
+  cpu::DequantizeFp8Rows(pool_, quantized.values.data_as<const uint8_t>(),
+                         is_static ? nullptr : quantized.scales.data_as<const float>(), quantized_input_.data(), m, k,
+                         w.input_quant, is_static ? *w.input_scale.data_as<const float>() : 0.0f);
+  return LinearWithInput(x, quantized_input_.data(), w, out);
 }
 
 absl::Status CpuBackend::GatherRows(Tensor x, Tensor rows, Tensor out) {

@@ -20,6 +20,10 @@ struct CpuBackendOptions {
   // float32 product, so that the CUDA path can be compared with an emulation of itself. Off, the
   // oracle computes on the dequantized weights with float32 inputs, as the fixtures' references do.
   bool emulate_fp8_activations = false;
+  // With the emulation: AddRmsNorm and SiluMul quantize their outputs for a W8A8 consumer
+  // (Backend::TakesFp8Input), as the CUDA backend does; off, Linear quantizes its input itself.
+  // Both give the same values (the fused path is tested against the unfused one).
+  bool fuse_fp8_input_quant = true;
   // Take int4 weights with float16 scales only, as the CUDA backend stores them, so that the GPU's
   // storage runs through the oracle (the default, float32 scales, is exact for every checkpoint).
   bool int4_fp16_scales = false;
@@ -50,6 +54,11 @@ class CpuBackend final : public Backend {
   absl::Status Attention(const AttentionArgs& args) override;
   absl::Status SiluMul(Tensor gate_up, Tensor out) override;
   absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) override;
+  bool TakesFp8Input(const LinearWeight& w, int64_t rows) const override;
+  absl::Status AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
+                             const LinearWeight& consumer, Fp8Input quantized) override;
+  absl::Status SiluMulFp8(Tensor gate_up, Tensor out, const LinearWeight& consumer, Fp8Input quantized) override;
+  absl::Status LinearFp8Input(Tensor x, Fp8Input quantized, const LinearWeight& w, Tensor out) override;
   absl::Status EnqueueSample(const SampleArgs& args) override;
   absl::Status ReadSampleResults(int slot, absl::Span<SampleResult> results) override;
   absl::Status ResolvePendingTokens(Tensor ids, Tensor sampled) override;
@@ -64,6 +73,11 @@ class CpuBackend final : public Backend {
   const CpuBackendOptions& options() const { return options_; }
 
  private:
+  // Writes out's rows quantized for `consumer` into `quantized` (the fused ops' second half).
+  absl::Status QuantizeFor(Tensor out, const LinearWeight& consumer, Fp8Input quantized, const char* op);
+  // Linear's checks, then y = x · Wᵀ + b with `input` standing for x (FP8 weights only) when set.
+  absl::Status LinearWithInput(Tensor x, const float* input, const LinearWeight& w, Tensor out);
+
   CpuBackendOptions options_;
   ThreadPool pool_;
   std::vector<float> quantized_input_;  // Linear's emulated FP8 input, grown on first use

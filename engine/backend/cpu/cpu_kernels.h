@@ -35,6 +35,15 @@ void GatherInt4Input(ThreadPool& pool, const float* x, const int32_t* perm, int6
 void FakeQuantizeFp8(ThreadPool& pool, const float* x, float* out, int64_t rows, int64_t cols,
                      ActivationQuant quant, int32_t group, float static_scale);
 
+// codes = e4m3(x / s) for x [rows, cols], with s per row: Fp8ScaleForAmax of the row (written to
+// scales[row]) for kDynamicPerToken, `static_scale` for kStaticPerTensor (scales not written). The
+// codes FakeQuantizeFp8 keeps, as stored (Fp8Input).
+void QuantizeFp8Rows(ThreadPool& pool, const float* x, uint8_t* codes, float* scales, int64_t rows, int64_t cols,
+                     ActivationQuant quant, float static_scale);
+// out = code * s, the inverse of QuantizeFp8Rows (same `quant`, scales and static_scale).
+void DequantizeFp8Rows(ThreadPool& pool, const uint8_t* codes, const float* scales, float* out, int64_t rows,
+                       int64_t cols, ActivationQuant quant, float static_scale);
+
 void RmsNormRows(ThreadPool& pool, const float* x, const float* weight, float eps, float* out,
                  int64_t rows, int64_t dim, float* residual_in_out, const float* delta);
 

@@ -113,6 +113,16 @@ void GatherInt4Input(ThreadPool& pool, const float* x, const int32_t* perm, int6
   });
 }
 
+namespace {
+
+float AmaxScale(const float* x, int64_t n) {
+  float amax = 0.0f;
+  for (int64_t c = 0; c < n; ++c) amax = std::max(amax, std::abs(x[c]));
+  return Fp8ScaleForAmax(amax);
+}
+
+}  // namespace
+
 void FakeQuantizeFp8(ThreadPool& pool, const float* x, float* out, int64_t rows, int64_t cols, ActivationQuant quant,
                      int32_t group, float static_scale) {
   const int64_t span = quant == ActivationQuant::kDynamicPerGroup && group > 0 ? group : cols;
@@ -121,14 +131,31 @@ void FakeQuantizeFp8(ThreadPool& pool, const float* x, float* out, int64_t rows,
       for (int64_t c0 = 0; c0 < cols; c0 += span) {
         const int64_t c1 = std::min(cols, c0 + span);
         const float* xs = x + r * cols;
-        float s = static_scale;
-        if (quant != ActivationQuant::kStaticPerTensor) {
-          float amax = 0.0f;
-          for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::abs(xs[c]));
-          s = Fp8ScaleForAmax(amax);
-        }
+        const float s = quant == ActivationQuant::kStaticPerTensor ? static_scale : AmaxScale(xs + c0, c1 - c0);
         for (int64_t c = c0; c < c1; ++c) out[r * cols + c] = Fp8E4M3ToFloat(FloatToFp8E4M3(xs[c] / s)) * s;
       }
+    }
+  });
+}
+
+void QuantizeFp8Rows(ThreadPool& pool, const float* x, uint8_t* codes, float* scales, int64_t rows, int64_t cols,
+                     ActivationQuant quant, float static_scale) {
+  pool.ParallelFor(rows, 8, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = x + r * cols;
+      float s = static_scale;
+      if (quant != ActivationQuant::kStaticPerTensor) scales[r] = s = AmaxScale(xr, cols);
+      for (int64_t c = 0; c < cols; ++c) codes[r * cols + c] = FloatToFp8E4M3(xr[c] / s);
+    }
+  });
+}
+
+void DequantizeFp8Rows(ThreadPool& pool, const uint8_t* codes, const float* scales, float* out, int64_t rows,
+                       int64_t cols, ActivationQuant quant, float static_scale) {
+  pool.ParallelFor(rows, 8, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float s = quant == ActivationQuant::kStaticPerTensor ? static_scale : scales[r];
+      for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = Fp8E4M3ToFloat(codes[r * cols + c]) * s;
     }
   });
 }

@@ -92,8 +92,8 @@ absl::Status Decoder::AllReduce(Tensor t) {
 }
 
 std::optional<Fp8Input> Decoder::Fp8InputFor(const LinearWeight& w, int32_t n) const {
-  if (fp8_codes_.empty() || !backend_.TakesFp8Input(w, n)) return std::nullopt;
   const int64_t k = w.in_features();
+  if (fp8_codes_.empty() || n * k > fp8_codes_.numel() || !backend_.TakesFp8Input(w, n)) return std::nullopt;
   return Fp8Input{fp8_codes_.Rows(0, n * k).Reshape({n, k}), fp8_scales_.Rows(0, n)};
 }
 

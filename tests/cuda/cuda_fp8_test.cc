@@ -22,6 +22,10 @@
 #include "engine/model/dummy_weights.h"
 #include "engine/runtime/model_runner.h"
 #include "kernels/core/fp8_scale.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/quant/fp8_quantize.h"
+#include "kernels/cuda/norm/rms_norm.h"
+#include "kernels/cuda/elementwise/elementwise.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/runtime/fixture_reference.h"
 #include "tests/runtime/rounding_backend.h"
@@ -382,6 +386,133 @@ TEST_P(CudaFp8Test, LinearReplayedFromAGraph) {
     }
   }
   gpu_->mutable_options().gemm_fp8_wgmma_max_rows = CudaBackendOptions{}.gemm_fp8_wgmma_max_rows;
+}
+
+// --- FP8 inputs quantized by the op that writes them (Backend::Fp8Input) ---
+
+std::vector<uint8_t> Bytes(Backend& b, Tensor t) {
+  std::vector<uint8_t> v(t.bytes());
+  EXPECT_TRUE(b.CopyToHost(v.data(), t).ok());
+  EXPECT_TRUE(b.Synchronize().ok());
+  return v;
+}
+
+// The RMSNorm and SiLU-and-mul kernels' quantized outputs: exactly the codes and scales of the
+// stand-alone quantizer run on their 16-bit outputs (which stay bit-identical to the plain
+// kernels'), per token and static, for the hidden and MLP widths of small and 8B-class models.
+TEST_P(CudaFp8Test, NormAndSiluMulQuantizeAsTheQuantizer) {
+  const cuda::Stream stream = gpu_->stream();
+  for (const int64_t rows : {1, 9, 33}) {
+    for (const int64_t dim : {384, 4096, 14336}) {
+      for (const bool per_token : {true, false}) {
+        SCOPED_TRACE(absl::StrCat(rows, " rows of ", dim, per_token ? ", per token" : ", static"));
+        const auto scaling = per_token ? cuda::Fp8ActivationScaling::kPerToken : cuda::Fp8ActivationScaling::kStatic;
+        OwnedTensor static_scale = Upload(*gpu_, DType::kF32, {1}, {3.0f / 448.0f});
+        OwnedTensor res_a = Upload(*gpu_, dtype_, {rows, dim}, Rand(rows * dim, -2, 2)),
+                    res_b = MakeTensor(*gpu_, dtype_, {rows, dim}), delta = Upload(*gpu_, dtype_, {rows, dim}, Rand(rows * dim)),
+                    weight = Upload(*gpu_, dtype_, {dim}, Rand(dim, 0.5f, 1.5f));
+        ASSERT_TRUE(gpu_->CopyToDevice(res_b.t, Bytes(*gpu_, res_a.t).data()).ok());
+        OwnedTensor out_a = MakeTensor(*gpu_, dtype_, {rows, dim}), out_b = MakeTensor(*gpu_, dtype_, {rows, dim});
+        OwnedTensor codes_a = MakeTensor(*gpu_, DType::kU8, {rows, dim}), codes_b = MakeTensor(*gpu_, DType::kU8, {rows, dim});
+        OwnedTensor scales_a = MakeTensor(*gpu_, DType::kF32, {rows}), scales_b = MakeTensor(*gpu_, DType::kF32, {rows});
+        const float* fixed = per_token ? nullptr : static_scale.t.data_as<const float>();
+        cuda::Fp8RowOutput q;
+        q.codes = codes_a.t.data_as<uint8_t>();
+        q.scales = per_token ? scales_a.t.data_as<float>() : nullptr;
+        q.static_scale = fixed;
+        // Fused, then plain + the quantizer.
+        ASSERT_TRUE(cuda::LaunchRmsNorm(dtype_, nullptr, res_a.t.data(), delta.t.data(), weight.t.data(), out_a.t.data(),
+                                        rows, dim, 1e-5f, stream, true, &q).ok());
+        ASSERT_TRUE(cuda::LaunchRmsNorm(dtype_, nullptr, res_b.t.data(), delta.t.data(), weight.t.data(), out_b.t.data(),
+                                        rows, dim, 1e-5f, stream, true).ok());
+        ASSERT_TRUE(cuda::LaunchQuantizeFp8(dtype_, out_b.t.data(), codes_b.t.data(), scales_b.t.data_as<float>(), rows,
+                                            dim, scaling, fixed, stream).ok());
+        EXPECT_EQ(Bytes(*gpu_, out_a.t), Bytes(*gpu_, out_b.t)) << "RMSNorm output";
+        EXPECT_EQ(Bytes(*gpu_, res_a.t), Bytes(*gpu_, res_b.t)) << "residual";
+        EXPECT_EQ(Bytes(*gpu_, codes_a.t), Bytes(*gpu_, codes_b.t)) << "RMSNorm codes";
+        if (per_token) EXPECT_EQ(Download(*gpu_, scales_a.t), Download(*gpu_, scales_b.t)) << "RMSNorm scales";
+        // SiLU-and-mul of [rows, 2 * dim] into [rows, dim].
+        OwnedTensor gate_up = Upload(*gpu_, dtype_, {rows, 2 * dim}, Rand(2 * rows * dim, -4, 4));
+        Poison(*gpu_, codes_a.t);
+        ASSERT_TRUE(cuda::LaunchSiluMulFp8(dtype_, gate_up.t.data(), out_a.t.data(), rows, dim, q, stream, true).ok());
+        ASSERT_TRUE(cuda::LaunchSiluMul(dtype_, gate_up.t.data(), out_b.t.data(), rows, dim, stream, true).ok());
+        ASSERT_TRUE(cuda::LaunchQuantizeFp8(dtype_, out_b.t.data(), codes_b.t.data(), scales_b.t.data_as<float>(), rows,
+                                            dim, scaling, fixed, stream).ok());
+        EXPECT_EQ(Bytes(*gpu_, out_a.t), Bytes(*gpu_, out_b.t)) << "SiLU-and-mul output";
+        EXPECT_EQ(Bytes(*gpu_, codes_a.t), Bytes(*gpu_, codes_b.t)) << "SiLU-and-mul codes";
+        if (per_token) EXPECT_EQ(Download(*gpu_, scales_a.t), Download(*gpu_, scales_b.t)) << "SiLU-and-mul scales";
+      }
+    }
+  }
+}
+
+// Through the backend: an FP8 linear whose input the norm quantized (AddRmsNormFp8 +
+// LinearFp8Input) gives the outputs of AddRmsNorm + Linear bit for bit, on the warpgroup GEMM and
+// cuBLASLt, eagerly and replayed from a graph; the W8A16 row counts (GEMV, few-rows GEMM), per-group
+// inputs and a backend with the fusion off do not take a quantized input.
+TEST_P(CudaFp8Test, LinearTakesItsInputQuantizedByTheNorm) {
+  const int64_t n = 768, k = 1024;
+  for (const StorageFormat& f : Formats()) {
+    for (ActivationQuant a : {ActivationQuant::kDynamicPerToken, ActivationQuant::kStaticPerTensor,
+                              ActivationQuant::kDynamicPerGroup}) {
+      const Fp8Weight q = Quantize(RandomVec(rng_, n * k, -0.5f, 0.5f), n, k, f);
+      DeviceLinear g = Place(*gpu_, dtype_, q, n, k, Rand(n), a, 3.0f / 448.0f);
+      const bool per_group = a == ActivationQuant::kDynamicPerGroup;
+      for (const int64_t m : {1, 8, 9, 32, 48, 200}) {
+        SCOPED_TRACE(absl::StrCat(f.ToString(), " input ", static_cast<int>(a), ", ", m, " rows"));
+        const bool takes = gpu_->TakesFp8Input(g.lw, m);
+        const bool w8a16_rows = m <= 8;
+        const bool block_scaled = f.granularity == ScaleGranularity::kBlock || f.granularity == ScaleGranularity::kGroup;
+        // Block/group weights with per-token or static inputs: cuBLASLt's rules decide (no claim).
+        if (per_group || (w8a16_rows && !block_scaled)) EXPECT_FALSE(takes);
+        if (!takes) continue;
+        const std::vector<float> residual = Rand(m * k, -2, 2);
+        OwnedTensor res_a = Upload(*gpu_, dtype_, {m, k}, residual), res_b = Upload(*gpu_, dtype_, {m, k}, residual),
+                    delta = Upload(*gpu_, dtype_, {m, k}, Rand(m * k)), norm_w = Upload(*gpu_, dtype_, {k}, Rand(k, 0.5f, 1.5f));
+        OwnedTensor normed_a = MakeTensor(*gpu_, dtype_, {m, k}), normed_b = MakeTensor(*gpu_, dtype_, {m, k});
+        OwnedTensor codes = MakeTensor(*gpu_, DType::kF8E4M3, {m, k}), scales = MakeTensor(*gpu_, DType::kF32, {m});
+        OwnedTensor out_a = MakeTensor(*gpu_, dtype_, {m, n}), out_b = MakeTensor(*gpu_, dtype_, {m, n});
+        const Fp8Input input{codes.t, scales.t};
+        gpu_->StartOpTiming();
+        ASSERT_TRUE(gpu_->AddRmsNormFp8(res_a.t, delta.t, norm_w.t, 1e-5f, normed_a.t, g.lw, input).ok());
+        ASSERT_TRUE(gpu_->LinearFp8Input(normed_a.t, input, g.lw, out_a.t).ok());
+        auto ops = gpu_->CollectOpTimings();
+        ASSERT_TRUE(ops.ok() && ops->size() == 2);
+        const std::string kernel = ops->back().op;
+        // (cuBLASLt may refuse block-scaled weights with these inputs when asked: the dequantizing
+        // GEMM then reads the 16-bit input, which the norm wrote as well.)
+        if (!block_scaled)
+          EXPECT_TRUE(kernel.find("wgmma") != std::string::npos || kernel.find("cublasLt") != std::string::npos)
+              << kernel;
+        ASSERT_TRUE(gpu_->AddRmsNorm(res_b.t, delta.t, norm_w.t, 1e-5f, normed_b.t).ok());
+        ASSERT_TRUE(gpu_->Linear(normed_b.t, g.lw, out_b.t).ok());
+        EXPECT_EQ(Bytes(*gpu_, out_a.t), Bytes(*gpu_, out_b.t)) << kernel;
+        // Replayed from a graph after new inputs: still the plain path's outputs.
+        ASSERT_TRUE(gpu_->BeginCapture().ok());
+        ASSERT_TRUE(gpu_->AddRmsNormFp8(res_a.t, delta.t, norm_w.t, 1e-5f, normed_a.t, g.lw, input).ok());
+        ASSERT_TRUE(gpu_->LinearFp8Input(normed_a.t, input, g.lw, out_a.t).ok());
+        auto graph = gpu_->EndCapture();
+        ASSERT_TRUE(graph.ok()) << graph.status();
+        const std::vector<float> next = Rand(m * k, -3, 3);
+        ASSERT_TRUE(gpu_->UploadConverted(next.data(), DType::kF32, res_a.t).ok());
+        ASSERT_TRUE(gpu_->UploadConverted(next.data(), DType::kF32, res_b.t).ok());
+        Poison(*gpu_, out_a.t);
+        ASSERT_TRUE((*graph)->Replay().ok());
+        ASSERT_TRUE(gpu_->AddRmsNorm(res_b.t, delta.t, norm_w.t, 1e-5f, normed_b.t).ok());
+        ASSERT_TRUE(gpu_->Linear(normed_b.t, g.lw, out_b.t).ok());
+        EXPECT_EQ(Bytes(*gpu_, out_a.t), Bytes(*gpu_, out_b.t)) << kernel << ", replayed";
+      }
+      gpu_->mutable_options().fuse_fp8_input_quant = false;
+      EXPECT_FALSE(gpu_->TakesFp8Input(g.lw, 32));
+      gpu_->mutable_options().fuse_fp8_input_quant = true;
+    }
+  }
+  // A bad call is an error, not a crash: rows for which the weight takes no quantized input.
+  const Fp8Weight q = Quantize(RandomVec(rng_, n * k, -0.5f, 0.5f), n, k, StorageFormat::Fp8(ScaleGranularity::kChannel));
+  DeviceLinear g = Place(*gpu_, dtype_, q, n, k, {}, ActivationQuant::kDynamicPerToken, 0);
+  OwnedTensor x = MakeTensor(*gpu_, dtype_, {2, k}), out = MakeTensor(*gpu_, dtype_, {2, n});
+  OwnedTensor codes = MakeTensor(*gpu_, DType::kF8E4M3, {2, k}), scales = MakeTensor(*gpu_, DType::kF32, {2});
+  EXPECT_FALSE(gpu_->LinearFp8Input(x.t, Fp8Input{codes.t, scales.t}, g.lw, out.t).ok());
 }
 
 // --- FP8 KV cache ---

@@ -221,6 +221,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
     impl->options.tune_cublas_candidates = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS"); v != nullptr) impl->options.gemm_few_rows_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FP8_WGMMA"); v != nullptr) impl->options.gemm_fp8_wgmma_max_rows = std::atoi(v);
+  if (const char* v = std::getenv("LLM_FP8_FUSED_QUANT"); v != nullptr && v[0] == '0')
+    impl->options.fuse_fp8_input_quant = false;
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_16BIT"); v != nullptr)
     impl->options.gemm_few_rows_16bit_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_INT4"); v != nullptr) {
@@ -400,6 +402,18 @@ absl::Status CudaBackend::Add(Tensor x, Tensor y) {
 }
 
 absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
+  return RunLinear(x, w, out, nullptr);
+}
+
+absl::Status CudaBackend::LinearFp8Input(Tensor x, Fp8Input quantized, const LinearWeight& w, Tensor out) {
+  const int64_t k = w.in_features(), m = k > 0 ? x.numel() / k : 0;
+  RETURN_IF_ERROR(Expect(m * k == x.numel() && TakesFp8Input(w, m), "LinearFp8Input",
+                         "the weight does not take an FP8 input here"));
+  RETURN_IF_ERROR(ValidateFp8Input("LinearFp8Input", quantized, w, m, k));
+  return RunLinear(x, w, out, &quantized);
+}
+
+absl::Status CudaBackend::RunLinear(Tensor x, const LinearWeight& w, Tensor out, const Fp8Input* quantized) {
   const DType dt = activation_dtype();
   RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), dt, {&x, &w.bias}));
   if (w.format.int4()) {  // f16 scales, u8 zeros and codes, i32 chunk groups and permutation
@@ -430,7 +444,7 @@ absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
                          "Linear",
                          absl::StrCat("x ", x.shape().ToString(), " · W ", w.weight.shape().ToString(), " -> out ",
                                       out.shape().ToString())));
-  const LinearCall call{x, &w, out, x.numel() / k, n, k, dt};
+  const LinearCall call{x, &w, out, x.numel() / k, n, k, dt, quantized};
   const LinearContext ctx = linear_context();
   ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(call, ctx));
   OpScope scope(*impl_, "Linear", static_cast<double>(w.weight.bytes() + x.bytes() + out.bytes() + w.bias.bytes()),
@@ -588,6 +602,57 @@ absl::Status CudaBackend::SiluMul(Tensor gate_up, Tensor out) {
   OpScope scope(*impl_, "SiluMul", 1.5 * gate_up.bytes(), 0);
   return cuda::LaunchSiluMul(dt, gate_up.data(), out.data(), rows, rows ? out.numel() / rows : 0, impl_->stream,
                              impl_->options.programmatic_launch);
+}
+
+bool CudaBackend::TakesFp8Input(const LinearWeight& w, int64_t rows) const {
+  if (!impl_->options.fuse_fp8_input_quant || rows <= 0) return false;
+  return impl_->linears->TakesFp8Input(LinearCall{Tensor(), &w, Tensor(nullptr, activation_dtype(), {rows, w.out_features()}, device()),
+                                                  rows, w.out_features(), w.in_features(), activation_dtype()},
+                                       linear_context());
+}
+
+absl::StatusOr<cuda::Fp8RowOutput> CudaBackend::Fp8RowOutputFor(const char* op, Tensor out,
+                                                                const LinearWeight& consumer,
+                                                                const Fp8Input& quantized) const {
+  const int64_t cols = consumer.in_features(), rows = cols > 0 ? out.numel() / cols : 0;
+  RETURN_IF_ERROR(Expect(rows * cols == out.numel() && TakesFp8Input(consumer, rows), op,
+                         "the consumer does not take an FP8 input here"));
+  RETURN_IF_ERROR(ValidateFp8Input(op, quantized, consumer, rows, cols));
+  cuda::Fp8RowOutput q;
+  q.codes = quantized.values.data_as<uint8_t>();
+  if (consumer.input_quant == ActivationQuant::kStaticPerTensor)
+    q.static_scale = consumer.input_scale.data_as<const float>();
+  else
+    q.scales = quantized.scales.data_as<float>();
+  return q;
+}
+
+absl::Status CudaBackend::AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
+                                        const LinearWeight& consumer, Fp8Input quantized) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("AddRmsNormFp8", device(), dt, {&residual, &delta, &weight, &out}));
+  const int64_t dim = weight.numel();
+  RETURN_IF_ERROR(Expect(dim > 0 && residual.numel() % dim == 0 && out.numel() == residual.numel() &&
+                             (delta.empty() || delta.numel() == residual.numel()),
+                         "AddRmsNormFp8", "shape mismatch"));
+  ASSIGN_OR_RETURN(const cuda::Fp8RowOutput q, Fp8RowOutputFor("AddRmsNormFp8", out, consumer, quantized));
+  OpScope scope(*impl_, "AddRmsNormFp8", (delta.empty() ? 2.0 : 4.0) * residual.bytes() + weight.bytes() +
+                                             quantized.values.bytes(), 0);
+  return cuda::LaunchRmsNorm(dt, nullptr, residual.data(), delta.empty() ? nullptr : delta.data(), weight.data(),
+                             out.data(), residual.numel() / dim, dim, eps, impl_->stream,
+                             impl_->options.programmatic_launch, &q);
+}
+
+absl::Status CudaBackend::SiluMulFp8(Tensor gate_up, Tensor out, const LinearWeight& consumer, Fp8Input quantized) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("SiluMulFp8", device(), dt, {&gate_up, &out}));
+  const int64_t rows = gate_up.rank() > 0 ? gate_up.dim(0) : 0;
+  RETURN_IF_ERROR(Expect(gate_up.numel() == 2 * out.numel() && (rows == 0 || out.numel() % rows == 0),
+                         "SiluMulFp8", "shape mismatch"));
+  ASSIGN_OR_RETURN(const cuda::Fp8RowOutput q, Fp8RowOutputFor("SiluMulFp8", out, consumer, quantized));
+  OpScope scope(*impl_, "SiluMulFp8", 1.5 * gate_up.bytes() + quantized.values.bytes(), 0);
+  return cuda::LaunchSiluMulFp8(dt, gate_up.data(), out.data(), rows, rows ? out.numel() / rows : 0, q,
+                                impl_->stream, impl_->options.programmatic_launch);
 }
 
 absl::Status CudaBackend::GatherRows(Tensor x, Tensor rows, Tensor out) {

@@ -11,6 +11,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/device_arena.h"
+#include "kernels/cuda/quant/fp8_quantize.h"
 
 struct CUstream_st;
 
@@ -102,6 +103,11 @@ struct CudaBackendOptions {
   // the small per-layer kernels (norm, RoPE/KV write, decode attention, SiLU: their launch
   // overlaps the previous kernel's tail). The NVLink all-reduce kernels always use it.
   bool programmatic_launch = true;
+  // FP8 linears that run W8A8 on an input quantized per token or per tensor (the warpgroup GEMM,
+  // cuBLASLt's FP8 GEMM) get that input quantized by the RMSNorm or SiLU-and-mul kernel that
+  // writes it (Backend::TakesFp8Input), instead of a quantizing kernel reading it again
+  // (LLM_FP8_FUSED_QUANT=0: off).
+  bool fuse_fp8_input_quant = true;
   // Test knobs.
   bool force_simt_attention = false;
   int attention_splits = 0;  // > 0: fixed decode split count
@@ -147,6 +153,11 @@ class CudaBackend final : public Backend {
   absl::Status Attention(const AttentionArgs& args) override;
   absl::Status SiluMul(Tensor gate_up, Tensor out) override;
   absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) override;
+  bool TakesFp8Input(const LinearWeight& w, int64_t rows) const override;
+  absl::Status AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
+                             const LinearWeight& consumer, Fp8Input quantized) override;
+  absl::Status SiluMulFp8(Tensor gate_up, Tensor out, const LinearWeight& consumer, Fp8Input quantized) override;
+  absl::Status LinearFp8Input(Tensor x, Fp8Input quantized, const LinearWeight& w, Tensor out) override;
   absl::Status EnqueueSample(const SampleArgs& args) override;
   absl::Status ReadSampleResults(int slot, absl::Span<SampleResult> results) override;
   absl::Status ResolvePendingTokens(Tensor ids, Tensor sampled) override;
@@ -185,6 +196,11 @@ class CudaBackend final : public Backend {
  private:
   // What the linear-kernel room (linear_kernels.h) needs of this backend at a call.
   LinearContext linear_context() const;
+  // Linear's checks and kernel; `quantized`: x also as the fused ops wrote it (LinearFp8Input).
+  absl::Status RunLinear(Tensor x, const LinearWeight& w, Tensor out, const Fp8Input* quantized);
+  // The row output a fused op writes for `consumer`, checked (TakesFp8Input, shapes).
+  absl::StatusOr<cuda::Fp8RowOutput> Fp8RowOutputFor(const char* op, Tensor out, const LinearWeight& consumer,
+                                                     const Fp8Input& quantized) const;
   struct Impl;
   class OpScope;
   explicit CudaBackend(std::unique_ptr<Impl> impl);

@@ -408,24 +408,35 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
   return absl::OkStatus();
 }
 
+bool LinearKernels::TakesFp8Input(const LinearCall& c, const LinearContext& ctx) const {
+  if (c.w->format.element != DType::kF8E4M3 || c.k % 16 != 0) return false;
+  const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
+  if (!modes || modes->quantize == cuda::Fp8ActivationScaling::kPerGroup) return false;
+  const LinearKernel kernel = ChooseFp8(c, ctx).kernel;
+  return kernel == LinearKernel::kFp8Wgmma || kernel == LinearKernel::kFp8CublasLt;
+}
+
 // Quantizes x a chunk of rows at a time into the FP8 workspace (E4M3 rows, then their scales),
-// each chunk followed by its GEMM: the warpgroup GEMM's, or cuBLASLt's. If cuBLASLt has no
-// algorithm for the combination, the shape is remembered and this call (and later ones) take the
-// dequantizing GEMM.
+// each chunk followed by its GEMM: the warpgroup GEMM's, or cuBLASLt's; x quantized already
+// (LinearCall::quantized): one GEMM over every row. If cuBLASLt has no algorithm for the
+// combination, the shape is remembered and this call (and later ones) take the dequantizing GEMM.
 absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) {
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (!modes) return RunFp8Dequant(c, ctx);
-  const int64_t rows = std::min<int64_t>(c.m, Fp8ChunkRows(c, *modes, ctx));
+  const bool given = c.quantized != nullptr;
+  const int64_t rows = given ? c.m : std::min<int64_t>(c.m, Fp8ChunkRows(c, *modes, ctx));
   if (rows < 1) return RunFp8Dequant(c, ctx);
-  const Fp8Chunk chunk = Fp8ChunkAt(c, ctx, rows);
+  const Fp8Chunk chunk = given ? Fp8Chunk{c.quantized->values.data_as<char>(), c.quantized->scales.data_as<float>()}
+                               : Fp8ChunkAt(c, ctx, rows);
   const float* static_scale =
       modes->quantize == cuda::Fp8ActivationScaling::kStatic ? c.w->input_scale.data_as<const float>() : nullptr;
   const size_t in_bytes = DTypeSize(c.act);
   for (int64_t r0 = 0; r0 < c.m; r0 += rows) {
     const int64_t mc = std::min(rows, c.m - r0);
-    RETURN_IF_ERROR(cuda::LaunchQuantizeFp8(c.act, static_cast<const char*>(c.x.data()) + r0 * c.k * in_bytes,
-                                            chunk.q, chunk.scales, mc, c.k, modes->quantize, static_scale, ctx.stream,
-                                            options_.programmatic_launch));
+    if (!given)
+      RETURN_IF_ERROR(cuda::LaunchQuantizeFp8(c.act, static_cast<const char*>(c.x.data()) + r0 * c.k * in_bytes,
+                                              chunk.q, chunk.scales, mc, c.k, modes->quantize, static_scale,
+                                              ctx.stream, options_.programmatic_launch));
     const cuda::Fp8GemmArgs a = Fp8ArgsFor(c, *modes, chunk.q, chunk.scales, r0, mc);
     if (choice.kernel == LinearKernel::kFp8Wgmma) {
       cuda::GemmFp8WgmmaOptions wo;

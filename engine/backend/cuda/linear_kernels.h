@@ -61,6 +61,9 @@ struct LinearCall {
   Tensor out;
   int64_t m = 0, n = 0, k = 0;
   DType act = DType::kBF16;
+  // x also quantized as the weight declares, by the op that wrote it (Backend::LinearFp8Input):
+  // the W8A8 kernels read it instead of quantizing x; the others read x.
+  const Fp8Input* quantized = nullptr;
 };
 
 // What the room needs from the backend at each call.
@@ -91,6 +94,10 @@ class LinearKernels {
   // the stream); in a tuning pass, cuBLASLt shapes time cuBLASLt's algorithms the same way.
   absl::StatusOr<LinearKernelChoice> Choose(const LinearCall& call, const LinearContext& ctx);
   absl::Status Run(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx);
+  // Whether `call` (its x and out may be empty: only shapes and dtypes are read) runs a W8A8
+  // kernel that can read x pre-quantized (LinearCall::quantized): per-token or static input
+  // quantization, the warpgroup GEMM or cuBLASLt's FP8 GEMM.
+  bool TakesFp8Input(const LinearCall& call, const LinearContext& ctx) const;
 
  private:
   using ShapeKey = std::tuple<int64_t, int64_t, int64_t, DType, bool>;  // m, n, k, output dtype, bias

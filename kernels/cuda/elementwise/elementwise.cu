@@ -4,6 +4,7 @@
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/common/fp8.cuh"
+#include "kernels/cuda/quant/fp8_row_quantize.cuh"
 
 namespace llm::cuda {
 
@@ -75,6 +76,33 @@ __global__ void SiluMulKernel(const T* __restrict__ gate_up, T* __restrict__ out
   }
 }
 
+// One block per row: the row's SiLU-and-mul stored (as SiluMulKernel rounds it), then quantized
+// from the stored values by the same threads (QuantizeStoredRowFp8's walk).
+template <typename T, bool kVec16>
+__global__ void SiluMulFp8Kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t f,
+                                 Fp8RowOutput quantized) {
+  AllowDependentLaunch();
+  GridDependencyWait();
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* g = gate_up + row * 2 * f;
+  const T* u = g + f;
+  T* o = out + row * f;
+  if constexpr (kVec16) {
+    constexpr int kVec = Vec16<T>::kVec;
+    for (int64_t c = threadIdx.x; c < f / kVec; c += blockDim.x) {
+      const Vec16<T> gv = LoadVec(g + c * kVec), uv = LoadVec(u + c * kVec);
+      Vec16<T> ov;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) ov.v[e] = FromFloat<T>(Silu(ToFloat(gv.v[e])) * ToFloat(uv.v[e]));
+      StoreVec(o + c * kVec, ov);
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < f; c += blockDim.x) o[c] = FromFloat<T>(Silu(ToFloat(g[c])) * ToFloat(u[c]));
+  }
+  QuantizeStoredRowFp8<T, kVec16>(o, row, f, quantized, scratch);
+}
+
 template <typename T, typename TOut>
 __global__ void AddBiasKernel(TOut* __restrict__ out, const T* __restrict__ bias, int64_t rows, int64_t cols) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
@@ -128,6 +156,28 @@ absl::Status LaunchSiluMul(DType dtype, const void* gate_up, void* out, int64_t 
     CUDA_RETURN_IF_ERROR(LaunchKernel(SiluMulKernel<scalar_t>, dim3(GridFor(vec ? rows * f / kVec : rows * f)),
                                       dim3(kThreads), 0, stream, pdl, static_cast<const scalar_t*>(gate_up),
                                       static_cast<scalar_t*>(out), rows, f, vec));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status LaunchSiluMulFp8(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f,
+                              const Fp8RowOutput& quantized, Stream stream, bool pdl) {
+  if (rows < 0 || f < 0 || rows > 0x7fffffff) return absl::InvalidArgumentError("SiluMulFp8: bad sizes");
+  if (quantized.codes == nullptr || (quantized.scales == nullptr) == (quantized.static_scale == nullptr))
+    return absl::InvalidArgumentError("SiluMulFp8: FP8 output needs codes and either per-row or static scales");
+  if (rows == 0 || f == 0) return absl::OkStatus();
+  return LLM_DISPATCH_FLOAT(dtype, "SiluMulFp8", [&] {
+    constexpr int kVec = Vec16<scalar_t>::kVec;
+    const bool vec = f % kVec == 0 && Aligned16(gate_up) && Aligned16(out) &&
+                     reinterpret_cast<uintptr_t>(quantized.codes) % 8 == 0;
+    const int64_t work = vec ? f / kVec : f;
+    // Up to 1024 threads a row: a decode step has few rows, each of which must still be read
+    // with enough loads in flight.
+    const int threads = static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(32, (work + 31) / 32 * 32)));
+    auto kernel = vec ? SiluMulFp8Kernel<scalar_t, true> : SiluMulFp8Kernel<scalar_t, false>;
+    CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream, pdl,
+                                      static_cast<const scalar_t*>(gate_up), static_cast<scalar_t*>(out), f,
+                                      quantized));
     return absl::OkStatus();
   });
 }

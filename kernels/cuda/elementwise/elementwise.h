@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/common/stream.h"
+#include "kernels/cuda/quant/fp8_quantize.h"
 
 namespace llm::cuda {
 
@@ -19,6 +20,10 @@ absl::Status LaunchAdd(DType dtype, void* x, const void* y, int64_t n, Stream st
 // touching memory; only its launch overlaps the predecessor's tail).
 absl::Status LaunchSiluMul(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f, Stream stream,
                            bool pdl = false);
+// LaunchSiluMul, also writing out quantized to FP8 per row (or by a static scale) for the W8A8
+// linear that reads it (fp8_quantize.h): one block a row. out bit-identical to LaunchSiluMul's.
+absl::Status LaunchSiluMulFp8(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f,
+                              const Fp8RowOutput& quantized, Stream stream, bool pdl = false);
 
 // out[r, c] += bias[c] for out [rows, cols] of `out_dtype` (== dtype or f32), bias of `dtype`.
 absl::Status LaunchAddBias(DType dtype, DType out_dtype, void* out, const void* bias, int64_t rows, int64_t cols,

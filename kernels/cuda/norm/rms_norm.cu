@@ -3,15 +3,17 @@
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/norm/rms_norm_row.cuh"
+#include "kernels/cuda/quant/fp8_row_quantize.cuh"
 
 namespace llm::cuda {
 namespace {
 
 // One block per row. Pass 1 forms the (residual) row and its sum of squares; pass 2
-// (FinishRmsNormRow) normalizes.
-template <typename T, bool kVec16>
+// (FinishRmsNormRow) normalizes; kQuantize: pass 3 quantizes the stored output for an FP8 linear.
+template <typename T, bool kVec16, bool kQuantize>
 __global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ delta,
-                              const T* __restrict__ weight, T* __restrict__ out, int64_t dim, float eps) {
+                              const T* __restrict__ weight, T* __restrict__ out, int64_t dim, float eps,
+                              Fp8RowOutput quantized) {
   AllowDependentLaunch();
   GridDependencyWait();
   __shared__ float scratch[32];
@@ -46,28 +48,35 @@ __global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual,
     }
   }
   FinishRmsNormRow<T, kVec16>(src, weight, o, dim, sum_sq, eps, scratch);
+  if constexpr (kQuantize) QuantizeStoredRowFp8<T, kVec16>(o, row, dim, quantized, scratch);
 }
 
 }  // namespace
 
 absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* delta, const void* weight,
-                           void* out, int64_t rows, int64_t dim, float eps, Stream stream, bool pdl) {
+                           void* out, int64_t rows, int64_t dim, float eps, Stream stream, bool pdl,
+                           const Fp8RowOutput* quantized) {
   if (rows < 0 || dim <= 0) return absl::InvalidArgumentError("RmsNorm: bad sizes");
   if (rows == 0) return absl::OkStatus();
   if (rows > 0x7fffffff) return absl::InvalidArgumentError("RmsNorm: too many rows");
   if (residual == nullptr && x == nullptr) return absl::InvalidArgumentError("RmsNorm: no input");
+  if (quantized != nullptr && (quantized->codes == nullptr || (quantized->scales == nullptr) ==
+                                                                  (quantized->static_scale == nullptr)))
+    return absl::InvalidArgumentError("RmsNorm: FP8 output needs codes and either per-row or static scales");
   return LLM_DISPATCH_FLOAT(dtype, "RmsNorm", [&] {
     using T = scalar_t;
     constexpr int kVec = Vec16<T>::kVec;
     const bool vec = dim % kVec == 0 && Aligned16(residual ? residual : x) && (!delta || Aligned16(delta)) &&
-                     Aligned16(weight) && Aligned16(out);
+                     Aligned16(weight) && Aligned16(out) &&
+                     (quantized == nullptr || reinterpret_cast<uintptr_t>(quantized->codes) % 8 == 0);
     const int64_t work = vec ? dim / kVec : dim;
     const int threads = static_cast<int>(std::min<int64_t>(512, std::max<int64_t>(32, (work + 31) / 32 * 32)));
-    auto kernel = vec ? RmsNormKernel<T, true> : RmsNormKernel<T, false>;
+    auto kernel = quantized ? (vec ? RmsNormKernel<T, true, true> : RmsNormKernel<T, false, true>)
+                            : (vec ? RmsNormKernel<T, true, false> : RmsNormKernel<T, false, false>);
     CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream, pdl,
                                       static_cast<const T*>(x), static_cast<T*>(residual),
                                       static_cast<const T*>(delta), static_cast<const T*>(weight),
-                                      static_cast<T*>(out), dim, eps));
+                                      static_cast<T*>(out), dim, eps, quantized ? *quantized : Fp8RowOutput{}));
     return absl::OkStatus();
   });
 }

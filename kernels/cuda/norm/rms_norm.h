@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/common/stream.h"
+#include "kernels/cuda/quant/fp8_quantize.h"
 
 namespace llm::cuda {
 
@@ -16,7 +17,10 @@ namespace llm::cuda {
 // All tensors of `dtype` (weight too).
 // `pdl`: launched with programmatic dependent launch (the kernel waits for its predecessor before
 // touching memory; only its launch overlaps the predecessor's tail).
+// `quantized`: out is also written quantized to FP8 per row (or by a static scale) for the W8A8
+// linear that reads it (fp8_quantize.h).
 absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* delta, const void* weight,
-                           void* out, int64_t rows, int64_t dim, float eps, Stream stream, bool pdl = false);
+                           void* out, int64_t rows, int64_t dim, float eps, Stream stream, bool pdl = false,
+                           const Fp8RowOutput* quantized = nullptr);
 
 }  // namespace llm::cuda

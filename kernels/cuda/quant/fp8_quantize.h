@@ -18,6 +18,17 @@ enum class Fp8ActivationScaling {
   kStatic,      // scales unused: *static_scale (device) for every element
 };
 
+// Where a row kernel (RMSNorm, SiLU-and-mul) also writes its output quantized per token or by a
+// static scale, for the W8A8 linear that reads it (fp8_row_quantize.cuh): codes [rows, dim] E4M3
+// (8-byte aligned), and per row its scale (scales[row]; static_scale null) or none (every
+// element scaled by *static_scale, on the device). The codes and scales LaunchQuantizeFp8 would
+// compute from the stored output (kPerToken or kStatic).
+struct Fp8RowOutput {
+  uint8_t* codes = nullptr;
+  float* scales = nullptr;
+  const float* static_scale = nullptr;
+};
+
 // x [m, k] of `dtype` (bf16/fp16/f32), q [m, k] E4M3. k % 16 == 0 and 16-byte aligned x / q.
 absl::Status LaunchQuantizeFp8(DType dtype, const void* x, void* q, float* scales, int64_t m, int64_t k,
                                Fp8ActivationScaling scaling, const float* static_scale, Stream stream,

@@ -479,14 +479,20 @@ TEST_P(CudaFp8Test, LinearTakesItsInputQuantizedByTheNorm) {
         auto ops = gpu_->CollectOpTimings();
         ASSERT_TRUE(ops.ok() && ops->size() == 2);
         const std::string kernel = ops->back().op;
-        // (cuBLASLt may refuse block-scaled weights with these inputs when asked: the dequantizing
-        // GEMM then reads the 16-bit input, which the norm wrote as well.)
-        if (!block_scaled)
-          EXPECT_TRUE(kernel.find("wgmma") != std::string::npos || kernel.find("cublasLt") != std::string::npos)
-              << kernel;
         ASSERT_TRUE(gpu_->AddRmsNorm(res_b.t, delta.t, norm_w.t, 1e-5f, normed_b.t).ok());
         ASSERT_TRUE(gpu_->Linear(normed_b.t, g.lw, out_b.t).ok());
         EXPECT_EQ(Bytes(*gpu_, out_a.t), Bytes(*gpu_, out_b.t)) << kernel;
+        // cuBLASLt's FP8 rules are known only once it is asked (the first call of a shape, above):
+        // where it refused (seen on an H100: per-tensor weights with a static input scale at 48
+        // rows), the dequantizing GEMM read the 16-bit input the norm wrote as well, and the
+        // weight no longer takes a quantized input at these rows.
+        if (kernel.find("dequant") != std::string::npos) {
+          EXPECT_FALSE(gpu_->TakesFp8Input(g.lw, m)) << kernel;
+          continue;
+        }
+        EXPECT_TRUE(kernel.find("wgmma") != std::string::npos || kernel.find("cublasLt") != std::string::npos)
+            << kernel;
+        ASSERT_TRUE(gpu_->TakesFp8Input(g.lw, m));
         // Replayed from a graph after new inputs: still the plain path's outputs.
         ASSERT_TRUE(gpu_->BeginCapture().ok());
         ASSERT_TRUE(gpu_->AddRmsNormFp8(res_a.t, delta.t, norm_w.t, 1e-5f, normed_a.t, g.lw, input).ok());

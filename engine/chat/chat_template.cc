@@ -254,7 +254,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatRequest& request) con
   context.Set(Value::String("tools"), has_tools ? chat::FromJson(request.tools) : Value::None());
   context.Set(Value::String("documents"), Value::None());
   context.Set(Value::String("add_generation_prompt"), Value::Bool(request.add_generation_prompt));
-  return chosen.parsed->Render(context, limits_);
+  return chosen.parsed->Render(context, limits_, clock_());
 }
 
 absl::StatusOr<std::vector<int32_t>> ChatTemplate::RenderIds(const ChatRequest& request,

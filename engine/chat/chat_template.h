@@ -16,7 +16,9 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,6 +62,9 @@ class ChatTemplate {
   absl::StatusOr<std::vector<int32_t>> RenderIds(const ChatRequest& request, const Tokenizer& tokenizer) const;
 
   void set_limits(const chat::RenderLimits& limits) { limits_ = limits; }
+  // What strftime_now() reads (templates that print today's date); the system clock by default.
+  // Tests pin it to the instant their references were rendered at.
+  void set_clock(std::function<std::time_t()> clock) { clock_ = std::move(clock); }
 
  private:
   struct Named {
@@ -72,6 +77,7 @@ class ChatTemplate {
   std::map<std::string, Named> templates_;
   chat::ValueDict special_tokens_;
   chat::RenderLimits limits_;
+  std::function<std::time_t()> clock_ = [] { return std::time(nullptr); };
 };
 
 }  // namespace llm

@@ -89,11 +89,11 @@ absl::StatusOr<Value> RaiseException(CallArgs& args, Interpreter&) {
   return TemplateError(ErrorKind::kRaised, a.Get(0)->Str());
 }
 
-absl::StatusOr<Value> StrftimeNow(CallArgs& args, Interpreter&) {
+absl::StatusOr<Value> StrftimeNow(CallArgs& args, Interpreter& in) {
   ASSIGN_OR_RETURN(BoundArgs a, BoundArgs::Bind("strftime_now", args, {"format"}));
   if (!a.Has(0) || !a.Get(0)->is_string())
     return TemplateError(ErrorKind::kType, "strftime_now() argument must be str");
-  const std::time_t now = std::time(nullptr);
+  const std::time_t now = in.now();
   std::tm local{};
   localtime_r(&now, &local);
   char buf[512];

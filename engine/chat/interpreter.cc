@@ -17,8 +17,8 @@ void Scope::Set(std::string_view name, Value value) {
   vars_.emplace_back(std::string(name), std::move(value));
 }
 
-Interpreter::Interpreter(const ValueDict& context, const RenderLimits& limits)
-    : context_(context), limits_(limits) {}
+Interpreter::Interpreter(const ValueDict& context, const RenderLimits& limits, std::time_t now)
+    : context_(context), limits_(limits), now_(now) {}
 
 absl::StatusOr<std::string> Interpreter::Run(const StmtList& body) {
   scope_ = NewScope(nullptr);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <deque>
 #include <string>
 #include <string_view>
@@ -46,13 +47,15 @@ class Scope {
 class Interpreter {
  public:
   // `context` holds the render's variables (messages, tools, ...); it must outlive the render.
-  Interpreter(const ValueDict& context, const RenderLimits& limits);
+  // `now`: the time strftime_now() formats (one instant for the whole render).
+  Interpreter(const ValueDict& context, const RenderLimits& limits, std::time_t now);
 
   absl::StatusOr<std::string> Run(const StmtList& body);
 
   // --- variables ---
   // Scopes innermost first, then the context, then the global functions; undefined when none.
   Value Lookup(std::string_view name) const;
+  std::time_t now() const { return now_; }
   Scope* scope() const { return scope_; }
   Scope* NewScope(Scope* parent);
   // Makes `scope` current until destroyed.
@@ -90,6 +93,7 @@ class Interpreter {
  private:
   const ValueDict& context_;
   const RenderLimits limits_;
+  const std::time_t now_;
   std::deque<Scope> scopes_;
   Scope* scope_ = nullptr;
   std::string* out_ = nullptr;

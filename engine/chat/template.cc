@@ -25,8 +25,9 @@ absl::StatusOr<std::shared_ptr<const Template>> Template::Parse(std::string_view
   return std::shared_ptr<const Template>(new Template(*std::move(body)));
 }
 
-absl::StatusOr<std::string> Template::Render(const ValueDict& context, const RenderLimits& limits) const {
-  Interpreter interpreter(context, limits);
+absl::StatusOr<std::string> Template::Render(const ValueDict& context, const RenderLimits& limits,
+                                             std::optional<std::time_t> now) const {
+  Interpreter interpreter(context, limits, now.value_or(std::time(nullptr)));
   absl::StatusOr<std::string> out = interpreter.Run(body_);
   if (!out.ok()) return Finalize(out.status());
   return out;

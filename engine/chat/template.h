@@ -8,7 +8,9 @@
 // where Class is the Python exception jinja2 raises (ErrorKindOf() gives it as an enum).
 #pragma once
 
+#include <ctime>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -27,7 +29,9 @@ class Template {
   static absl::StatusOr<std::shared_ptr<const Template>> Parse(std::string_view source);
 
   // `context` holds the variables the template sees.
-  absl::StatusOr<std::string> Render(const ValueDict& context, const RenderLimits& limits = {}) const;
+  // `now`: the time strftime_now() formats; the current time when not given.
+  absl::StatusOr<std::string> Render(const ValueDict& context, const RenderLimits& limits = {},
+                                     std::optional<std::time_t> now = std::nullopt) const;
 
  private:
   explicit Template(StmtList body) : body_(std::move(body)) {}

@@ -2,6 +2,8 @@
 // exactly the text and token ids of the references (tests/data/chat/references.json, made by
 // tests/data/chat/make_references.py with transformers' rendering and Hugging Face tokenizers),
 // or a template error of the same class. Also: how ChatTemplate finds a model's template.
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -40,10 +42,25 @@ const Tokenizer& TestTokenizer(const std::string& name) {
   return *slot;
 }
 
+// A local time "YYYY-MM-DDTHH:MM:SS" as the system clock would read it then.
+std::time_t LocalTime(const std::string& iso) {
+  std::tm t{};
+  EXPECT_EQ(std::sscanf(iso.c_str(), "%d-%d-%dT%d:%d:%d", &t.tm_year, &t.tm_mon, &t.tm_mday, &t.tm_hour, &t.tm_min,
+                        &t.tm_sec),
+            6)
+      << iso;
+  t.tm_year -= 1900;
+  t.tm_mon -= 1;
+  t.tm_isdst = -1;
+  return std::mktime(&t);
+}
+
 TEST(ChatTemplateReferenceTest, PublishedTemplatesMatchTransformers) {
   const std::filesystem::path dir = std::filesystem::path(LLM_TEST_DATA_DIR) / "chat";
   const Json refs = Json::parse(ReadFile(dir / "references.json"));
   ASSERT_GE(refs["cases"].size(), 300u);
+  // Templates that print today's date (strftime_now) were rendered at this instant.
+  const std::time_t rendered_at = LocalTime(refs["strftime_now"].get<std::string>());
   std::map<std::string, std::unique_ptr<ChatTemplate>> templates;
   int texts = 0, errors = 0;
   for (const Json& c : refs["cases"]) {
@@ -56,6 +73,7 @@ TEST(ChatTemplateReferenceTest, PublishedTemplatesMatchTransformers) {
                                           c["special_tokens"]);
       ASSERT_TRUE(created.ok()) << created.status();
       chat = *std::move(created);
+      chat->set_clock([rendered_at] { return rendered_at; });
     }
     absl::StatusOr<ChatRequest> request = ParseChatRequest(c["request"].dump());
     ASSERT_TRUE(request.ok()) << request.status();

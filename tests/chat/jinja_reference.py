@@ -48,8 +48,13 @@ def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+# The instant strftime_now() formats: the current time, unless a caller pins it (the references
+# of tests/data/chat are rendered at a fixed instant, so that they do not depend on the day).
+NOW = None
+
+
 def strftime_now(format):
-    return datetime.now().strftime(format)
+    return (NOW or datetime.now()).strftime(format)
 
 
 def make_env():

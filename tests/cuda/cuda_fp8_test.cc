@@ -430,7 +430,9 @@ TEST_P(CudaFp8Test, NormAndSiluMulQuantizeAsTheQuantizer) {
         EXPECT_EQ(Bytes(*gpu_, out_a.t), Bytes(*gpu_, out_b.t)) << "RMSNorm output";
         EXPECT_EQ(Bytes(*gpu_, res_a.t), Bytes(*gpu_, res_b.t)) << "residual";
         EXPECT_EQ(Bytes(*gpu_, codes_a.t), Bytes(*gpu_, codes_b.t)) << "RMSNorm codes";
-        if (per_token) EXPECT_EQ(Download(*gpu_, scales_a.t), Download(*gpu_, scales_b.t)) << "RMSNorm scales";
+        if (per_token) {
+          EXPECT_EQ(Download(*gpu_, scales_a.t), Download(*gpu_, scales_b.t)) << "RMSNorm scales";
+        }
         // SiLU-and-mul of [rows, 2 * dim] into [rows, dim].
         OwnedTensor gate_up = Upload(*gpu_, dtype_, {rows, 2 * dim}, Rand(2 * rows * dim, -4, 4));
         Poison(*gpu_, codes_a.t);
@@ -440,7 +442,9 @@ TEST_P(CudaFp8Test, NormAndSiluMulQuantizeAsTheQuantizer) {
                                             dim, scaling, fixed, stream).ok());
         EXPECT_EQ(Bytes(*gpu_, out_a.t), Bytes(*gpu_, out_b.t)) << "SiLU-and-mul output";
         EXPECT_EQ(Bytes(*gpu_, codes_a.t), Bytes(*gpu_, codes_b.t)) << "SiLU-and-mul codes";
-        if (per_token) EXPECT_EQ(Download(*gpu_, scales_a.t), Download(*gpu_, scales_b.t)) << "SiLU-and-mul scales";
+        if (per_token) {
+          EXPECT_EQ(Download(*gpu_, scales_a.t), Download(*gpu_, scales_b.t)) << "SiLU-and-mul scales";
+        }
       }
     }
   }
@@ -464,7 +468,9 @@ TEST_P(CudaFp8Test, LinearTakesItsInputQuantizedByTheNorm) {
         const bool w8a16_rows = m <= 8;
         const bool block_scaled = f.granularity == ScaleGranularity::kBlock || f.granularity == ScaleGranularity::kGroup;
         // Block/group weights with per-token or static inputs: cuBLASLt's rules decide (no claim).
-        if (per_group || (w8a16_rows && !block_scaled)) EXPECT_FALSE(takes);
+        if (per_group || (w8a16_rows && !block_scaled)) {
+          EXPECT_FALSE(takes);
+        }
         if (!takes) continue;
         const std::vector<float> residual = Rand(m * k, -2, 2);
         OwnedTensor res_a = Upload(*gpu_, dtype_, {m, k}, residual), res_b = Upload(*gpu_, dtype_, {m, k}, residual),

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -381,16 +382,33 @@ absl::Status CudaBackend::RmsNorm(Tensor x, Tensor weight, float eps, Tensor out
 }
 
 absl::Status CudaBackend::AddRmsNorm(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out) {
+  return RunAddRmsNorm("AddRmsNorm", residual, delta, weight, eps, out, nullptr, nullptr);
+}
+
+absl::Status CudaBackend::AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
+                                        const LinearWeight& consumer, Fp8Input quantized) {
+  return RunAddRmsNorm("AddRmsNormFp8", residual, delta, weight, eps, out, &consumer, &quantized);
+}
+
+absl::Status CudaBackend::RunAddRmsNorm(const char* op, Tensor residual, Tensor delta, Tensor weight, float eps,
+                                        Tensor out, const LinearWeight* consumer, const Fp8Input* quantized) {
   const DType dt = activation_dtype();
-  RETURN_IF_ERROR(ExpectOnDevice("AddRmsNorm", device(), dt, {&residual, &delta, &weight, &out}));
+  RETURN_IF_ERROR(ExpectOnDevice(op, device(), dt, {&residual, &delta, &weight, &out}));
   const int64_t dim = weight.numel();
   RETURN_IF_ERROR(Expect(dim > 0 && residual.numel() % dim == 0 && out.numel() == residual.numel() &&
                              (delta.empty() || delta.numel() == residual.numel()),
-                         "AddRmsNorm", "shape mismatch"));
-  OpScope scope(*impl_, "AddRmsNorm", (delta.empty() ? 2.0 : 4.0) * residual.bytes() + weight.bytes(), 0);
+                         op, "shape mismatch"));
+  std::optional<cuda::Fp8RowOutput> q;
+  if (quantized != nullptr) {
+    ASSIGN_OR_RETURN(q, Fp8RowOutputFor(op, out, *consumer, *quantized));
+  }
+  OpScope scope(*impl_, op,
+                (delta.empty() ? 2.0 : 4.0) * residual.bytes() + weight.bytes() +
+                    (quantized ? quantized->values.bytes() : 0),
+                0);
   return cuda::LaunchRmsNorm(dt, nullptr, residual.data(), delta.empty() ? nullptr : delta.data(), weight.data(),
                              out.data(), residual.numel() / dim, dim, eps, impl_->stream,
-                             impl_->options.programmatic_launch);
+                             impl_->options.programmatic_launch, q ? &*q : nullptr);
 }
 
 absl::Status CudaBackend::Add(Tensor x, Tensor y) {
@@ -625,22 +643,6 @@ absl::StatusOr<cuda::Fp8RowOutput> CudaBackend::Fp8RowOutputFor(const char* op, 
   else
     q.scales = quantized.scales.data_as<float>();
   return q;
-}
-
-absl::Status CudaBackend::AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
-                                        const LinearWeight& consumer, Fp8Input quantized) {
-  const DType dt = activation_dtype();
-  RETURN_IF_ERROR(ExpectOnDevice("AddRmsNormFp8", device(), dt, {&residual, &delta, &weight, &out}));
-  const int64_t dim = weight.numel();
-  RETURN_IF_ERROR(Expect(dim > 0 && residual.numel() % dim == 0 && out.numel() == residual.numel() &&
-                             (delta.empty() || delta.numel() == residual.numel()),
-                         "AddRmsNormFp8", "shape mismatch"));
-  ASSIGN_OR_RETURN(const cuda::Fp8RowOutput q, Fp8RowOutputFor("AddRmsNormFp8", out, consumer, quantized));
-  OpScope scope(*impl_, "AddRmsNormFp8", (delta.empty() ? 2.0 : 4.0) * residual.bytes() + weight.bytes() +
-                                             quantized.values.bytes(), 0);
-  return cuda::LaunchRmsNorm(dt, nullptr, residual.data(), delta.empty() ? nullptr : delta.data(), weight.data(),
-                             out.data(), residual.numel() / dim, dim, eps, impl_->stream,
-                             impl_->options.programmatic_launch, &q);
 }
 
 absl::Status CudaBackend::SiluMulFp8(Tensor gate_up, Tensor out, const LinearWeight& consumer, Fp8Input quantized) {

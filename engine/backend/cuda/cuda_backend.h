@@ -198,6 +198,9 @@ class CudaBackend final : public Backend {
   LinearContext linear_context() const;
   // Linear's checks and kernel; `quantized`: x also as the fused ops wrote it (LinearFp8Input).
   absl::Status RunLinear(Tensor x, const LinearWeight& w, Tensor out, const Fp8Input* quantized);
+  // AddRmsNorm, and with `quantized` also out quantized for `consumer` (AddRmsNormFp8).
+  absl::Status RunAddRmsNorm(const char* op, Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
+                             const LinearWeight* consumer, const Fp8Input* quantized);
   // The row output a fused op writes for `consumer`, checked (TakesFp8Input, shapes).
   absl::StatusOr<cuda::Fp8RowOutput> Fp8RowOutputFor(const char* op, Tensor out, const LinearWeight& consumer,
                                                      const Fp8Input& quantized) const;

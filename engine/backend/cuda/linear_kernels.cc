@@ -198,6 +198,11 @@ W4DequantPlan PlanW4Dequant(const LinearCall& c, const LinearContext& ctx) {
   return p;
 }
 
+// What cuBLASLt's FP8 rules depend on: the shape and both operands' scale modes.
+std::tuple<int64_t, int64_t, int64_t, int, int> Fp8RefusalKey(const LinearCall& c) {
+  return {c.m, c.n, c.k, static_cast<int>(c.w->format.granularity), static_cast<int>(c.w->input_quant)};
+}
+
 // Rows of x that the FP8 workspace holds at once, quantized, with their scales.
 int64_t Fp8ChunkRows(const LinearCall& c, const CublasFp8Modes& modes, const LinearContext& ctx) {
   const int64_t groups = (c.k + 127) / 128;
@@ -321,7 +326,7 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
   if (c.m <= o.gemm_fp8_wgmma_max_rows && Fp8WgmmaTakes(c, ctx)) return {LinearKernel::kFp8Wgmma, 0};
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (modes && c.out.dtype() == c.act && ctx.fp8_workspace != nullptr &&
-      !fp8_cublas_refused_.count({c.m, c.n, c.k, static_cast<int>(c.w->format.granularity)}))
+      !fp8_cublas_refused_.count(Fp8RefusalKey(c)))
     return {LinearKernel::kFp8CublasLt, 0};
   return {LinearKernel::kFp8Dequant, 0};
 }
@@ -449,7 +454,7 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
     if (absl::IsUnimplemented(st)) {
       // Choose probed the first chunk; a shorter last one can still be refused: the whole call
       // then takes the dequantizing GEMM (it rewrites every row, so the output stays one kernel's).
-      fp8_cublas_refused_.insert({c.m, c.n, c.k, static_cast<int>(c.w->format.granularity)});
+      fp8_cublas_refused_.insert(Fp8RefusalKey(c));
       if (LogLinearChoice())
         std::fprintf(stderr, "FP8 linear %lld x %lld: %s; the dequantizing GEMM takes it\n",
                      static_cast<long long>(c.n), static_cast<long long>(c.k), std::string(st.message()).c_str());
@@ -468,7 +473,7 @@ absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, co
     // refusal is the dequantizing GEMM from the start (and the op is labelled by what runs).
     const absl::Status probe = ProbeFp8Cublas(c, ctx);
     if (absl::IsUnimplemented(probe)) {
-      fp8_cublas_refused_.insert({c.m, c.n, c.k, static_cast<int>(c.w->format.granularity)});
+      fp8_cublas_refused_.insert(Fp8RefusalKey(c));
       return LinearKernelChoice{LinearKernel::kFp8Dequant, 0};
     }
     RETURN_IF_ERROR(probe);

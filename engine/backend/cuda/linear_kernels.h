@@ -114,9 +114,10 @@ class LinearKernels {
   const CudaBackendOptions& options_;
   std::map<ShapeKey, LinearKernelChoice> timed_;  // autotune_linear's winners
   std::set<ShapeKey> cublas_tuned_;               // tune_cublas_max_rows
-  // FP8 shapes (and scale modes) for which cuBLASLt has no algorithm: they take kFp8Dequant.
-  // (m, n, k, granularity) that cuBLASLt refused: its FP8 rules depend on all of them.
-  std::set<std::tuple<int64_t, int64_t, int64_t, int>> fp8_cublas_refused_;
+  // FP8 shapes and scale modes for which cuBLASLt has no algorithm: they take kFp8Dequant.
+  // (m, n, k, weight granularity, input quantization) that cuBLASLt refused: its FP8 rules depend
+  // on all of them (a static input refused at a shape says nothing of a per-token one).
+  std::set<std::tuple<int64_t, int64_t, int64_t, int, int>> fp8_cublas_refused_;
 };
 
 }  // namespace llm

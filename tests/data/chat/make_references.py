@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -117,7 +118,10 @@ CONVERSATIONS = {
         {"role": "user", "content": "More detail?"}]},
 }
 # Templates that read a date: fixed so that references do not depend on the day they were made.
+# date_string for those that take it; strftime_now() (e.g. Granite's "Today's Date") formats this
+# local time, recorded in references.json for chat_template_test to pin its clock to.
 DATE_KWARGS = {"date_string": "26 Jul 2024"}
+REFERENCE_NOW = "2026-11-24T12:00:00"
 
 
 def normalize(request):
@@ -137,6 +141,7 @@ def normalize(request):
 
 def render_with_jinja2(source, special, request, add_generation_prompt):
     import jinja_reference
+    jinja_reference.NOW = datetime.fromisoformat(REFERENCE_NOW)
     env = jinja_reference.make_env()
     kwargs = dict(special)
     kwargs.update(DATE_KWARGS)
@@ -149,8 +154,18 @@ def render_with_jinja2(source, special, request, add_generation_prompt):
         return {"error": jinja_reference.error_class(e), "message": str(e)}
 
 
+class ReferenceClock(datetime):
+    """datetime with now() pinned to REFERENCE_NOW, for transformers' strftime_now."""
+
+    @classmethod
+    def now(cls, tz=None):
+        return datetime.fromisoformat(REFERENCE_NOW)
+
+
 def render_with_transformers(tokenizer_file, source, special, request, add_generation_prompt):
     from transformers import PreTrainedTokenizerFast
+    from transformers.utils import chat_template_utils
+    chat_template_utils.datetime = ReferenceClock  # its strftime_now calls datetime.now()
     named = {k: v for k, v in special.items() if k != "additional_special_tokens"}
     tok = PreTrainedTokenizerFast(tokenizer_file=tokenizer_file, **named)
     kwargs = dict(DATE_KWARGS)
@@ -232,7 +247,8 @@ def main():
     generator = ("transformers " + __import__("transformers").__version__ if use_transformers else
                  "jinja2 " + __import__("jinja2").__version__ + " as transformers configures it; tokenizers 0.23.2 (Node)")
     with open(args.out, "w", encoding="utf-8") as f:
-        json.dump({"generator": generator, "cases": cases}, f, ensure_ascii=False, indent=1)
+        json.dump({"generator": generator, "strftime_now": REFERENCE_NOW, "cases": cases}, f, ensure_ascii=False,
+                  indent=1)
         f.write("\n")
     ok = sum(1 for c in cases if "text" in c)
     print(f"{len(cases)} cases ({ok} rendered, {len(cases) - ok} template errors) -> {args.out}")

@@ -5,6 +5,7 @@
 // LLM_INT4_EVAL_TEXTS (JSON lines {"name", "text"}, tools/w4a16/eval_corpus.py) it is those
 // documents, and with LLM_INT4_CALIB_TEXTS also the calibrated variants run (AutoAWQ's
 // activation-aware search, GPTQ's error feedback): the table in benchmarks/RESULTS.md. Skips without the default model or a python3 with numpy.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +30,7 @@ namespace llm {
 namespace {
 
 constexpr int64_t kWindow = 1024;  // the model's context, and the windows it was evaluated in
+constexpr int64_t kCalibrationWindow = 512;  // the calibration sequences' length (quantize.py's cap)
 
 struct Variant {
   std::string name;
@@ -167,10 +169,30 @@ TEST_F(Int4AccuracyTest, EveryLayoutStaysCloseToBf16) {
   }
   test_util::TempDir tmp;
   std::string calib_ids;
-  if (calib_texts != nullptr) {  // token ids for quantize.py, 8192 tokens of training-split text
+  // Token ids for quantize.py: LLM_INT4_CALIB_TOKENS (default 8192) of training-split text, as
+  // sequences of kCalibrationWindow tokens: every document's first window, then every document's
+  // second, and so on, so that the sequences come from as many documents as the count allows.
+  // (quantize.py keeps only a line's first 512 tokens: whole documents, some of tens of thousands
+  // of tokens, gave it 1,536 tokens where 8,192 were asked, until 2026-11-25.)
+  const char* calib_cap = std::getenv("LLM_INT4_CALIB_TOKENS");
+  const int64_t calib_tokens = calib_cap != nullptr && std::atoll(calib_cap) > 0 ? std::atoll(calib_cap) : 8192;
+  if (calib_texts != nullptr) {
     calib_ids = (tmp / "calib_ids.jsonl").string();
     std::ofstream out(calib_ids);
-    for (const auto& d : Documents(calib_texts, 8192)) out << "[" << absl::StrJoin(d, ",") << "]\n";
+    const std::vector<std::vector<int32_t>> docs = Documents(calib_texts, int64_t{1} << 40);
+    int64_t written = 0;
+    for (size_t at = 0; written < calib_tokens; at += kCalibrationWindow) {
+      bool any = false;
+      for (const std::vector<int32_t>& d : docs) {
+        if (written >= calib_tokens) break;
+        const size_t end = std::min(d.size(), at + static_cast<size_t>(kCalibrationWindow));
+        if (end < at + 8) continue;  // quantize.py skips sequences shorter than 8
+        out << "[" << absl::StrJoin(d.begin() + at, d.begin() + end, ",") << "]\n";
+        written += static_cast<int64_t>(end - at);
+        any = true;
+      }
+      if (!any) break;
+    }
   }
   auto base = Evaluate(model_, windows);
   ASSERT_TRUE(base.ok()) << base.status();
@@ -185,7 +207,7 @@ TEST_F(Int4AccuracyTest, EveryLayoutStaysCloseToBf16) {
     const std::string cmd =
         absl::StrCat(LLM_PYTHON3, " ", LLM_SOURCE_DIR, "/tools/w4a16/quantize.py --model ", model_.string(), " --out ",
                      out.string(), " ", v.args, calib_ids.empty() ? "" : " --calib-ids " + calib_ids,
-                     " --calib-tokens 8192 2>/dev/null");
+                     " --calib-tokens ", calib_tokens, " 2>/dev/null");
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     auto score = Evaluate(out, windows);
     ASSERT_TRUE(score.ok()) << score.status();

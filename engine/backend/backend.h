@@ -320,9 +320,10 @@ class Backend {
   // takes that input pre-quantized (LinearFp8Input): the decoder then asks the producing op for
   // it. Backends that do not fuse the quantization say no, and none of the three below is called.
   virtual bool TakesFp8Input(const LinearWeight& w, int64_t rows) const { return false; }
-  // AddRmsNorm, also writing `out` quantized for `consumer` (for which TakesFp8Input said yes)
-  // into `quantized` ([T, K] codes, [T] scales): exactly the values and scales Linear would
-  // compute from `out`.
+  // AddRmsNorm, also writing `out` quantized for `consumer` (called where TakesFp8Input said yes;
+  // checked: the shapes and the consumer's per-token or static input quantization) into
+  // `quantized` ([T, K] codes, [T] scales): exactly the values and scales Linear would compute
+  // from `out`.
   virtual absl::Status AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
                                      const LinearWeight& consumer, Fp8Input quantized) {
     return absl::UnimplementedError("this backend does not fuse FP8 input quantization");

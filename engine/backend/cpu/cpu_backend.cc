@@ -265,7 +265,6 @@ bool CpuBackend::TakesFp8Input(const LinearWeight& w, int64_t rows) const {
 
 absl::Status CpuBackend::QuantizeFor(Tensor out, const LinearWeight& consumer, Fp8Input quantized, const char* op) {
   const int64_t cols = consumer.in_features(), rows = cols > 0 ? out.numel() / cols : 0;
-  RETURN_IF_ERROR(Expect(TakesFp8Input(consumer, rows), op, "the consumer does not take an FP8 input here"));
   RETURN_IF_ERROR(Expect(rows * cols == out.numel(), op, "the output does not match the consumer's input"));
   RETURN_IF_ERROR(ValidateFp8Input(op, quantized, consumer, rows, cols));
   const bool is_static = consumer.input_quant == ActivationQuant::kStaticPerTensor;

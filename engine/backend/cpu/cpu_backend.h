@@ -75,8 +75,9 @@ class CpuBackend final : public Backend {
  private:
   // Writes out's rows quantized for `consumer` into `quantized` (the fused ops' second half).
   absl::Status QuantizeFor(Tensor out, const LinearWeight& consumer, Fp8Input quantized, const char* op);
-  // Linear's checks, then y = x · Wᵀ + b with `input` standing for x (FP8 weights only) when set.
-  absl::Status LinearWithInput(Tensor x, const float* input, const LinearWeight& w, Tensor out);
+  // Linear's checks, then y = x · Wᵀ + b with `quantized_x` (x as the emulation quantized it;
+  // FP8 weights only) standing for x when set.
+  absl::Status LinearWithInput(Tensor x, const float* quantized_x, const LinearWeight& w, Tensor out);
 
   CpuBackendOptions options_;
   ThreadPool pool_;

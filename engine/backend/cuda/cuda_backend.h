@@ -201,7 +201,8 @@ class CudaBackend final : public Backend {
   // AddRmsNorm, and with `quantized` also out quantized for `consumer` (AddRmsNormFp8).
   absl::Status RunAddRmsNorm(const char* op, Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
                              const LinearWeight* consumer, const Fp8Input* quantized);
-  // The row output a fused op writes for `consumer`, checked (TakesFp8Input, shapes).
+  // The row output a fused op writes for `consumer`, checked against out and the consumer's
+  // declared input quantization (whether its kernel reads it is LinearFp8Input's check).
   absl::StatusOr<cuda::Fp8RowOutput> Fp8RowOutputFor(const char* op, Tensor out, const LinearWeight& consumer,
                                                      const Fp8Input& quantized) const;
   struct Impl;

@@ -163,7 +163,7 @@ absl::Status LaunchSiluMul(DType dtype, const void* gate_up, void* out, int64_t 
 absl::Status LaunchSiluMulFp8(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f,
                               const Fp8RowOutput& quantized, Stream stream, bool pdl) {
   if (rows < 0 || f < 0 || rows > 0x7fffffff) return absl::InvalidArgumentError("SiluMulFp8: bad sizes");
-  if (quantized.codes == nullptr || (quantized.scales == nullptr) == (quantized.static_scale == nullptr))
+  if (!quantized.complete())
     return absl::InvalidArgumentError("SiluMulFp8: FP8 output needs codes and either per-row or static scales");
   if (rows == 0 || f == 0) return absl::OkStatus();
   return LLM_DISPATCH_FLOAT(dtype, "SiluMulFp8", [&] {

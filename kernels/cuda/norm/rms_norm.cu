@@ -60,8 +60,7 @@ absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const voi
   if (rows == 0) return absl::OkStatus();
   if (rows > 0x7fffffff) return absl::InvalidArgumentError("RmsNorm: too many rows");
   if (residual == nullptr && x == nullptr) return absl::InvalidArgumentError("RmsNorm: no input");
-  if (quantized != nullptr && (quantized->codes == nullptr || (quantized->scales == nullptr) ==
-                                                                  (quantized->static_scale == nullptr)))
+  if (quantized != nullptr && !quantized->complete())
     return absl::InvalidArgumentError("RmsNorm: FP8 output needs codes and either per-row or static scales");
   return LLM_DISPATCH_FLOAT(dtype, "RmsNorm", [&] {
     using T = scalar_t;

@@ -27,6 +27,8 @@ struct Fp8RowOutput {
   uint8_t* codes = nullptr;
   float* scales = nullptr;
   const float* static_scale = nullptr;
+  // Codes, and exactly one of per-row or static scales.
+  bool complete() const { return codes != nullptr && (scales == nullptr) != (static_scale == nullptr); }
 };
 
 // x [m, k] of `dtype` (bf16/fp16/f32), q [m, k] E4M3. k % 16 == 0 and 16-byte aligned x / q.

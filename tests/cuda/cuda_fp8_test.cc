@@ -402,8 +402,10 @@ std::vector<uint8_t> Bytes(Backend& b, Tensor t) {
 // kernels'), per token and static, for the hidden and MLP widths of small and 8B-class models.
 TEST_P(CudaFp8Test, NormAndSiluMulQuantizeAsTheQuantizer) {
   const cuda::Stream stream = gpu_->stream();
-  for (const int64_t rows : {1, 9, 33}) {
-    for (const int64_t dim : {384, 4096, 14336}) {
+  // 300 rows: more blocks than SMs; 66,000 columns: past what the norm holds in registers (8 chunks
+  // of 512 threads), so its store-then-reread form runs.
+  for (const int64_t rows : {1, 9, 33, 300}) {
+    for (const int64_t dim : {384, 4096, 14336, 66000}) {
       for (const bool per_token : {true, false}) {
         SCOPED_TRACE(absl::StrCat(rows, " rows of ", dim, per_token ? ", per token" : ", static"));
         const auto scaling = per_token ? cuda::Fp8ActivationScaling::kPerToken : cuda::Fp8ActivationScaling::kStatic;

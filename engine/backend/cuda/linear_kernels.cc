@@ -253,11 +253,22 @@ std::optional<cuda::Fp8GemmArgs> FirstFp8Chunk(const LinearCall& c, const Linear
   return Fp8ArgsFor(c, *modes, chunk.q, chunk.scales, 0, rows);
 }
 
-// The first chunk's FP8 GEMM, planned (cuBLASLt's heuristic asked) but not run.
+// The call's FP8 GEMMs, planned (cuBLASLt's heuristic asked) but not run: every row at once where
+// x comes quantized, else the first chunk and a shorter last one (cuBLASLt refuses some row
+// counts, e.g. block-scaled weights at 13 rows, that it takes at 40: found when it ran).
 absl::Status ProbeFp8Cublas(const LinearCall& c, const LinearContext& ctx) {
-  const std::optional<cuda::Fp8GemmArgs> first = FirstFp8Chunk(c, ctx);
+  std::optional<cuda::Fp8GemmArgs> first = FirstFp8Chunk(c, ctx);
   if (!first) return absl::UnimplementedError("no cuBLASLt scale modes for this format, or no row in the workspace");
-  return ctx.gemm->PlanFp8(*first);
+  if (c.quantized != nullptr) {
+    first->m = c.m;
+    return ctx.gemm->PlanFp8(*first);
+  }
+  RETURN_IF_ERROR(ctx.gemm->PlanFp8(*first));
+  if (c.m % first->m == 0) return absl::OkStatus();
+  cuda::Fp8GemmArgs last = *first;
+  last.m = c.m % first->m;
+  last.out = static_cast<char*>(c.out.data()) + (c.m - last.m) * c.n * DTypeSize(c.out.dtype());
+  return ctx.gemm->PlanFp8(last);
 }
 
 // Whether the warpgroup GEMM takes every chunk of the call (x quantized whole when it fits).

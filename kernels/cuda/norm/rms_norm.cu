@@ -51,6 +51,72 @@ __global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual,
   if constexpr (kQuantize) QuantizeStoredRowFp8<T, kVec16>(o, row, dim, quantized, scratch);
 }
 
+// The vectorized rows held in registers: a thread's chunk j is the row's 16-byte chunk
+// threadIdx.x + j * blockDim.x (the walk of AddToRowSumSquares and FinishRmsNormRow, in the same
+// order, so every sum and rounding is theirs), loaded once with the weight's before the first use;
+// the normalized row is quantized from registers instead of re-read. dim % kVec == 0, aligned.
+template <typename T, int kChunks, bool kQuantize>
+__global__ void RmsNormHeldKernel(const T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ delta,
+                                  const T* __restrict__ weight, T* __restrict__ out, int64_t dim, float eps,
+                                  Fp8RowOutput quantized) {
+  AllowDependentLaunch();
+  constexpr int kVec = Vec16<T>::kVec;
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x, vecs = dim / kVec;
+  Vec16<T> w[kChunks];
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {  // no kernel writes the weight: read before the wait
+    const int64_t c = threadIdx.x + j * blockDim.x;
+    if (c < vecs) w[j] = LoadVec(weight + c * kVec);
+  }
+  GridDependencyWait();
+  const T* src = residual ? residual + row * dim : x + row * dim;
+  T* res = residual ? residual + row * dim : nullptr;
+  const T* del = delta ? delta + row * dim : nullptr;
+  Vec16<T> v[kChunks], d[kChunks];
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int64_t c = threadIdx.x + j * blockDim.x;
+    if (c < vecs) {
+      v[j] = LoadVec(src + c * kVec);
+      if (del) d[j] = LoadVec(del + c * kVec);
+    }
+  }
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int64_t c = threadIdx.x + j * blockDim.x;
+    if (c >= vecs) continue;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      if (del) v[j].v[e] = FromFloat<T>(ToFloat(v[j].v[e]) + ToFloat(d[j].v[e]));
+      const float f = ToFloat(v[j].v[e]);
+      sum_sq += f * f;
+    }
+    if (del) StoreVec(res + c * kVec, v[j]);
+  }
+  sum_sq = BlockSum(sum_sq, scratch);
+  const float inv = rsqrtf(sum_sq / static_cast<float>(dim) + eps);
+  T* o = out + row * dim;
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int64_t c = threadIdx.x + j * blockDim.x;
+    if (c >= vecs) continue;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) v[j].v[e] = FromFloat<T>(ToFloat(w[j].v[e]) * (ToFloat(v[j].v[e]) * inv));
+    StoreVec(o + c * kVec, v[j]);
+  }
+  if constexpr (kQuantize) QuantizeHeldRowFp8<T, kChunks>(v, row, dim, quantized, scratch);
+}
+
+template <typename T, bool kQuantize>
+auto RmsNormHeldKernelFor(int chunks) {
+  return chunks == 1   ? RmsNormHeldKernel<T, 1, kQuantize>
+         : chunks == 2 ? RmsNormHeldKernel<T, 2, kQuantize>
+         : chunks == 4 ? RmsNormHeldKernel<T, 4, kQuantize>
+                       : RmsNormHeldKernel<T, 8, kQuantize>;
+}
+
 }  // namespace
 
 absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* delta, const void* weight,
@@ -70,8 +136,13 @@ absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const voi
                      (quantized == nullptr || reinterpret_cast<uintptr_t>(quantized->codes) % 8 == 0);
     const int64_t work = vec ? dim / kVec : dim;
     const int threads = static_cast<int>(std::min<int64_t>(512, std::max<int64_t>(32, (work + 31) / 32 * 32)));
-    auto kernel = quantized ? (vec ? RmsNormKernel<T, true, true> : RmsNormKernel<T, false, true>)
-                            : (vec ? RmsNormKernel<T, true, false> : RmsNormKernel<T, false, false>);
+    // Rows of up to 8 chunks a thread are held in registers (RmsNormHeldKernel), longer ones
+    // stored and re-read.
+    const int64_t chunks = (work + threads - 1) / threads;
+    const int held = !vec ? 0 : chunks <= 1 ? 1 : chunks <= 2 ? 2 : chunks <= 4 ? 4 : chunks <= 8 ? 8 : 0;
+    auto kernel = held > 0 ? (quantized ? RmsNormHeldKernelFor<T, true>(held) : RmsNormHeldKernelFor<T, false>(held))
+                  : quantized ? (vec ? RmsNormKernel<T, true, true> : RmsNormKernel<T, false, true>)
+                              : (vec ? RmsNormKernel<T, true, false> : RmsNormKernel<T, false, false>);
     CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream, pdl,
                                       static_cast<const T*>(x), static_cast<T*>(residual),
                                       static_cast<const T*>(delta), static_cast<const T*>(weight),

@@ -14,6 +14,24 @@
 
 namespace llm::cuda {
 
+// kVec code bytes of one 16-byte chunk of values, each divided by the scale (as fp8_quantize.cu).
+template <typename T>
+__device__ __forceinline__ void StoreFp8Chunk(uint8_t* codes, const Vec16<T>& v, float s) {
+  constexpr int kVec = Vec16<T>::kVec;
+  uint8_t b[kVec];
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) b[e] = FloatToFp8(ToFloat(v.v[e]) / s);
+  if constexpr (kVec == 8) {
+    uint2 out;
+    out.x = b[0] | b[1] << 8 | b[2] << 16 | static_cast<uint32_t>(b[3]) << 24;
+    out.y = b[4] | b[5] << 8 | b[6] << 16 | static_cast<uint32_t>(b[7]) << 24;
+    *reinterpret_cast<uint2*>(codes) = out;
+  } else {
+    static_assert(kVec == 4);
+    *reinterpret_cast<uint32_t*>(codes) = b[0] | b[1] << 8 | b[2] << 16 | static_cast<uint32_t>(b[3]) << 24;
+  }
+}
+
 // Quantizes `row` (row `row_index`, dim elements, just stored by this block: each thread re-reads
 // only its own elements, in the walk `for (c = threadIdx.x; c < dim / kVec (or dim); c +=
 // blockDim.x)` of the store, so no barrier is needed) into q's codes and scale. kVec16 writes
@@ -44,23 +62,39 @@ __device__ __forceinline__ void QuantizeStoredRowFp8(const T* row, int64_t row_i
   }
   for (int64_t c = threadIdx.x; c < dim / kVec; c += blockDim.x) {
     if constexpr (kVec16) {
-      const Vec16<T> v = LoadVec(row + c * kVec);
-      uint8_t b[kVec];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) b[e] = FloatToFp8(ToFloat(v.v[e]) / s);
-      if constexpr (kVec == 8) {
-        uint2 out;
-        out.x = b[0] | b[1] << 8 | b[2] << 16 | static_cast<uint32_t>(b[3]) << 24;
-        out.y = b[4] | b[5] << 8 | b[6] << 16 | static_cast<uint32_t>(b[7]) << 24;
-        *reinterpret_cast<uint2*>(codes + c * kVec) = out;
-      } else {
-        static_assert(kVec == 4);
-        *reinterpret_cast<uint32_t*>(codes + c * kVec) =
-            b[0] | b[1] << 8 | b[2] << 16 | static_cast<uint32_t>(b[3]) << 24;
-      }
+      StoreFp8Chunk(codes + c * kVec, LoadVec(row + c * kVec), s);
     } else {
       codes[c] = FloatToFp8(ToFloat(row[c]) / s);
     }
+  }
+}
+
+// The same from values the threads still hold in registers (no re-read of the stored row): a
+// thread's v[j] is the row's 16-byte chunk threadIdx.x + j * blockDim.x, those at or past
+// dim / kVec unused (dim % kVec == 0, 8-byte aligned codes). Every thread of the block calls it.
+template <typename T, int kChunks>
+__device__ __forceinline__ void QuantizeHeldRowFp8(const Vec16<T> (&v)[kChunks], int64_t row_index, int64_t dim,
+                                                   const Fp8RowOutput& q, float* scratch) {
+  constexpr int kVec = Vec16<T>::kVec;
+  const int64_t vecs = dim / kVec;
+  uint8_t* codes = q.codes + row_index * dim;
+  float s;
+  if (q.static_scale != nullptr) {
+    s = *q.static_scale;
+  } else {
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j)
+      if (threadIdx.x + j * blockDim.x < vecs)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(ToFloat(v[j].v[e])));
+    s = Fp8ScaleForAmax(BlockMax(amax, scratch));
+    if (threadIdx.x == 0) q.scales[row_index] = s;
+  }
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int64_t c = threadIdx.x + j * blockDim.x;
+    if (c < vecs) StoreFp8Chunk(codes + c * kVec, v[j], s);
   }
 }
 

@@ -21,6 +21,8 @@ __device__ __forceinline__ TruncatedByte FromFloat<TruncatedByte>(float x) {
 namespace {
 
 constexpr int kThreads = 256;
+// Rows from which SiLU-and-mul with an FP8 output gives each thread more of its row.
+constexpr int64_t kManyRows = 128;
 
 int GridFor(int64_t items) {
   // Grid-stride loops: enough blocks to fill the GPU a few times over, no more.
@@ -103,6 +105,39 @@ __global__ void SiluMulFp8Kernel(const T* __restrict__ gate_up, T* __restrict__ 
   QuantizeStoredRowFp8<T, kVec16>(o, row, f, quantized, scratch);
 }
 
+// The same with the row held in registers: each thread loads all its chunks of gate and up
+// (chunk threadIdx.x + j * blockDim.x, every load in flight before the first use), stores the
+// rounded products and quantizes them from its registers. Same values, codes and scales as
+// SiluMulFp8Kernel; f % kVec == 0, aligned.
+template <typename T, int kChunks>
+__global__ void SiluMulFp8HeldKernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t f,
+                                     Fp8RowOutput quantized) {
+  AllowDependentLaunch();
+  GridDependencyWait();
+  __shared__ float scratch[32];
+  constexpr int kVec = Vec16<T>::kVec;
+  const int64_t row = blockIdx.x, vecs = f / kVec;
+  const T* g = gate_up + row * 2 * f;
+  const T* u = g + f;
+  T* o = out + row * f;
+  Vec16<T> gv[kChunks], uv[kChunks];
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int64_t c = threadIdx.x + j * blockDim.x;
+    if (c < vecs) gv[j] = LoadVec(g + c * kVec), uv[j] = LoadVec(u + c * kVec);
+  }
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int64_t c = threadIdx.x + j * blockDim.x;
+    if (c < vecs) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) gv[j].v[e] = FromFloat<T>(Silu(ToFloat(gv[j].v[e])) * ToFloat(uv[j].v[e]));
+      StoreVec(o + c * kVec, gv[j]);
+    }
+  }
+  QuantizeHeldRowFp8<T, kChunks>(gv, row, f, quantized, scratch);
+}
+
 template <typename T, typename TOut>
 __global__ void AddBiasKernel(TOut* __restrict__ out, const T* __restrict__ bias, int64_t rows, int64_t cols) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
@@ -171,10 +206,28 @@ absl::Status LaunchSiluMulFp8(DType dtype, const void* gate_up, void* out, int64
     const bool vec = f % kVec == 0 && Aligned16(gate_up) && Aligned16(out) &&
                      reinterpret_cast<uintptr_t>(quantized.codes) % 8 == 0;
     const int64_t work = vec ? f / kVec : f;
-    // Up to 1024 threads a row: a decode step has few rows, each of which must still be read
-    // with enough loads in flight.
-    const int threads = static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(32, (work + 31) / 32 * 32)));
-    auto kernel = vec ? SiluMulFp8Kernel<scalar_t, true> : SiluMulFp8Kernel<scalar_t, false>;
+    // The row held in registers (SiluMulFp8HeldKernel), at least two 16-byte chunks of gate and of
+    // up a thread (so the 8B MLP's 1,792 chunks a row take 896 threads), from kManyRows rows at
+    // least four (448 threads: more blocks an SM, which hide the exponentials and divisions better
+    // when every SM has several rows). By measurement on an H100 (benchmarks/RESULTS.md): the FP8
+    // prefill's SiLU-and-mul 3.5 -> 2.5 ms against the store-then-reread kernel, batch 32 0.28 ->
+    // 0.27 ms with two chunks (four: 0.31). Rows past 8 x 1024 chunks keep that kernel.
+    const int min_chunks = rows >= kManyRows ? 4 : 2;
+    int chunks = 0;
+    for (const int c : {2, 4, 8}) {
+      if (vec && c >= min_chunks && work <= c * 1024) {
+        chunks = c;
+        break;
+      }
+    }
+    const int64_t per_thread = chunks > 0 ? chunks : 1;
+    const int threads = static_cast<int>(
+        std::min<int64_t>(1024, std::max<int64_t>(32, ((work + per_thread - 1) / per_thread + 31) / 32 * 32)));
+    auto kernel = !vec         ? SiluMulFp8Kernel<scalar_t, false>
+                  : chunks == 2 ? SiluMulFp8HeldKernel<scalar_t, 2>
+                  : chunks == 4 ? SiluMulFp8HeldKernel<scalar_t, 4>
+                  : chunks == 8 ? SiluMulFp8HeldKernel<scalar_t, 8>
+                                : SiluMulFp8Kernel<scalar_t, true>;
     CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream, pdl,
                                       static_cast<const scalar_t*>(gate_up), static_cast<scalar_t*>(out), f,
                                       quantized));

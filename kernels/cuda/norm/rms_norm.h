@@ -16,7 +16,8 @@ namespace llm::cuda {
 //   out = weight * (src / sqrt(mean(src^2) + eps)), in float32, rounded once.
 // All tensors of `dtype` (weight too).
 // `pdl`: launched with programmatic dependent launch (the kernel waits for its predecessor before
-// touching memory; only its launch overlaps the predecessor's tail).
+// touching x, residual, delta and out; only its launch and its loads of `weight`, which no kernel
+// writes, overlap the predecessor's tail).
 // `quantized`: out is also written quantized to FP8 per row (or by a static scale) for the W8A8
 // linear that reads it (fp8_quantize.h).
 absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* delta, const void* weight,

@@ -323,7 +323,8 @@ class Backend {
   // AddRmsNorm, also writing `out` quantized for `consumer` (called where TakesFp8Input said yes;
   // checked: the shapes and the consumer's per-token or static input quantization) into
   // `quantized` ([T, K] codes, [T] scales): exactly the values and scales Linear would compute
-  // from `out`.
+  // from `out`. `out` is for LinearFp8Input alone: a backend whose LinearFp8Input reads only the
+  // quantized input may leave it unwritten (the CUDA backend does).
   virtual absl::Status AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
                                      const LinearWeight& consumer, Fp8Input quantized) {
     return absl::UnimplementedError("this backend does not fuse FP8 input quantization");

@@ -410,7 +410,8 @@ TEST_P(CudaFp8Test, NormAndSiluMulQuantizeAsTheQuantizer) {
         SCOPED_TRACE(absl::StrCat(rows, " rows of ", dim, per_token ? ", per token" : ", static"));
         const auto scaling = per_token ? cuda::Fp8ActivationScaling::kPerToken : cuda::Fp8ActivationScaling::kStatic;
         OwnedTensor static_scale = Upload(*gpu_, DType::kF32, {1}, {3.0f / 448.0f});
-        OwnedTensor res_a = Upload(*gpu_, dtype_, {rows, dim}, Rand(rows * dim, -2, 2)),
+        const std::vector<float> residual0 = Rand(rows * dim, -2, 2);
+        OwnedTensor res_a = Upload(*gpu_, dtype_, {rows, dim}, residual0), res_d = Upload(*gpu_, dtype_, {rows, dim}, residual0),
                     res_b = MakeTensor(*gpu_, dtype_, {rows, dim}), delta = Upload(*gpu_, dtype_, {rows, dim}, Rand(rows * dim)),
                     weight = Upload(*gpu_, dtype_, {dim}, Rand(dim, 0.5f, 1.5f));
         ASSERT_TRUE(gpu_->CopyToDevice(res_b.t, Bytes(*gpu_, res_a.t).data()).ok());
@@ -447,6 +448,37 @@ TEST_P(CudaFp8Test, NormAndSiluMulQuantizeAsTheQuantizer) {
         if (per_token) {
           EXPECT_EQ(Download(*gpu_, scales_a.t), Download(*gpu_, scales_b.t)) << "SiLU-and-mul scales";
         }
+        // With the 16-bit output unused: the same codes; the register-held forms (up to 8 chunks
+        // of 1024 threads for SiLU-and-mul, of 512 for the norm) leave it unwritten.
+        q.values_unused = true;
+        const bool held = dim <= 8 * 512 * 8;
+        Poison(*gpu_, codes_a.t);
+        Poison(*gpu_, out_a.t);
+        ASSERT_TRUE(cuda::LaunchSiluMulFp8(dtype_, gate_up.t.data(), out_a.t.data(), rows, dim, q, stream, true).ok());
+        EXPECT_EQ(Bytes(*gpu_, codes_a.t), Bytes(*gpu_, codes_b.t)) << "SiLU-and-mul codes, output unused";
+        const std::vector<uint8_t> silu_out = Bytes(*gpu_, out_a.t);
+        if (held) {
+          EXPECT_TRUE(std::all_of(silu_out.begin(), silu_out.end(), [](uint8_t b) { return b == 0xFF; }))
+              << "SiLU-and-mul wrote the unused output";
+        } else {
+          EXPECT_EQ(silu_out, Bytes(*gpu_, out_b.t)) << "SiLU-and-mul output";
+        }
+        OwnedTensor res_c = Upload(*gpu_, dtype_, {rows, dim}, residual0);
+        Poison(*gpu_, codes_a.t);
+        Poison(*gpu_, out_a.t);
+        ASSERT_TRUE(cuda::LaunchRmsNorm(dtype_, nullptr, res_c.t.data(), delta.t.data(), weight.t.data(), out_a.t.data(),
+                                        rows, dim, 1e-5f, stream, true, &q).ok());
+        ASSERT_TRUE(cuda::LaunchRmsNorm(dtype_, nullptr, res_d.t.data(), delta.t.data(), weight.t.data(), out_b.t.data(),
+                                        rows, dim, 1e-5f, stream, true).ok());
+        ASSERT_TRUE(cuda::LaunchQuantizeFp8(dtype_, out_b.t.data(), codes_b.t.data(), scales_b.t.data_as<float>(), rows,
+                                            dim, scaling, fixed, stream).ok());
+        EXPECT_EQ(Bytes(*gpu_, codes_a.t), Bytes(*gpu_, codes_b.t)) << "RMSNorm codes, output unused";
+        EXPECT_EQ(Bytes(*gpu_, res_c.t), Bytes(*gpu_, res_d.t)) << "residual, output unused";
+        const std::vector<uint8_t> norm_out = Bytes(*gpu_, out_a.t);
+        if (held) {
+          EXPECT_TRUE(std::all_of(norm_out.begin(), norm_out.end(), [](uint8_t b) { return b == 0xFF; }))
+              << "RMSNorm wrote the unused output";
+        }
       }
     }
   }
@@ -481,8 +513,10 @@ TEST_P(CudaFp8Test, LinearTakesItsInputQuantizedByTheNorm) {
         OwnedTensor codes = MakeTensor(*gpu_, DType::kF8E4M3, {m, k}), scales = MakeTensor(*gpu_, DType::kF32, {m});
         OwnedTensor out_a = MakeTensor(*gpu_, dtype_, {m, n}), out_b = MakeTensor(*gpu_, dtype_, {m, n});
         const Fp8Input input{codes.t, scales.t};
+        Poison(*gpu_, normed_a.t);
         gpu_->StartOpTiming();
         ASSERT_TRUE(gpu_->AddRmsNormFp8(res_a.t, delta.t, norm_w.t, 1e-5f, normed_a.t, g.lw, input).ok());
+        const std::vector<uint8_t> normed_after = Bytes(*gpu_, normed_a.t);
         ASSERT_TRUE(gpu_->LinearFp8Input(normed_a.t, input, g.lw, out_a.t).ok());
         auto ops = gpu_->CollectOpTimings();
         ASSERT_TRUE(ops.ok() && ops->size() == 2);
@@ -490,16 +524,13 @@ TEST_P(CudaFp8Test, LinearTakesItsInputQuantizedByTheNorm) {
         ASSERT_TRUE(gpu_->AddRmsNorm(res_b.t, delta.t, norm_w.t, 1e-5f, normed_b.t).ok());
         ASSERT_TRUE(gpu_->Linear(normed_b.t, g.lw, out_b.t).ok());
         EXPECT_EQ(Bytes(*gpu_, out_a.t), Bytes(*gpu_, out_b.t)) << kernel;
-        // cuBLASLt's FP8 rules are known only once it is asked (the first call of a shape, above):
-        // where it refused (seen on an H100: per-tensor weights with a static input scale at 48
-        // rows), the dequantizing GEMM read the 16-bit input the norm wrote as well, and the
-        // weight no longer takes a quantized input at these rows.
-        if (kernel.find("dequant") != std::string::npos) {
-          EXPECT_FALSE(gpu_->TakesFp8Input(g.lw, m)) << kernel;
-          continue;
-        }
+        // TakesFp8Input asked cuBLASLt first (it refuses e.g. per-tensor weights with a static
+        // input scale at 48 rows on an H100; then the answer was no): a yes is a W8A8 GEMM that
+        // reads only the codes, so the norm left its 16-bit output unwritten.
         EXPECT_TRUE(kernel.find("wgmma") != std::string::npos || kernel.find("cublasLt") != std::string::npos)
             << kernel;
+        EXPECT_TRUE(std::all_of(normed_after.begin(), normed_after.end(), [](uint8_t b) { return b == 0xFF; }))
+            << "the 16-bit output was written";
         ASSERT_TRUE(gpu_->TakesFp8Input(g.lw, m));
         // Replayed from a graph after new inputs: still the plain path's outputs.
         ASSERT_TRUE(gpu_->BeginCapture().ok());

@@ -641,6 +641,9 @@ absl::StatusOr<cuda::Fp8RowOutput> CudaBackend::Fp8RowOutputFor(const char* op, 
     q.static_scale = consumer.input_scale.data_as<const float>();
   else
     q.scales = quantized.scales.data_as<float>();
+  // Where the consumer takes the quantized input, its GEMM reads nothing else (TakesFp8Input has
+  // planned it): the 16-bit output need not be written.
+  q.values_unused = TakesFp8Input(consumer, rows);
   return q;
 }
 

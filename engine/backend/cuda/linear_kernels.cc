@@ -254,12 +254,12 @@ std::optional<cuda::Fp8GemmArgs> FirstFp8Chunk(const LinearCall& c, const Linear
 }
 
 // The call's FP8 GEMMs, planned (cuBLASLt's heuristic asked) but not run: every row at once where
-// x comes quantized, else the first chunk and a shorter last one (cuBLASLt refuses some row
+// x comes quantized (`whole`), else the first chunk and a shorter last one (cuBLASLt refuses some row
 // counts, e.g. block-scaled weights at 13 rows, that it takes at 40: found when it ran).
-absl::Status ProbeFp8Cublas(const LinearCall& c, const LinearContext& ctx) {
+absl::Status ProbeFp8Cublas(const LinearCall& c, const LinearContext& ctx, bool whole) {
   std::optional<cuda::Fp8GemmArgs> first = FirstFp8Chunk(c, ctx);
   if (!first) return absl::UnimplementedError("no cuBLASLt scale modes for this format, or no row in the workspace");
-  if (c.quantized != nullptr) {
+  if (whole) {
     first->m = c.m;
     return ctx.gemm->PlanFp8(*first);
   }
@@ -424,12 +424,17 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
   return absl::OkStatus();
 }
 
-bool LinearKernels::TakesFp8Input(const LinearCall& c, const LinearContext& ctx) const {
+bool LinearKernels::TakesFp8Input(const LinearCall& c, const LinearContext& ctx) {
   if (c.w->format.element != DType::kF8E4M3 || c.k % 16 != 0) return false;
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (!modes || modes->quantize == cuda::Fp8ActivationScaling::kPerGroup) return false;
   const LinearKernel kernel = ChooseFp8(c, ctx).kernel;
-  return kernel == LinearKernel::kFp8Wgmma || kernel == LinearKernel::kFp8CublasLt;
+  if (kernel == LinearKernel::kFp8Wgmma) return true;
+  if (kernel != LinearKernel::kFp8CublasLt) return false;
+  // One GEMM over every row of the quantized input (RunFp8W8A8): planned now, as Choose would.
+  const absl::Status probe = ProbeFp8Cublas(c, ctx, /*whole=*/true);
+  if (absl::IsUnimplemented(probe)) fp8_cublas_refused_.insert(Fp8RefusalKey(c));
+  return probe.ok();
 }
 
 // Quantizes x a chunk of rows at a time into the FP8 workspace (E4M3 rows, then their scales),
@@ -462,6 +467,9 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
       continue;
     }
     const absl::Status st = ctx.gemm->RunFp8(a, ctx.stream);
+    if (absl::IsUnimplemented(st) && given)  // planned by TakesFp8Input: x itself may be unwritten
+      return absl::InternalError(absl::StrCat("Linear: cuBLASLt refused an FP8 GEMM it had planned (",
+                                              c.m, " x ", c.n, " x ", c.k, "): ", st.message()));
     if (absl::IsUnimplemented(st)) {
       // Choose probed the first chunk; a shorter last one can still be refused: the whole call
       // then takes the dequantizing GEMM (it rewrites every row, so the output stays one kernel's).
@@ -482,7 +490,7 @@ absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, co
     if (choice.kernel != LinearKernel::kFp8CublasLt) return choice;
     // cuBLASLt's FP8 rules (shapes, scale modes) vary between versions: ask it now, so that a
     // refusal is the dequantizing GEMM from the start (and the op is labelled by what runs).
-    const absl::Status probe = ProbeFp8Cublas(c, ctx);
+    const absl::Status probe = ProbeFp8Cublas(c, ctx, c.quantized != nullptr);
     if (absl::IsUnimplemented(probe)) {
       fp8_cublas_refused_.insert(Fp8RefusalKey(c));
       return LinearKernelChoice{LinearKernel::kFp8Dequant, 0};

@@ -97,7 +97,9 @@ class LinearKernels {
   // Whether `call` (its x and out may be empty: only shapes and dtypes are read) runs a W8A8
   // kernel that can read x pre-quantized (LinearCall::quantized): per-token or static input
   // quantization, the warpgroup GEMM or cuBLASLt's FP8 GEMM.
-  bool TakesFp8Input(const LinearCall& call, const LinearContext& ctx) const;
+  // Asks cuBLASLt where it would run the call (a refusal is remembered and the answer is no), so
+  // that a yes means the W8A8 GEMM reads only the quantized input, never the 16-bit x.
+  bool TakesFp8Input(const LinearCall& call, const LinearContext& ctx);
 
  private:
   using ShapeKey = std::tuple<int64_t, int64_t, int64_t, DType, bool>;  // m, n, k, output dtype, bias

@@ -107,8 +107,8 @@ __global__ void SiluMulFp8Kernel(const T* __restrict__ gate_up, T* __restrict__ 
 
 // The same with the row held in registers: each thread loads all its chunks of gate and up
 // (chunk threadIdx.x + j * blockDim.x, every load in flight before the first use), stores the
-// rounded products and quantizes them from its registers. Same values, codes and scales as
-// SiluMulFp8Kernel; f % kVec == 0, aligned.
+// rounded products (unless quantized.values_unused) and quantizes them from its registers. Same
+// values, codes and scales as SiluMulFp8Kernel; f % kVec == 0, aligned.
 template <typename T, int kChunks>
 __global__ void SiluMulFp8HeldKernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t f,
                                      Fp8RowOutput quantized) {
@@ -132,7 +132,7 @@ __global__ void SiluMulFp8HeldKernel(const T* __restrict__ gate_up, T* __restric
     if (c < vecs) {
 #pragma unroll
       for (int e = 0; e < kVec; ++e) gv[j].v[e] = FromFloat<T>(Silu(ToFloat(gv[j].v[e])) * ToFloat(uv[j].v[e]));
-      StoreVec(o + c * kVec, gv[j]);
+      if (!quantized.values_unused) StoreVec(o + c * kVec, gv[j]);
     }
   }
   QuantizeHeldRowFp8<T, kChunks>(gv, row, f, quantized, scratch);

@@ -21,7 +21,8 @@ absl::Status LaunchAdd(DType dtype, void* x, const void* y, int64_t n, Stream st
 absl::Status LaunchSiluMul(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f, Stream stream,
                            bool pdl = false);
 // LaunchSiluMul, also writing out quantized to FP8 per row (or by a static scale) for the W8A8
-// linear that reads it (fp8_quantize.h): one block a row. out bit-identical to LaunchSiluMul's.
+// linear that reads it (fp8_quantize.h): one block a row. out bit-identical to LaunchSiluMul's
+// (with quantized.values_unused it may be left unwritten).
 absl::Status LaunchSiluMulFp8(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f,
                               const Fp8RowOutput& quantized, Stream stream, bool pdl = false);
 

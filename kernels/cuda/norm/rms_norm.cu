@@ -54,7 +54,8 @@ __global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual,
 // The vectorized rows held in registers: a thread's chunk j is the row's 16-byte chunk
 // threadIdx.x + j * blockDim.x (the walk of AddToRowSumSquares and FinishRmsNormRow, in the same
 // order, so every sum and rounding is theirs), loaded once with the weight's before the first use;
-// the normalized row is quantized from registers instead of re-read. dim % kVec == 0, aligned.
+// the normalized row is quantized from registers instead of re-read (and with
+// quantized.values_unused not stored at all). dim % kVec == 0, aligned.
 template <typename T, int kChunks, bool kQuantize>
 __global__ void RmsNormHeldKernel(const T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ delta,
                                   const T* __restrict__ weight, T* __restrict__ out, int64_t dim, float eps,
@@ -104,7 +105,7 @@ __global__ void RmsNormHeldKernel(const T* __restrict__ x, T* __restrict__ resid
     if (c >= vecs) continue;
 #pragma unroll
     for (int e = 0; e < kVec; ++e) v[j].v[e] = FromFloat<T>(ToFloat(w[j].v[e]) * (ToFloat(v[j].v[e]) * inv));
-    StoreVec(o + c * kVec, v[j]);
+    if (!kQuantize || !quantized.values_unused) StoreVec(o + c * kVec, v[j]);
   }
   if constexpr (kQuantize) QuantizeHeldRowFp8<T, kChunks>(v, row, dim, quantized, scratch);
 }

@@ -19,7 +19,8 @@ namespace llm::cuda {
 // touching x, residual, delta and out; only its launch and its loads of `weight`, which no kernel
 // writes, overlap the predecessor's tail).
 // `quantized`: out is also written quantized to FP8 per row (or by a static scale) for the W8A8
-// linear that reads it (fp8_quantize.h).
+// linear that reads it (fp8_quantize.h); with quantized->values_unused, out itself may be left
+// unwritten.
 absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* delta, const void* weight,
                            void* out, int64_t rows, int64_t dim, float eps, Stream stream, bool pdl = false,
                            const Fp8RowOutput* quantized = nullptr);

@@ -27,6 +27,9 @@ struct Fp8RowOutput {
   uint8_t* codes = nullptr;
   float* scales = nullptr;
   const float* static_scale = nullptr;
+  // Nothing reads the 16-bit output (the consumer takes only the codes): the kernels that hold the
+  // row in registers do not write it; the others still do.
+  bool values_unused = false;
   // Codes, and exactly one of per-row or static scales.
   bool complete() const { return codes != nullptr && (scales == nullptr) != (static_scale == nullptr); }
 };

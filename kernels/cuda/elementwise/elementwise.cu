@@ -78,9 +78,10 @@ __global__ void SiluMulKernel(const T* __restrict__ gate_up, T* __restrict__ out
   }
 }
 
-// One block per row: the row's SiLU-and-mul stored (as SiluMulKernel rounds it), then quantized
-// from the stored values by the same threads (QuantizeStoredRowFp8's walk).
-template <typename T, bool kVec16>
+// One block per row, element by element: the row's SiLU-and-mul stored (as SiluMulKernel rounds
+// it), then quantized from the stored values by the same threads (QuantizeStoredRowFp8's walk).
+// For the rows SiluMulFp8HeldKernel does not take (unaligned, or past 8 x 1024 16-byte chunks).
+template <typename T>
 __global__ void SiluMulFp8Kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t f,
                                  Fp8RowOutput quantized) {
   AllowDependentLaunch();
@@ -90,19 +91,8 @@ __global__ void SiluMulFp8Kernel(const T* __restrict__ gate_up, T* __restrict__ 
   const T* g = gate_up + row * 2 * f;
   const T* u = g + f;
   T* o = out + row * f;
-  if constexpr (kVec16) {
-    constexpr int kVec = Vec16<T>::kVec;
-    for (int64_t c = threadIdx.x; c < f / kVec; c += blockDim.x) {
-      const Vec16<T> gv = LoadVec(g + c * kVec), uv = LoadVec(u + c * kVec);
-      Vec16<T> ov;
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) ov.v[e] = FromFloat<T>(Silu(ToFloat(gv.v[e])) * ToFloat(uv.v[e]));
-      StoreVec(o + c * kVec, ov);
-    }
-  } else {
-    for (int64_t c = threadIdx.x; c < f; c += blockDim.x) o[c] = FromFloat<T>(Silu(ToFloat(g[c])) * ToFloat(u[c]));
-  }
-  QuantizeStoredRowFp8<T, kVec16>(o, row, f, quantized, scratch);
+  for (int64_t c = threadIdx.x; c < f; c += blockDim.x) o[c] = FromFloat<T>(Silu(ToFloat(g[c])) * ToFloat(u[c]));
+  QuantizeStoredRowFp8<T, false>(o, row, f, quantized, scratch);
 }
 
 // The same with the row held in registers: each thread loads all its chunks of gate and up
@@ -211,7 +201,7 @@ absl::Status LaunchSiluMulFp8(DType dtype, const void* gate_up, void* out, int64
     // least four (448 threads: more blocks an SM, which hide the exponentials and divisions better
     // when every SM has several rows). By measurement on an H100 (benchmarks/RESULTS.md): the FP8
     // prefill's SiLU-and-mul 3.5 -> 2.5 ms against the store-then-reread kernel, batch 32 0.28 ->
-    // 0.27 ms with two chunks (four: 0.31). Rows past 8 x 1024 chunks keep that kernel.
+    // 0.27 ms with two chunks (four: 0.31). Rows past 8 x 1024 chunks take the element-wise kernel.
     const int min_chunks = rows >= kManyRows ? 4 : 2;
     int chunks = 0;
     for (const int c : {2, 4, 8}) {
@@ -223,11 +213,10 @@ absl::Status LaunchSiluMulFp8(DType dtype, const void* gate_up, void* out, int64
     const int64_t per_thread = chunks > 0 ? chunks : 1;
     const int threads = static_cast<int>(
         std::min<int64_t>(1024, std::max<int64_t>(32, ((work + per_thread - 1) / per_thread + 31) / 32 * 32)));
-    auto kernel = !vec         ? SiluMulFp8Kernel<scalar_t, false>
-                  : chunks == 2 ? SiluMulFp8HeldKernel<scalar_t, 2>
+    auto kernel = chunks == 2   ? SiluMulFp8HeldKernel<scalar_t, 2>
                   : chunks == 4 ? SiluMulFp8HeldKernel<scalar_t, 4>
                   : chunks == 8 ? SiluMulFp8HeldKernel<scalar_t, 8>
-                                : SiluMulFp8Kernel<scalar_t, true>;
+                                : SiluMulFp8Kernel<scalar_t>;
     CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream, pdl,
                                       static_cast<const scalar_t*>(gate_up), static_cast<scalar_t*>(out), f,
                                       quantized));

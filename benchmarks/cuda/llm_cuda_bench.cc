@@ -19,6 +19,7 @@
 #include <string>
 
 #include "benchmarks/cuda/bench_common.h"
+#include "benchmarks/cuda/kernel_timeline.h"
 #include "engine/model/config.h"
 #include "engine/model/dummy_weights.h"
 #include "engine/runtime/model_runner.h"
@@ -35,6 +36,7 @@ struct Args {
   std::vector<int> batches;             // --batches 1,16,128: decode batches (context 128 at 1, else 1024)
   std::vector<int> op_batches{1, 32};   // --op-batches 1,128: decode batches with a per-op table
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype fp8
+  bool timeline = false;                // --timeline: each decode batch's kernels as its graph runs (CUPTI)
 };
 
 std::vector<int> ParseIntList(const std::string& list) {
@@ -60,10 +62,11 @@ Args Parse(int argc, char** argv) {
     else if (k == "--kv-cache-dtype") a.kv_cache_dtype = next();
     else if (k == "--batches") a.batches = ParseIntList(next());
     else if (k == "--op-batches") a.op_batches = ParseIntList(next());
+    else if (k == "--timeline") a.timeline = true;
     else {
       std::fprintf(stderr,
                    "usage: %s --model DIR [--out FILE.md] [--steps N] [--quick] [--quantization fp8|int4] "
-                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32]\n",
+                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32] [--timeline]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -161,7 +164,7 @@ struct DecodeTiming {
 };
 
 // Decodes `steps` steps of `batch` sequences from context `ctx0` (positions ctx0, ctx0 + 1, ...).
-DecodeTiming RunDecode(Model& m, int batch, int ctx0, int steps) {
+DecodeTiming RunDecode(Model& m, int batch, int ctx0, int steps, int warmup = 3) {
   std::mt19937 rng(batch * 1000 + ctx0);
   SamplingParams greedy;
   greedy.temperature = 0.0f;
@@ -172,7 +175,6 @@ DecodeTiming RunDecode(Model& m, int batch, int ctx0, int steps) {
   cudaEventCreate(&a);
   cudaEventCreate(&b);
   std::vector<double> step_ms, fwd_ms;
-  const int warmup = 3;
   for (int i = 0; i < warmup + steps; ++i) {
     const StepPlan plan = DecodePlan(m, batch, ctx0 + i, rng);
     const auto t0 = std::chrono::steady_clock::now();
@@ -208,6 +210,20 @@ struct OpRow {
   int calls = 0;
   double ms = 0, bytes = 0, flops = 0;
 };
+
+// The kernels of `batch`-sequence decode steps (upload, graph replay, sampling) as they run, PDL on:
+// what each costs the step (kernel_timeline.h).
+std::string KernelTimeline(Model& m, int batch, int ctx) {
+  constexpr int kSteps = 8;
+  RunDecode(m, batch, ctx, 2, 1);  // graphs captured, nothing left in flight
+  BENCH_CHECK(StartKernelTimeline());
+  RunDecode(m, batch, ctx, kSteps, 0);
+  BENCH_CHECK(m.backend->Synchronize());
+  auto records = StopKernelTimeline();
+  BENCH_CHECK(records.status());
+  return "\n#### Kernels of the decode step at batch " + std::to_string(batch) + " (context " + std::to_string(ctx) +
+         ") as its graph runs (PDL on; CUPTI)\n\n" + KernelTimelineTable(*records, kSteps, "AttentionDecode");
+}
 
 // Per-op device times of one step. Decode steps are timed inside their CUDA graph: the graph is
 // captured with an event node before and after every op and replayed (PDL off, since event
@@ -311,6 +327,7 @@ int main(int argc, char** argv) {
     int batch, ctx;
   };
   std::vector<DecodeCase> cases = {{1, 128}, {8, 1024}, {32, 1024}, {128, 1024}};
+  std::string timelines;
   if (args.quick) cases = {{1, 128}, {32, 1024}};
   if (!args.batches.empty()) {
     cases.clear();
@@ -330,6 +347,7 @@ int main(int argc, char** argv) {
     std::printf("decode batch %d ctx %d: %.3f ms/step, %.1f tok/s (floor %.3f ms)\n", c.batch, c.ctx, t.step_ms,
                 c.batch * 1e3 / t.step_ms, floor_ms);
     std::fflush(stdout);
+    if (args.timeline) timelines += KernelTimeline(m, c.batch, c.ctx);
   }
   md += "### Decode (CUDA graphs, greedy sampling on the GPU)\n\n" + dec.Markdown();
   std::snprintf(line, sizeof(line),
@@ -337,6 +355,7 @@ int main(int argc, char** argv) {
                 "actually reads exclude the embedding table: at batch 1 that floor is %.3f ms.\n",
                 weight_bytes / 1e9, (WeightBytesRead(m, 1) + KvBytesRead(m, 1, 128)) / bw * 1e3);
   md += line;
+  md += timelines;
 
   // --- A/B at batch 1: GEMV vs cuBLASLt, PDL on/off ---
   {

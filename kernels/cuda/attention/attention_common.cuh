@@ -36,13 +36,18 @@ __device__ __forceinline__ PagedKeySlot LocateKey(int key, int block_size, int p
 
 inline constexpr int kNoBlockClamp = 0x7fffffff;  // last_block for callers whose keys are in range
 
+// Element offset of the row in slot `slot` of page `page` for KV head `kvh`.
+__device__ __forceinline__ int64_t PagedRowOffsetInPage(int64_t page, int slot, int kvh, int kv_heads, int block_size,
+                                                        int head_dim) {
+  return ((page * kv_heads + kvh) * block_size + slot) * static_cast<int64_t>(head_dim);
+}
+
 // Element offset of that key's row for KV head `kvh`, through the sequence's block-table row. The
 // table index is clamped to last_block, so that callers may compute addresses for keys past the
 // context without a branch (they must not read them).
 __device__ __forceinline__ int64_t PagedRowOffset(const int32_t* table_row, PagedKeySlot at, int kvh, int kv_heads,
                                                   int block_size, int last_block, int head_dim) {
-  const int64_t page = table_row[min(at.block, last_block)];
-  return ((page * kv_heads + kvh) * block_size + at.slot) * static_cast<int64_t>(head_dim);
+  return PagedRowOffsetInPage(table_row[min(at.block, last_block)], at.slot, kvh, kv_heads, block_size, head_dim);
 }
 
 // How a decode launch splits the work (chosen on the host, paged_attention.cu).

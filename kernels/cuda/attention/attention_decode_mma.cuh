@@ -104,18 +104,25 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
   const int32_t* table = slice.table;
   const int n_tiles = (end - start + kKeys - 1) / kKeys;  // of the slice; this warp takes every W-th
   const int page_shift = (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1;
-  // Element offset of key `key`'s row (clamped into the table: keys past the context are never read).
-  auto row_offset = [&](int key) -> int64_t {
-    const PagedKeySlot at = page_shift >= 0 ? LocateKey<true>(key, p.block_size, page_shift)
-                                            : LocateKey<false>(key, p.block_size, 0);
-    return PagedRowOffset(table, at, kvh, p.num_kv_heads, p.block_size, p.max_blocks_per_seq - 1, D);
-  };
-  // Lanes l and l + 16 hold the offset of key l of a tile.
   const int my_tiles = n_tiles > warp ? (n_tiles - warp + kDecodeMmaWarps - 1) / kDecodeMmaWarps : 0;
-  auto tile_offset = [&](int j) -> int64_t {
-    return j < my_tiles ? row_offset(start + (warp + j * kDecodeMmaWarps) * kKeys + (lane & (kKeys - 1))) : 0;
+  // Lanes l and l + 16 look up key l of a tile: its block-table entry (a global load), and from it
+  // the element offset of its row. The two are kept apart so that a tile's entry is loaded an
+  // iteration before its offset is needed: a load consumed at once stalled the warp on the table
+  // read every tile (Nsight on an H100: 28% of the loop's stall samples), and the prologue's
+  // lookups, one after the other, delayed the first copies.
+  auto tile_slot = [&](int j) {
+    const int key = start + (warp + j * kDecodeMmaWarps) * kKeys + (lane & (kKeys - 1));
+    return page_shift >= 0 ? LocateKey<true>(key, p.block_size, page_shift) : LocateKey<false>(key, p.block_size, 0);
   };
-  int64_t next_off = tile_offset(0);
+  auto tile_page = [&](int j) -> int {  // clamped into the table: keys past the context are never read
+    return j < my_tiles ? table[min(tile_slot(j).block, p.max_blocks_per_seq - 1)] : 0;
+  };
+  auto tile_offset = [&](int j, int page) -> int64_t {
+    return PagedRowOffsetInPage(page, tile_slot(j).slot, kvh, p.num_kv_heads, p.block_size, D);
+  };
+  int first_pages[kStages];  // tiles 0 .. kStages - 1, loaded together (the table is no kernel's output)
+#pragma unroll
+  for (int j = 0; j < kStages; ++j) first_pages[j] = tile_page(j);
   GridDependencyWait();
 
   // Tile j of this warp into stage j % kStages: K rows, then V rows (rows past `end`: zeros).
@@ -170,10 +177,11 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
       qa[kk][1] = pair(kk * 16 + (kFp8 ? 2 * c2 + 2 : c2 + 8));
     }
   }
-  for (int j = 0; j < kStages - 1; ++j) {
-    issue_tile(j, next_off);
-    next_off = tile_offset(j + 1);
-  }
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) issue_tile(j, tile_offset(j, first_pages[j]));
+  // The entries of the next two tiles to issue: tile j + kStages - 1 (issued in iteration j) and
+  // the one after (loaded in iteration j, used in j + 1).
+  int page_now = first_pages[kStages - 1], page_next = tile_page(kStages);
 
   const float scale = p.scale * kLog2e * (kFp8 ? p.k_scale : 1.0f);
   float m = -INFINITY, l = 0.0f;  // head g = lane / 4 (its quad agrees on m; l is the lane's share)
@@ -185,8 +193,9 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
     CpAsyncWait<kStages - 2>();  // tile j has landed (this lane's copies)
     __syncwarp();                // ... and every lane's
     // Refill: tile j + kStages - 1 into the stage tile j - 1 used (done with at the last __syncwarp).
-    issue_tile(j + kStages - 1, next_off);
-    next_off = tile_offset(j + kStages);
+    issue_tile(j + kStages - 1, tile_offset(j + kStages - 1, page_now));
+    page_now = page_next;
+    page_next = tile_page(j + kStages + 1);
 
     const unsigned char* stage = warp_smem + (j % kStages) * Smem::kTileBytes;
     // S = Q K^T: 16 keys in two n8 tiles (ldmatrix matrix mi: keys (mi & 1) * 8 .., column step

@@ -350,6 +350,9 @@ __global__ void __launch_bounds__(kThreads * kSplit)
       if (++load_step == steps) load_step = 0, ++load_tile;
     }
     MbarrierWait(&full[local % kStages], (local / kStages) & 1);
+    // This block's last stage has landed: the next kernel may launch beside it (as in
+    // gemm_fp8_wgmma.cu; it still waits for the whole grid before reading the output).
+    if (it == end - 1) AllowDependentLaunch();
 
     const unsigned char* ws = w_stage(local % kStages);
     const unsigned char* xs = x_stage(local % kStages);
@@ -407,7 +410,6 @@ __global__ void __launch_bounds__(kThreads * kSplit)
     }
     if (++step == steps) step = 0, ++tile;
   }
-  AllowDependentLaunch();
 }
 
 struct FewRowsArgs {

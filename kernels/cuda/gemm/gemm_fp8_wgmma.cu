@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_w(s, begin + local);
       load_x(s, begin + local);
     }
-    return;
+    return;  // the producer's exit counts as its part of the launch trigger
   }
 
   GridDependencyWait();  // the scales, the output and the workspace
@@ -197,6 +197,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int local = 0; local < count; ++local) {
     const int s = local % kStages;
     MbarrierWait(&full[s], (local / kStages) & 1);
+    // All of W this block reads has landed: the next kernel may launch and take its place beside
+    // it (its launch and prologue overlap this block's last MMAs, sums and stores; it still waits
+    // for the whole grid before reading the output).
+    if (local == count - 1) AllowDependentLaunch();
     const uint32_t w_addr = base + s * C::kStageBytes, x_addr = w_addr + C::kWBytes;
     fence_sums();
     WgmmaFence();
@@ -227,7 +231,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (++step == steps) step = 0, ++tile;
   }
-  AllowDependentLaunch();
 }
 
 using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;

@@ -6,7 +6,8 @@
 // trivial kernel (RMSNorm of one 4096 row) in the same kind of graph, the fixed cost any kernel
 // pays.
 //
-//   attention_bench [--out FILE.md] [--reps 20]
+//   attention_bench [--out FILE.md] [--reps 20] [--only BATCH,CONTEXT]
+// (--only: that 8B-shape decode case alone, no prefill: e.g. for a profiler)
 //
 // Shapes: head_dim 128, block size 16, bf16; query heads / KV heads of Llama-3-8B (32/8) and of one
 // of its TP2 (16/4) and TP4 (8/2) ranks. Random cache and queries; block tables shuffled.
@@ -146,6 +147,9 @@ int Main(int argc, char** argv) {
                    "% of floor", "warp kernel us", "% of floor"});
   std::mt19937 rng(7);
   for (const Case& c : cases) {
+    if (!args.only.empty() && (std::string(c.shape) != "8B (32/8)" ||
+                               args.only != std::to_string(c.batch) + "," + std::to_string(c.context)))
+      continue;
     for (const bool fp8 : {false, true}) {
       const AttentionInputs inputs(c.heads, c.kv_heads, c.batch, /*query_len=*/1, c.context, 3, rng, s, fp8);
       const cuda::PagedAttentionParams& p = inputs.params();
@@ -194,8 +198,9 @@ int Main(int argc, char** argv) {
     int heads, kv_heads, seqs, len;
   };
   for (const PrefillCase& c :
-       {PrefillCase{"8B (32/8)", 32, 8, 1, 2048}, PrefillCase{"8B (32/8)", 32, 8, 1, 8192},
-        PrefillCase{"8B (32/8)", 32, 8, 8, 512}, PrefillCase{"TP2 rank (16/4)", 16, 4, 1, 2048}}) {
+       args.only.empty() ? std::vector<PrefillCase>{PrefillCase{"8B (32/8)", 32, 8, 1, 2048}, PrefillCase{"8B (32/8)", 32, 8, 1, 8192},
+        PrefillCase{"8B (32/8)", 32, 8, 8, 512}, PrefillCase{"TP2 rank (16/4)", 16, 4, 1, 2048}}
+                        : std::vector<PrefillCase>{}) {
     double us[2];
     for (const bool fp8 : {false, true}) {
       const AttentionInputs inputs(c.heads, c.kv_heads, c.seqs, /*query_len=*/c.len, c.len, 6, rng, s, fp8);

@@ -124,6 +124,7 @@ struct KernelBenchArgs {
   std::string out;
   int reps = 10;
   int rows = 1;
+  std::string only;  // --only CASE: one case of the bench (each bench says how a case is named)
 };
 inline KernelBenchArgs ParseKernelBenchArgs(int argc, char** argv, int default_reps) {
   KernelBenchArgs a;
@@ -136,8 +137,10 @@ inline KernelBenchArgs ParseKernelBenchArgs(int argc, char** argv, int default_r
       a.reps = std::max(1, std::atoi(NextArg(argc, argv, &i).c_str()));
     } else if (k == "--rows") {
       a.rows = std::max(1, std::atoi(NextArg(argc, argv, &i).c_str()));
+    } else if (k == "--only") {
+      a.only = NextArg(argc, argv, &i);
     } else {
-      std::fprintf(stderr, "usage: %s [--out FILE.md] [--reps N] [--rows M]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--out FILE.md] [--reps N] [--rows M] [--only CASE]\n", argv[0]);
       std::exit(2);
     }
   }

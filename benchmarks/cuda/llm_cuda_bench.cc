@@ -37,6 +37,8 @@ struct Args {
   std::vector<int> op_batches{1, 32};   // --op-batches 1,128: decode batches with a per-op table
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype fp8
   bool timeline = false;                // --timeline: each decode batch's kernels as its graph runs (CUPTI)
+  bool decode_only = false;             // --decode-only: the decode table alone (and --op-batches if given)
+  bool op_batches_given = false;
 };
 
 std::vector<int> ParseIntList(const std::string& list) {
@@ -61,12 +63,13 @@ Args Parse(int argc, char** argv) {
     else if (k == "--quantization") a.quantization = next();
     else if (k == "--kv-cache-dtype") a.kv_cache_dtype = next();
     else if (k == "--batches") a.batches = ParseIntList(next());
-    else if (k == "--op-batches") a.op_batches = ParseIntList(next());
+    else if (k == "--op-batches") a.op_batches = ParseIntList(next()), a.op_batches_given = true;
+    else if (k == "--decode-only") a.decode_only = true;
     else if (k == "--timeline") a.timeline = true;
     else {
       std::fprintf(stderr,
                    "usage: %s --model DIR [--out FILE.md] [--steps N] [--quick] [--quantization fp8|int4] "
-                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32] [--timeline]\n",
+                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32] [--timeline] [--decode-only]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -294,7 +297,7 @@ std::string OpTable(Model& m, const StepPlan& plan, double bw, double peak, cons
 int main(int argc, char** argv) {
   using namespace llm;
   using namespace llm::bench;
-  const Args args = Parse(argc, argv);
+  Args args = Parse(argc, argv);
   Model m = Build(args);
   CudaBackend& be = *m.backend;
   std::string md;
@@ -357,8 +360,9 @@ int main(int argc, char** argv) {
   md += line;
   md += timelines;
 
+  if (args.decode_only && !args.op_batches_given) args.op_batches.clear();
   // --- A/B at batch 1: GEMV vs cuBLASLt, PDL on/off ---
-  {
+  if (!args.decode_only) {
     Table ab({"variant (batch 1)", "step ms", "tokens/s"});
     struct Variant {
       const char* name;
@@ -367,6 +371,7 @@ int main(int argc, char** argv) {
       bool autotune;
       bool ring = true;
       int attention_splits = 0;  // 0: the kernel's own choice
+      bool force_ring = false;   // the ring form for every linear it fits, untimed
     };
     for (const Variant& v :
          {Variant{"ring GEMV where it fits, else GEMV or cuBLASLt timed per shape (default)", 0, true, true},
@@ -378,9 +383,10 @@ int main(int argc, char** argv) {
           Variant{"cuBLASLt for every linear", -1, true, false},
           Variant{"cuBLASLt for every linear, no PDL in any kernel", -1, false, false},
           Variant{"default, decode attention in one pass (no split-K)", 0, true, true, true, 1},
-          Variant{"default, decode attention split 8 ways", 0, true, true, true, 8}}) {
+          Variant{"default, decode attention split 8 ways", 0, true, true, true, 8},
+          Variant{"ring form forced (FP8: the tensor-core ring at one row too)", 0, true, false, true, 0, true}}) {
       be.mutable_options().gemv_max_rows = v.gemv < 0 ? 0 : 4;
-      be.mutable_options().gemv_warps_per_row = v.gemv < 0 ? 0 : v.gemv;
+      be.mutable_options().gemv_warps_per_row = v.force_ring ? CudaBackendOptions::kGemvRingForm : v.gemv < 0 ? 0 : v.gemv;
       be.mutable_options().programmatic_launch = v.pdl;
       be.mutable_options().autotune_linear = v.autotune;
       be.mutable_options().gemv_smem_ring = v.ring;
@@ -427,7 +433,7 @@ int main(int argc, char** argv) {
   }
 
   // --- prefill ---
-  {
+  if (!args.decode_only) {
     StepPlan plan;
     plan.block_table_width = m.width;
     plan.Clear();
@@ -461,7 +467,7 @@ int main(int argc, char** argv) {
 
   // --- mixed steps: 127 decodes at context 512 and one 128-token prompt chunk (a new request
   // joining a running batch), against the 128 decodes alone; eager, since a mixed step has no graph ---
-  {
+  if (!args.decode_only) {
     std::mt19937 rng(9);
     StepPlan decode = DecodePlan(m, kMaxBatch, 512, rng);
     StepPlan mixed;

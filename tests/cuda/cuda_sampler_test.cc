@@ -1,5 +1,5 @@
 // The GPU sampler against the CPU sampler: greedy, temperature, top-k, top-p, min-p, penalties,
-// seeds and log-probabilities, on vocabularies of 1000 and 128256.
+// seeds and log-probabilities, on vocabularies of 1000, 32003 and 128256.
 #include <algorithm>
 #include <random>
 #include <set>
@@ -50,7 +50,7 @@ TEST(CudaSamplerTest, MatchesCpuSampler) {
   SamplerHarness h;
   ASSERT_NE(h.gpu, nullptr);
   std::mt19937 rng(7);
-  for (int64_t vocab : {1000, 128256}) {
+  for (int64_t vocab : {1000, 32003, 128256}) {  // 32003: rows not 16-byte aligned
     std::vector<SamplingParams> params;
     auto add = [&](float temp, int top_k, float top_p, float min_p, float rep, float pres, float freq, int logprobs) {
       SamplingParams p;

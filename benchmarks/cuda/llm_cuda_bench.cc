@@ -38,6 +38,7 @@ struct Args {
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype fp8
   bool timeline = false;                // --timeline: each decode batch's kernels as its graph runs (CUPTI)
   bool decode_only = false;             // --decode-only: the decode table alone (and --op-batches if given)
+  bool sampling = false;                // --sampling: decode rows draw (temperature 0.8, top-p 0.95), not greedy
   bool op_batches_given = false;
 };
 
@@ -65,11 +66,12 @@ Args Parse(int argc, char** argv) {
     else if (k == "--batches") a.batches = ParseIntList(next());
     else if (k == "--op-batches") a.op_batches = ParseIntList(next()), a.op_batches_given = true;
     else if (k == "--decode-only") a.decode_only = true;
+    else if (k == "--sampling") a.sampling = true;
     else if (k == "--timeline") a.timeline = true;
     else {
       std::fprintf(stderr,
                    "usage: %s --model DIR [--out FILE.md] [--steps N] [--quick] [--quantization fp8|int4] "
-                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32] [--timeline] [--decode-only]\n",
+                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32] [--timeline] [--decode-only] [--sampling]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -162,16 +164,23 @@ StepPlan DecodePlan(const Model& m, int batch, int position, std::mt19937& rng) 
 }
 
 struct DecodeTiming {
-  double step_ms = 0;     // median end-to-end step (upload + forward + greedy sampling + sync)
+  double step_ms = 0;     // median end-to-end step (upload + forward + sampling + sync)
   double forward_ms = 0;  // median GPU time of upload + forward (events)
 };
 
 // Decodes `steps` steps of `batch` sequences from context `ctx0` (positions ctx0, ctx0 + 1, ...).
+// How decode steps sample: greedy, or with --sampling a typical chat setting.
+SamplingParams DecodeSampling(bool sampling) {
+  SamplingParams p;
+  p.temperature = sampling ? 0.8f : 0.0f;
+  if (sampling) p.top_p = 0.95f;
+  return p;
+}
+SamplingParams g_decode_sampling = DecodeSampling(false);
+
 DecodeTiming RunDecode(Model& m, int batch, int ctx0, int steps, int warmup = 3) {
   std::mt19937 rng(batch * 1000 + ctx0);
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  std::vector<SampleRow> rows(batch, SampleRow{&greedy, 0, {}, {}});
+  std::vector<SampleRow> rows(batch, SampleRow{&g_decode_sampling, 0, {}, {}});
   std::vector<SampleResult> results(batch);
   cudaStream_t stream = m.backend->stream();
   cudaEvent_t a, b;
@@ -298,6 +307,7 @@ int main(int argc, char** argv) {
   using namespace llm;
   using namespace llm::bench;
   Args args = Parse(argc, argv);
+  g_decode_sampling = DecodeSampling(args.sampling);
   Model m = Build(args);
   CudaBackend& be = *m.backend;
   std::string md;

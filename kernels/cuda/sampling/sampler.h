@@ -18,6 +18,8 @@
 namespace llm::cuda {
 
 inline constexpr int kSamplerMaxTop = 20;
+// The largest vocabulary a row may have (2^21: the radix histograms' 32-bit pieces, sampler.cu).
+inline constexpr int64_t kSamplerMaxVocab = int64_t{1} << 21;
 
 struct SamplerRowParams {
   float temperature = 1.0f;  // <= 0: greedy

@@ -1,5 +1,6 @@
 // sampler_bench: the GPU sampler (kernels/cuda/sampling/sampler.h) in isolation, on one GPU: time
-// per call for 1, 32 and 256 rows of 128256 float32 logits, greedy and with each sampling stage
+// per call for 1, 32 and 256 rows of 128256 float32 logits (1 and 32 rows also with one block a
+// row, the sampler's form for many rows), greedy and with each sampling stage
 // (temperature, top-k, top-p, min-p, log-probabilities), beside the floor of one read of the
 // logits at the measured copy bandwidth. Logits are uniform in [-range, range]: a narrow range is
 // the worst case for the threshold searches (almost every token keeps some mass), a wide one is
@@ -10,6 +11,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "benchmarks/cuda/bench_common.h"
@@ -53,12 +55,13 @@ int Main(int argc, char** argv) {
                    "logits at " + Fmt("%.2f", bw / 1e12) + " TB/s)\n\n";
   for (const float range : {2.0f, 20.0f}) {
     BENCH_CHECK(cuda::LaunchFillUniform(DType::kF32, logits, kMaxRows * kVocab, 11, -range, range, s));
-    Table t({"logits in [-" + Fmt("%.0f", range) + ", " + Fmt("%.0f", range) + "]", "1 row", "32 rows", "256 rows"});
-    t.Row({"floor", Fmt("%.2f", 1 * kVocab * 4 / bw * 1e6), Fmt("%.2f", 32 * kVocab * 4 / bw * 1e6),
+    Table t({"logits in [-" + Fmt("%.0f", range) + ", " + Fmt("%.0f", range) + "]", "1 row", "1 row, 1 block",
+             "32 rows", "32 rows, 1 block a row", "256 rows"});
+    t.Row({"floor", Fmt("%.2f", 1 * kVocab * 4 / bw * 1e6), "", Fmt("%.2f", 32 * kVocab * 4 / bw * 1e6), "",
            Fmt("%.2f", 256 * kVocab * 4 / bw * 1e6)});
     for (const Config& c : configs) {
       std::vector<std::string> cells{c.name};
-      for (const int rows : {1, 32, 256}) {
+      for (const auto& [rows, blocks] : {std::pair{1, 8}, {1, 1}, {32, 8}, {32, 1}, {256, 8}}) {
         std::vector<cuda::SamplerRowParams> p(rows);
         for (int r = 0; r < rows; ++r) {
           p[r].temperature = c.temperature;
@@ -71,7 +74,8 @@ int Main(int argc, char** argv) {
         }
         BENCH_CUDA(cudaMemcpyAsync(params, p.data(), rows * sizeof(p[0]), cudaMemcpyHostToDevice, s));
         const auto ms = TimeOnStream(s, 2, args.reps, [&] {
-          BENCH_CHECK(cuda::LaunchSampler(logits, rows, kVocab, params, nullptr, nullptr, work, results, tokens, s));
+          BENCH_CHECK(
+              cuda::LaunchSampler(logits, rows, kVocab, params, nullptr, nullptr, work, results, tokens, s, blocks));
         });
         cells.push_back(Fmt("%.1f", Median(ms) * 1e3));
       }

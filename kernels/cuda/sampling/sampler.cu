@@ -1,5 +1,7 @@
 #include "kernels/cuda/sampling/sampler.h"
 
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <climits>
 
@@ -34,6 +36,31 @@ struct Shared {
   int top_count;
   int top_ids[kSamplerMaxTop];
   float top_vals[kSamplerMaxTop];
+  // What a block shows the other blocks of its row's cluster (RowPart).
+  u64 cl_u64;
+  float cl_f;
+  int cl_i;
+};
+
+// The blocks that share one row: a thread block cluster of `parts` blocks (one block where rows
+// are many enough to fill the GPU). A sampled row makes ~13 passes over its logits (radix
+// selects, sums, cumulative searches); on one SM a pass over 128k logits takes ~40 us, so rows of
+// a small batch are split over the SMs of a cluster: each block takes every parts-th stretch of
+// blockDim ids, and the block-wide reductions merge through distributed shared memory, in rank
+// order (the same integer sums and id-ordered maxima, so the same results).
+struct RowPart {
+  int rank = 0, parts = 1;
+  __device__ int first_id() const { return rank * blockDim.x + threadIdx.x; }  // this thread's first id
+  __device__ int id_step() const { return parts * blockDim.x; }
+  // Every block of the row past this point (shared memory and global writes before it visible).
+  __device__ void Sync() const {
+    if (parts > 1) cooperative_groups::this_cluster().sync();
+    else __syncthreads();
+  }
+  template <typename T>
+  __device__ T* Of(T* p, int r) const {
+    return parts > 1 ? cooperative_groups::this_cluster().map_shared_rank(p, r) : p;
+  }
 };
 
 // Order-preserving map float -> uint32 (larger float, larger key); -0 folds onto +0.
@@ -172,6 +199,18 @@ __device__ u64 BlockSumU64(u64 v, Shared& sh) {
   return t;
 }
 
+// The row's total of v over all its threads (every thread gets it).
+__device__ u64 RowSumU64(u64 v, Shared& sh, const RowPart& part) {
+  const u64 t = BlockSumU64(v, sh);
+  if (part.parts == 1) return t;
+  if (threadIdx.x == 0) sh.cl_u64 = t;
+  part.Sync();
+  u64 total = 0;
+  for (int r = 0; r < part.parts; ++r) total += *part.Of(&sh.cl_u64, r);
+  part.Sync();  // read everywhere before anyone writes cl_u64 again
+  return total;
+}
+
 // Exclusive prefix sum over threads in thread order.
 __device__ u64 BlockExclusiveScan(u64 v, Shared& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -198,14 +237,23 @@ __device__ u64 BlockExclusiveScan(u64 v, Shared& sh) {
   return offset + incl - v;
 }
 
-// The lowest index i with sum_{j <= i} wt(j) >= target (ascending index order), or -1.
+// The lowest index i with sum_{j <= i} wt(j) >= target (ascending index order), or -1. The row's
+// threads take consecutive stretches of ids in (block rank, thread) order.
 template <typename Wt>
-__device__ int FindCumulative(int vocab, Wt wt, u64 target, Shared& sh) {
-  const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
-  const int begin = min(vocab, static_cast<int>(threadIdx.x) * chunk), end = min(vocab, begin + chunk);
+__device__ int FindCumulative(int vocab, Wt wt, u64 target, Shared& sh, const RowPart& part) {
+  const int chunk = (vocab + part.id_step() - 1) / part.id_step();
+  const int t = part.rank * blockDim.x + threadIdx.x;
+  const int begin = min(vocab, t * chunk), end = min(vocab, begin + chunk);
   u64 s = 0;
   for (int i = begin; i < end; ++i) s += wt(i);
-  const u64 excl = BlockExclusiveScan(s, sh);
+  u64 excl = BlockExclusiveScan(s, sh);
+  if (part.parts > 1) {  // plus the blocks of lower rank
+    const u64 block_total = BlockSumU64(s, sh);
+    if (threadIdx.x == 0) sh.cl_u64 = block_total;
+    part.Sync();
+    for (int r = 0; r < part.rank; ++r) excl += *part.Of(&sh.cl_u64, r);
+    part.Sync();
+  }
   if (threadIdx.x == 0) sh.found = -1;
   __syncthreads();
   if (excl < target && excl + s >= target) {
@@ -218,9 +266,10 @@ __device__ int FindCumulative(int vocab, Wt wt, u64 target, Shared& sh) {
       }
     }
   }
-  __syncthreads();
-  const int r = sh.found;
-  __syncthreads();
+  part.Sync();
+  int r = sh.found;
+  for (int q = 0; q < part.parts; ++q) r = max(r, *part.Of(&sh.found, q));  // one block found it, or none
+  part.Sync();
   return r;
 }
 
@@ -228,7 +277,7 @@ __device__ int FindCumulative(int vocab, Wt wt, u64 target, Shared& sh) {
 // weight of candidates with key > K and at the weight of those with key == K. Results in
 // sh.sel_key / sel_above / sel_at.
 template <typename Cand, typename Key, typename Wt>
-__device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, Shared& sh) {
+__device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, Shared& sh, const RowPart& part) {
   uint32_t prefix = 0;
   u64 above = 0;
   for (int pass = 0; pass < 4; ++pass) {
@@ -237,7 +286,7 @@ __device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, S
     for (int b = threadIdx.x; b < 256; b += blockDim.x)
       for (int p = 0; p < kHistPieces; ++p) sh.hist_piece[p][b] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    for (int i = part.first_id(); i < vocab; i += part.id_step()) {
       if (!cand(i)) continue;
       const uint32_t k = keyf(i);
       if ((k & mask_hi) != prefix) continue;
@@ -249,13 +298,14 @@ __device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, S
         if (piece != 0) atomicAdd(&sh.hist_piece[p][bin], piece);
       }
     }
-    __syncthreads();
+    part.Sync();
     for (int b = threadIdx.x; b < 256; b += blockDim.x) {
       u64 sum = 0;
-      for (int p = 0; p < kHistPieces; ++p) sum += static_cast<u64>(sh.hist_piece[p][b]) << (kHistPieceBits * p);
+      for (int r = 0; r < part.parts; ++r)
+        for (int p = 0; p < kHistPieces; ++p) sum += static_cast<u64>(*part.Of(&sh.hist_piece[p][b], r)) << (kHistPieceBits * p);
       sh.hist[b] = sum;
     }
-    __syncthreads();
+    part.Sync();  // every block has read the pieces before any zeroes them for the next pass
     if (threadIdx.x < 32) {
       const int lane = threadIdx.x;
       u64 s = 0;
@@ -298,22 +348,36 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
                                                           const int32_t* __restrict__ input_tokens,
                                                           float* __restrict__ work,
                                                           SamplerRowResult* __restrict__ results,
-                                                          int32_t* __restrict__ tokens_out, int stat_chunks) {
+                                                          int32_t* __restrict__ tokens_out, int stat_chunks,
+                                                          int parts) {
   __shared__ Shared sh;
-  const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  RowPart part;
+  part.parts = parts;
+  part.rank = static_cast<int>(blockIdx.x) % parts;
+  const int row = static_cast<int>(blockIdx.x) / parts, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warps = blockDim.x >> 5;
   const SamplerRowParams P = params[row];
   const float* raw = logits + static_cast<int64_t>(row) * vocab;
 
   // Raw statistics in one pass: log-sum-exp (online) and argmax (ties: lowest id); or the merge of
   // SamplerRowStatsKernel's partials.
-  RowStats part;
-  if (stat_chunks > 1) {
-    if (tid < stat_chunks) part = reinterpret_cast<const RowStats*>(work + static_cast<int64_t>(row) * vocab)[tid];
+  RowStats mine;
+  if (stat_chunks > 1) {  // every block merges all the partials
+    if (tid < stat_chunks) mine = reinterpret_cast<const RowStats*>(work + static_cast<int64_t>(row) * vocab)[tid];
   } else {
-    part = ScanLogits(raw, 0, vocab, tid, blockDim.x);
+    const int len = ChunkIds(vocab, part.parts);
+    const int begin = min(vocab, part.rank * len);
+    mine = ScanLogits(raw, begin, min(vocab, begin + len), tid, blockDim.x);
   }
-  const RowStats stats = BlockMergeStats(part, sh.fa, sh.fb, sh.fc, sh.ia);
+  RowStats stats = BlockMergeStats(mine, sh.fa, sh.fb, sh.fc, sh.ia);
+  if (stat_chunks <= 1 && part.parts > 1) {  // the blocks' stretches, in rank order
+    part.Sync();
+    RowStats all;
+    for (int r = 0; r < part.parts; ++r)
+      MergeStats(all, *part.Of(&sh.fa[0], r), *part.Of(&sh.fb[0], r), *part.Of(&sh.fc[0], r), *part.Of(&sh.ia[0], r));
+    stats = all;
+  }
+  part.Sync();  // the partials (in `work`) and fa..ia read everywhere before they are overwritten
   const float raw_max = stats.m;
   const float log_z = raw_max + logf(stats.s);
   const int raw_argmax = stats.bi;
@@ -326,24 +390,26 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
   const float* src = raw;
   if (has_pen) {
     float* x = work + static_cast<int64_t>(row) * vocab;
-    for (int i = tid; i < vocab; i += blockDim.x) x[i] = raw[i];
+    for (int i = part.first_id(); i < vocab; i += part.id_step()) x[i] = raw[i];
     if (tid == 0) sh.found = 0;
-    __syncthreads();
+    part.Sync();  // the whole copy written before the penalties change it
     auto penalize = [&](int token, int output_count) {
       float v = x[token];
       if (P.repetition_penalty != 1.0f) v = v > 0.0f ? v / P.repetition_penalty : v * P.repetition_penalty;
       if (output_count > 0) v -= P.frequency_penalty * static_cast<float>(output_count) + P.presence_penalty;
       x[token] = v;
     };
-    for (int e = P.penalty_begin + tid; e < P.penalty_end; e += blockDim.x) {
-      const SamplerPenaltyEntry en = entries[e];
-      const bool is_pending = en.token == pending;
-      if (is_pending) sh.found = 1;
-      penalize(en.token, en.output_count + (is_pending ? 1 : 0));
+    if (part.rank == 0) {  // one block applies them
+      for (int e = P.penalty_begin + tid; e < P.penalty_end; e += blockDim.x) {
+        const SamplerPenaltyEntry en = entries[e];
+        const bool is_pending = en.token == pending;
+        if (is_pending) sh.found = 1;
+        penalize(en.token, en.output_count + (is_pending ? 1 : 0));
+      }
+      __syncthreads();
+      if (tid == 0 && pending >= 0 && pending < vocab && !sh.found) penalize(pending, 1);
     }
-    __syncthreads();
-    if (tid == 0 && pending >= 0 && pending < vocab && !sh.found) penalize(pending, 1);
-    __syncthreads();
+    part.Sync();
     src = x;
   }
 
@@ -354,7 +420,7 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
     } else {
       float v2 = -INFINITY;
       int i2 = INT_MAX;
-      for (int i = tid; i < vocab; i += blockDim.x) {
+      for (int i = part.first_id(); i < vocab; i += part.id_step()) {
         const float v = src[i];
         if (v > v2 || (v == v2 && i < i2)) {
           v2 = v;
@@ -381,11 +447,22 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
             v2 = sh.fc[w];
             i2 = sh.ia[w];
           }
-        sh.found = i2;
+        sh.cl_f = v2;
+        sh.cl_i = i2;
       }
-      __syncthreads();
-      token = sh.found;
-      __syncthreads();
+      part.Sync();
+      v2 = -INFINITY;
+      i2 = INT_MAX;
+      for (int r = 0; r < part.parts; ++r) {
+        const float rv = *part.Of(&sh.cl_f, r);
+        const int ri = *part.Of(&sh.cl_i, r);
+        if (rv > v2 || (rv == v2 && ri < i2)) {
+          v2 = rv;
+          i2 = ri;
+        }
+      }
+      token = i2;
+      part.Sync();
     }
   } else {
     const float temp = P.temperature;
@@ -396,9 +473,13 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
       src_max = raw_max;
     } else {
       float mx = -INFINITY;
-      for (int i = tid; i < vocab; i += blockDim.x) mx = fmaxf(mx, src[i]);
-      src_max = BlockMax(mx, sh.fa);
-      __syncthreads();
+      for (int i = part.first_id(); i < vocab; i += part.id_step()) mx = fmaxf(mx, src[i]);
+      mx = BlockMax(mx, sh.fa);
+      if (tid == 0) sh.cl_f = mx;
+      part.Sync();
+      src_max = -INFINITY;
+      for (int r = 0; r < part.parts; ++r) src_max = fmaxf(src_max, *part.Of(&sh.cl_f, r));
+      part.Sync();
     }
     const float mx = src_max / temp;
     auto prob = [&](int i) { return expf(val(i) - mx); };
@@ -413,10 +494,10 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
     uint32_t k_key = 0;
     int k_id = INT_MAX;
     if (topk) {
-      RadixSelect(vocab, all, key, one, static_cast<u64>(P.top_k), sh);
+      RadixSelect(vocab, all, key, one, static_cast<u64>(P.top_k), sh, part);
       k_key = sh.sel_key;
       const u64 need = static_cast<u64>(P.top_k) - sh.sel_above;
-      if (need < sh.sel_at) k_id = FindCumulative(vocab, [&](int i) -> u64 { return key(i) == k_key ? 1 : 0; }, need, sh);
+      if (need < sh.sel_at) k_id = FindCumulative(vocab, [&](int i) -> u64 { return key(i) == k_key ? 1 : 0; }, need, sh, part);
       __syncthreads();
     }
     auto in_k = [&](int i) {
@@ -429,20 +510,20 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
     uint32_t p_key = 0;
     int p_id = INT_MAX;
     if (topp) {
-      u64 part = 0;
-      for (int i = tid; i < vocab; i += blockDim.x)
-        if (in_k(i)) part += wt(i);
-      const u64 total_k = BlockSumU64(part, sh);
+      u64 mass = 0;
+      for (int i = part.first_id(); i < vocab; i += part.id_step())
+        if (in_k(i)) mass += wt(i);
+      const u64 total_k = RowSumU64(mass, sh, part);
       __syncthreads();
       u64 target = static_cast<u64>(ceil(static_cast<double>(P.top_p) * static_cast<double>(total_k)));
       target = max(1ull, min(target, total_k));
-      RadixSelect(vocab, in_k, key, wt, target, sh);
+      RadixSelect(vocab, in_k, key, wt, target, sh, part);
       p_key = sh.sel_key;
       const u64 w_tie = max(1ull, key_wt(p_key));
       const u64 ties = sh.sel_at / w_tie;
       const u64 j = (target - sh.sel_above + w_tie - 1) / w_tie;
       if (j < ties)
-        p_id = FindCumulative(vocab, [&](int i) -> u64 { return in_k(i) && key(i) == p_key ? 1 : 0; }, j, sh);
+        p_id = FindCumulative(vocab, [&](int i) -> u64 { return in_k(i) && key(i) == p_key ? 1 : 0; }, j, sh, part);
       __syncthreads();
     }
     auto kept = [&](int i) {
@@ -453,30 +534,30 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
       }
       return P.min_p <= 0.0f || prob(i) >= P.min_p;
     };
-    u64 part = 0;
-    for (int i = tid; i < vocab; i += blockDim.x)
-      if (kept(i)) part += wt(i);
-    const u64 total = BlockSumU64(part, sh);
+    u64 mass = 0;
+    for (int i = part.first_id(); i < vocab; i += part.id_step())
+      if (kept(i)) mass += wt(i);
+    const u64 total = RowSumU64(mass, sh, part);
     __syncthreads();
     const float u = UniformFloat(P.seed, P.step);
     u64 target = static_cast<u64>(floor(static_cast<double>(u) * static_cast<double>(total)));
     if (total > 0 && target > total - 1) target = total - 1;
     target += 1;  // the first candidate whose cumulative mass exceeds u * total
     if (topp) {
-      RadixSelect(vocab, kept, key, wt, target, sh);
+      RadixSelect(vocab, kept, key, wt, target, sh, part);
       const uint32_t d_key = sh.sel_key;
       const u64 w_tie = max(1ull, key_wt(d_key));
       const u64 j = max(1ull, (target - sh.sel_above + w_tie - 1) / w_tie);
-      token = FindCumulative(vocab, [&](int i) -> u64 { return kept(i) && key(i) == d_key ? 1 : 0; }, j, sh);
+      token = FindCumulative(vocab, [&](int i) -> u64 { return kept(i) && key(i) == d_key ? 1 : 0; }, j, sh, part);
     } else {
-      token = FindCumulative(vocab, [&](int i) -> u64 { return kept(i) ? wt(i) : 0; }, target, sh);
+      token = FindCumulative(vocab, [&](int i) -> u64 { return kept(i) ? wt(i) : 0; }, target, sh, part);
     }
     if (token < 0) token = raw_argmax;  // unreachable: the top candidate always has mass
     __syncthreads();
   }
 
   SamplerRowResult* res = results + row;
-  if (tid == 0) {
+  if (tid == 0 && part.rank == 0) {
     res->token = token;
     res->logprob = raw[token] - log_z;
     res->num_top = 0;
@@ -485,14 +566,14 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
   const int n_top = min(P.num_top_logprobs, min(vocab, kSamplerMaxTop));
   if (n_top > 0) {
     auto rkey = [&](int i) { return FloatKey(raw[i]); };
-    RadixSelect(vocab, [](int) { return true; }, rkey, [](int) -> u64 { return 1; }, static_cast<u64>(n_top), sh);
+    RadixSelect(vocab, [](int) { return true; }, rkey, [](int) -> u64 { return 1; }, static_cast<u64>(n_top), sh, part);
     const uint32_t t_key = sh.sel_key;
     const u64 need = static_cast<u64>(n_top) - sh.sel_above;
     int t_id = INT_MAX;
-    if (need < sh.sel_at) t_id = FindCumulative(vocab, [&](int i) -> u64 { return rkey(i) == t_key ? 1 : 0; }, need, sh);
+    if (need < sh.sel_at) t_id = FindCumulative(vocab, [&](int i) -> u64 { return rkey(i) == t_key ? 1 : 0; }, need, sh, part);
     if (tid == 0) sh.top_count = 0;
     __syncthreads();
-    for (int i = tid; i < vocab; i += blockDim.x) {
+    for (int i = part.first_id(); i < vocab; i += part.id_step()) {
       const uint32_t k = rkey(i);
       if (k > t_key || (k == t_key && i <= t_id)) {
         const int slot = atomicAdd(&sh.top_count, 1);
@@ -502,10 +583,20 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
         }
       }
     }
-    __syncthreads();
-    if (tid == 0) {
-      const int n = min(sh.top_count, n_top);
-      for (int a = 1; a < n; ++a) {  // insertion sort: value desc, id asc
+    part.Sync();
+    if (tid == 0 && part.rank == 0) {
+      // Every block's picks (n_top in all; this block's are in place), then an insertion sort:
+      // value desc, id asc.
+      int n = min(sh.top_count, kSamplerMaxTop);
+      for (int r = 1; r < part.parts; ++r) {
+        const int count = min(*part.Of(&sh.top_count, r), kSamplerMaxTop);
+        for (int a = 0; a < count && n < kSamplerMaxTop; ++a, ++n) {
+          sh.top_ids[n] = *part.Of(&sh.top_ids[a], r);
+          sh.top_vals[n] = *part.Of(&sh.top_vals[a], r);
+        }
+      }
+      n = min(n, n_top);
+      for (int a = 1; a < n; ++a) {
         const int id = sh.top_ids[a];
         const float v = sh.top_vals[a];
         int b = a - 1;
@@ -524,13 +615,39 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
       res->num_top = n;
     }
   }
+  part.Sync();  // no block leaves while another may still read its shared memory
 }
 
 }  // namespace
 
+// Blocks a row for `rows` rows: a cluster of up to 8 (the portable cluster size) while the rows
+// leave SMs idle, where the GPU can place such a cluster of the kernel at all (asked once).
+int SamplerRowParts(int64_t rows, int max_blocks_per_row) {
+  const int want = std::min(max_blocks_per_row, rows <= 16 ? 8 : rows <= 32 ? 4 : 1);
+  static const int fits = [] {
+    for (int parts = 8; parts > 1; parts /= 2) {
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(parts);
+      config.blockDim = dim3(kThreads);
+      cudaLaunchAttribute cluster[1];
+      cluster[0].id = cudaLaunchAttributeClusterDimension;
+      cluster[0].val.clusterDim.x = static_cast<unsigned>(parts);
+      cluster[0].val.clusterDim.y = 1;
+      cluster[0].val.clusterDim.z = 1;
+      config.attrs = cluster;
+      config.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, SamplerKernel, &config) == cudaSuccess && clusters > 0) return parts;
+      cudaGetLastError();  // a refusal is an answer, not an error to keep
+    }
+    return 1;
+  }();
+  return std::min(want, fits);
+}
+
 absl::Status LaunchSampler(const float* logits, int64_t rows, int64_t vocab, const SamplerRowParams* params,
                            const SamplerPenaltyEntry* entries, const int32_t* input_tokens, float* work,
-                           SamplerRowResult* results, int32_t* tokens_out, Stream stream) {
+                           SamplerRowResult* results, int32_t* tokens_out, Stream stream, int max_blocks_per_row) {
   if (rows < 0 || vocab <= 0 || vocab > kSamplerMaxVocab || rows > 0x7fffffff)
     return absl::InvalidArgumentError(absl::StrCat("Sample: bad shape ", rows, " x ", vocab, " (at most ",
                                                    kSamplerMaxVocab, " tokens a row)"));
@@ -543,10 +660,20 @@ absl::Status LaunchSampler(const float* logits, int64_t rows, int64_t vocab, con
                             stream>>>(logits, static_cast<int>(vocab), chunks, work);
     CUDA_RETURN_IF_LAUNCH_ERROR();
   }
-  SamplerKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, static_cast<int>(vocab), params,
-                                                                     entries, input_tokens, work, results,
-                                                                     tokens_out, chunks);
-  CUDA_RETURN_IF_LAUNCH_ERROR();
+  const int parts = SamplerRowParts(rows, std::max(1, max_blocks_per_row));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(rows * parts));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = static_cast<unsigned>(parts);
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = 1;
+  config.attrs = cluster;
+  config.numAttrs = parts > 1 ? 1 : 0;
+  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, SamplerKernel, logits, static_cast<int>(vocab), params, entries,
+                                          input_tokens, work, results, tokens_out, chunks, parts));
   return absl::OkStatus();
 }
 

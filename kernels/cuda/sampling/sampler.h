@@ -1,4 +1,5 @@
-// Token sampling on the GPU, one block per row of float32 logits, following the CPU sampler
+// Token sampling on the GPU, one block per row of float32 logits (a cluster of blocks a row while
+// the rows are few), following the CPU sampler
 // (engine/backend/cpu/cpu_sampler.cc): penalties -> (greedy argmax | temperature -> top-k ->
 // top-p -> min-p -> draw with uniform(seed, step)), plus log-probabilities of the raw logits.
 //
@@ -58,8 +59,11 @@ struct SamplerRowResult {
 // not touch it); results [rows]; input_tokens: the step's input ids (read for rows with a
 // pending_input_index; may be null otherwise); tokens_out [rows] (may be null): each row's token
 // again, densely, for the next step's input.
+// max_blocks_per_row: at most this many blocks (a thread block cluster) share a row; by default up
+// to 8 while the rows are few (1 block a row reproduces the one-SM form, e.g. to measure it).
 absl::Status LaunchSampler(const float* logits, int64_t rows, int64_t vocab, const SamplerRowParams* params,
                            const SamplerPenaltyEntry* entries, const int32_t* input_tokens, float* work,
-                           SamplerRowResult* results, int32_t* tokens_out, Stream stream);
+                           SamplerRowResult* results, int32_t* tokens_out, Stream stream,
+                           int max_blocks_per_row = 8);
 
 }  // namespace llm::cuda

@@ -53,6 +53,7 @@ const Variant kVariants[] = {
     {"compressed-tensors sym g128 (AWQ search)", "--layout ct --group 128 --sym --awq-search", true},
     {"GPTQ sym g128 (GPTQ)", "--layout gptq --group 128 --sym --gptq", true},
     {"GPTQ asym g128 desc_act (GPTQ)", "--layout gptq --group 128 --desc-act --gptq", true},
+    {"GPTQ asym g128 desc_act (GPTQ, mse ranges)", "--layout gptq --group 128 --desc-act --gptq --mse", true},
     {"compressed-tensors sym g128 (AWQ search + GPTQ)", "--layout ct --group 128 --sym --awq-search --gptq", true},
 };
 

@@ -9,7 +9,8 @@ published layouts, packed the way its producer packs it (see int4_formats.py):
   ct     compressed-tensors pack-quantized (llm-compressor's W4A16), sym or asym, optional
          actorder group
 
-Weights are rounded to nearest per group (RTN), or with --gptq by GPTQ's error feedback (gptq.py).
+Weights are rounded to nearest per group (RTN), or with --gptq by GPTQ's error feedback (gptq.py;
+--mse: each group's range searched as GPTQ's quantizer does with its mse option).
 With --awq-search and calibration token ids, the
 activation-aware pass of AutoAWQ runs first (awq/quantize/quantizer.py: per-channel scales
 s = mean|x|^r / mean|w|^(1-r), r searched on a grid of 20 to minimise the quantized linears' output
@@ -172,7 +173,7 @@ def act_order(model, calib, layer, key, k, seed):
 
 
 def quantize_model(src, out, layout, group, sym=False, desc_act=False, gptq_v2=False, awq=False, calib=None,
-                   shard_mb=None, seed=0, log=print, keep_dtype=None, gptq=False):
+                   shard_mb=None, seed=0, log=print, keep_dtype=None, gptq=False, mse=False):
     with open(os.path.join(src, "config.json")) as f:
         config = json.load(f)
     c = Config(config)
@@ -210,7 +211,7 @@ def quantize_model(src, out, layout, group, sym=False, desc_act=False, gptq_v2=F
                 key = {"q": "qkv", "k": "qkv", "v": "qkv", "o": "o", "g": "gate_up", "u": "gate_up",
                        "d": "down"}[lin.split(".")[1][0]]
                 qz = gptq_quantize(w, inputs[key], group, sym and layout != "awq",
-                                   desc_act and layout != "awq" and group > 0, scale_dtype)
+                                   desc_act and layout != "awq" and group > 0, scale_dtype, mse=mse)
                 if desc_act and layout != "awq" and group > 0:
                     order = np.argsort(qz.g_idx, kind="stable")
             elif desc_act and group > 0:
@@ -303,6 +304,8 @@ def main():
     ap.add_argument("--gptq-v2", action="store_true", help="GPTQModel's gptq_v2 zeros")
     ap.add_argument("--awq-search", action="store_true", help="AutoAWQ's activation-aware scales and clipping")
     ap.add_argument("--gptq", action="store_true", help="GPTQ's error feedback instead of round to nearest")
+    ap.add_argument("--mse", action="store_true",
+                    help="with --gptq: each group's range shrunk to minimise its rounding error (GPTQ's mse option)")
     ap.add_argument("--calib-ids", help="JSON lines of token ids")
     ap.add_argument("--calib-tokens", type=int, default=4096, help="calibration tokens to use")
     ap.add_argument("--shard-mb", type=float)
@@ -322,12 +325,14 @@ def main():
                 total += len(ids)
                 if total >= args.calib_tokens:
                     break
+    if args.mse and not args.gptq:
+        sys.exit("--mse is GPTQ's range search: it needs --gptq")
     if (args.awq_search or args.gptq) and not calib:
         sys.exit("--awq-search and --gptq need --calib-ids")
     group = args.group if args.group > 0 else 0
     quantize_model(args.model, args.out, args.layout, group, args.sym, args.desc_act, args.gptq_v2,
                    args.awq_search, calib, args.shard_mb, args.seed, log=lambda s: print(s, file=sys.stderr),
-                   gptq=args.gptq)
+                   gptq=args.gptq, mse=args.mse)
 
 
 if __name__ == "__main__":

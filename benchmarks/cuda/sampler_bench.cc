@@ -51,8 +51,10 @@ int Main(int argc, char** argv) {
                             {"temperature 0.8, top-p 0.95", 0.8f, 0.95f, 0.0f, 0, 0},
                             {"temperature 0.8, min-p 0.05", 0.8f, 1.0f, 0.05f, 0, 0},
                             {"temperature 0.8, top-k 50, top-p 0.95", 0.8f, 0.95f, 0.0f, 50, 0}};
-  std::string md = "Sampler, " + std::to_string(kVocab) + " float32 logits a row; us a call (floor: one read of the "
-                   "logits at " + Fmt("%.2f", bw / 1e12) + " TB/s)\n\n";
+  std::string md = "Sampler, " + std::to_string(kVocab) +
+                   " float32 logits a row; us a call (floor: one read of the "
+                   "logits at " +
+                   Fmt("%.2f", bw / 1e12) + " TB/s)\n\n";
   for (const float range : {2.0f, 20.0f}) {
     BENCH_CHECK(cuda::LaunchFillUniform(DType::kF32, logits, kMaxRows * kVocab, 11, -range, range, s));
     Table t({"logits in [-" + Fmt("%.0f", range) + ", " + Fmt("%.0f", range) + "]", "1 row", "1 row, 1 block",
@@ -74,8 +76,8 @@ int Main(int argc, char** argv) {
         }
         BENCH_CUDA(cudaMemcpyAsync(params, p.data(), rows * sizeof(p[0]), cudaMemcpyHostToDevice, s));
         const auto ms = TimeOnStream(s, 2, args.reps, [&] {
-          BENCH_CHECK(
-              cuda::LaunchSampler(logits, rows, kVocab, params, nullptr, nullptr, work, results, tokens, s, blocks));
+          BENCH_CHECK(cuda::LaunchSampler(logits, rows, kVocab, params, nullptr, nullptr, work, results,
+                                          tokens, s, blocks));
         });
         cells.push_back(Fmt("%.1f", Median(ms) * 1e3));
       }

@@ -54,8 +54,10 @@ struct RowPart {
   __device__ int id_step() const { return parts * blockDim.x; }
   // Every block of the row past this point (shared memory and global writes before it visible).
   __device__ void Sync() const {
-    if (parts > 1) cooperative_groups::this_cluster().sync();
-    else __syncthreads();
+    if (parts > 1)
+      cooperative_groups::this_cluster().sync();
+    else
+      __syncthreads();
   }
   template <typename T>
   __device__ T* Of(T* p, int r) const {
@@ -139,8 +141,8 @@ __device__ RowStats BlockMergeStats(RowStats st, float* fa, float* fb, float* fc
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
-    MergeStats(st, __shfl_xor_sync(kFull, st.m, o), __shfl_xor_sync(kFull, st.s, o), __shfl_xor_sync(kFull, st.bv, o),
-               __shfl_xor_sync(kFull, st.bi, o));
+    MergeStats(st, __shfl_xor_sync(kFull, st.m, o), __shfl_xor_sync(kFull, st.s, o),
+               __shfl_xor_sync(kFull, st.bv, o), __shfl_xor_sync(kFull, st.bi, o));
   __syncthreads();
   if (lane == 0) fa[warp] = st.m, fb[warp] = st.s, fc[warp] = st.bv, ia[warp] = st.bi;
   __syncthreads();
@@ -149,8 +151,8 @@ __device__ RowStats BlockMergeStats(RowStats st, float* fa, float* fb, float* fc
     if (lane < warps) t.m = fa[lane], t.s = fb[lane], t.bv = fc[lane], t.bi = ia[lane];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
-      MergeStats(t, __shfl_xor_sync(kFull, t.m, o), __shfl_xor_sync(kFull, t.s, o), __shfl_xor_sync(kFull, t.bv, o),
-                 __shfl_xor_sync(kFull, t.bi, o));
+      MergeStats(t, __shfl_xor_sync(kFull, t.m, o), __shfl_xor_sync(kFull, t.s, o),
+                 __shfl_xor_sync(kFull, t.bv, o), __shfl_xor_sync(kFull, t.bi, o));
     if (lane == 0) fa[0] = t.m, fb[0] = t.s, fc[0] = t.bv, ia[0] = t.bi;
   }
   __syncthreads();
@@ -169,7 +171,9 @@ constexpr int kStatsMinIds = 4096;
 constexpr int kSplitRowsBelow = 128;
 constexpr int kStatsTargetBlocks = 256;
 
-__device__ __forceinline__ int ChunkIds(int vocab, int chunks) { return ((vocab + chunks - 1) / chunks + 3) & ~3; }
+__device__ __forceinline__ int ChunkIds(int vocab, int chunks) {
+  return ((vocab + chunks - 1) / chunks + 3) & ~3;
+}
 
 __global__ void __launch_bounds__(kStatsThreads)
     SamplerRowStatsKernel(const float* __restrict__ logits, int vocab, int chunks, float* __restrict__ work) {
@@ -179,7 +183,8 @@ __global__ void __launch_bounds__(kStatsThreads)
   const int len = ChunkIds(vocab, chunks);
   const int begin = min(vocab, chunk * len), end = min(vocab, begin + len);
   const RowStats st = BlockMergeStats(
-      ScanLogits(logits + static_cast<int64_t>(row) * vocab, begin, end, threadIdx.x, blockDim.x), fa, fb, fc, ia);
+      ScanLogits(logits + static_cast<int64_t>(row) * vocab, begin, end, threadIdx.x, blockDim.x), fa, fb, fc,
+      ia);
   if (threadIdx.x == 0) reinterpret_cast<RowStats*>(work + static_cast<int64_t>(row) * vocab)[chunk] = st;
 }
 
@@ -277,7 +282,8 @@ __device__ int FindCumulative(int vocab, Wt wt, u64 target, Shared& sh, const Ro
 // weight of candidates with key > K and at the weight of those with key == K. Results in
 // sh.sel_key / sel_above / sel_at.
 template <typename Cand, typename Key, typename Wt>
-__device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, Shared& sh, const RowPart& part) {
+__device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, Shared& sh,
+                            const RowPart& part) {
   uint32_t prefix = 0;
   u64 above = 0;
   for (int pass = 0; pass < 4; ++pass) {
@@ -294,7 +300,8 @@ __device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, S
       const u64 w = wt(i);
 #pragma unroll
       for (int p = 0; p < kHistPieces; ++p) {
-        const uint32_t piece = static_cast<uint32_t>(w >> (kHistPieceBits * p)) & ((1u << kHistPieceBits) - 1);
+        const uint32_t piece =
+            static_cast<uint32_t>(w >> (kHistPieceBits * p)) & ((1u << kHistPieceBits) - 1);
         if (piece != 0) atomicAdd(&sh.hist_piece[p][bin], piece);
       }
     }
@@ -302,7 +309,8 @@ __device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, S
     for (int b = threadIdx.x; b < 256; b += blockDim.x) {
       u64 sum = 0;
       for (int r = 0; r < part.parts; ++r)
-        for (int p = 0; p < kHistPieces; ++p) sum += static_cast<u64>(*part.Of(&sh.hist_piece[p][b], r)) << (kHistPieceBits * p);
+        for (int p = 0; p < kHistPieces; ++p)
+          sum += static_cast<u64>(*part.Of(&sh.hist_piece[p][b], r)) << (kHistPieceBits * p);
       sh.hist[b] = sum;
     }
     part.Sync();  // every block has read the pieces before any zeroes them for the next pass
@@ -342,14 +350,11 @@ __device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, S
   }
 }
 
-__global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restrict__ logits, int vocab,
-                                                          const SamplerRowParams* __restrict__ params,
-                                                          const SamplerPenaltyEntry* __restrict__ entries,
-                                                          const int32_t* __restrict__ input_tokens,
-                                                          float* __restrict__ work,
-                                                          SamplerRowResult* __restrict__ results,
-                                                          int32_t* __restrict__ tokens_out, int stat_chunks,
-                                                          int parts) {
+__global__ void __launch_bounds__(kThreads)
+    SamplerKernel(const float* __restrict__ logits, int vocab, const SamplerRowParams* __restrict__ params,
+                  const SamplerPenaltyEntry* __restrict__ entries, const int32_t* __restrict__ input_tokens,
+                  float* __restrict__ work, SamplerRowResult* __restrict__ results,
+                  int32_t* __restrict__ tokens_out, int stat_chunks, int parts) {
   __shared__ Shared sh;
   RowPart part;
   part.parts = parts;
@@ -363,7 +368,8 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
   // SamplerRowStatsKernel's partials.
   RowStats mine;
   if (stat_chunks > 1) {  // every block merges all the partials
-    if (tid < stat_chunks) mine = reinterpret_cast<const RowStats*>(work + static_cast<int64_t>(row) * vocab)[tid];
+    if (tid < stat_chunks)
+      mine = reinterpret_cast<const RowStats*>(work + static_cast<int64_t>(row) * vocab)[tid];
   } else {
     const int len = ChunkIds(vocab, part.parts);
     const int begin = min(vocab, part.rank * len);
@@ -374,7 +380,8 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
     part.Sync();
     RowStats all;
     for (int r = 0; r < part.parts; ++r)
-      MergeStats(all, *part.Of(&sh.fa[0], r), *part.Of(&sh.fb[0], r), *part.Of(&sh.fc[0], r), *part.Of(&sh.ia[0], r));
+      MergeStats(all, *part.Of(&sh.fa[0], r), *part.Of(&sh.fb[0], r), *part.Of(&sh.fc[0], r),
+                 *part.Of(&sh.ia[0], r));
     stats = all;
   }
   part.Sync();  // the partials (in `work`) and fa..ia read everywhere before they are overwritten
@@ -384,7 +391,8 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
 
   // Penalties on a working copy. A pending output token (the previous step's sample, known only
   // here) adds one to its entry's output count, or is a new entry of count one.
-  const bool penalized = P.repetition_penalty != 1.0f || P.presence_penalty != 0.0f || P.frequency_penalty != 0.0f;
+  const bool penalized =
+      P.repetition_penalty != 1.0f || P.presence_penalty != 0.0f || P.frequency_penalty != 0.0f;
   const int pending = penalized && P.pending_input_index >= 0 ? input_tokens[P.pending_input_index] : -1;
   const bool has_pen = P.penalty_end > P.penalty_begin || (pending >= 0 && pending < vocab);
   const float* src = raw;
@@ -497,7 +505,9 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
       RadixSelect(vocab, all, key, one, static_cast<u64>(P.top_k), sh, part);
       k_key = sh.sel_key;
       const u64 need = static_cast<u64>(P.top_k) - sh.sel_above;
-      if (need < sh.sel_at) k_id = FindCumulative(vocab, [&](int i) -> u64 { return key(i) == k_key ? 1 : 0; }, need, sh, part);
+      if (need < sh.sel_at)
+        k_id = FindCumulative(
+            vocab, [&](int i) -> u64 { return key(i) == k_key ? 1 : 0; }, need, sh, part);
       __syncthreads();
     }
     auto in_k = [&](int i) {
@@ -523,7 +533,8 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
       const u64 ties = sh.sel_at / w_tie;
       const u64 j = (target - sh.sel_above + w_tie - 1) / w_tie;
       if (j < ties)
-        p_id = FindCumulative(vocab, [&](int i) -> u64 { return in_k(i) && key(i) == p_key ? 1 : 0; }, j, sh, part);
+        p_id = FindCumulative(
+            vocab, [&](int i) -> u64 { return in_k(i) && key(i) == p_key ? 1 : 0; }, j, sh, part);
       __syncthreads();
     }
     auto kept = [&](int i) {
@@ -548,9 +559,11 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
       const uint32_t d_key = sh.sel_key;
       const u64 w_tie = max(1ull, key_wt(d_key));
       const u64 j = max(1ull, (target - sh.sel_above + w_tie - 1) / w_tie);
-      token = FindCumulative(vocab, [&](int i) -> u64 { return kept(i) && key(i) == d_key ? 1 : 0; }, j, sh, part);
+      token = FindCumulative(
+          vocab, [&](int i) -> u64 { return kept(i) && key(i) == d_key ? 1 : 0; }, j, sh, part);
     } else {
-      token = FindCumulative(vocab, [&](int i) -> u64 { return kept(i) ? wt(i) : 0; }, target, sh, part);
+      token = FindCumulative(
+          vocab, [&](int i) -> u64 { return kept(i) ? wt(i) : 0; }, target, sh, part);
     }
     if (token < 0) token = raw_argmax;  // unreachable: the top candidate always has mass
     __syncthreads();
@@ -566,11 +579,15 @@ __global__ void __launch_bounds__(kThreads) SamplerKernel(const float* __restric
   const int n_top = min(P.num_top_logprobs, min(vocab, kSamplerMaxTop));
   if (n_top > 0) {
     auto rkey = [&](int i) { return FloatKey(raw[i]); };
-    RadixSelect(vocab, [](int) { return true; }, rkey, [](int) -> u64 { return 1; }, static_cast<u64>(n_top), sh, part);
+    RadixSelect(
+        vocab, [](int) { return true; }, rkey, [](int) -> u64 { return 1; }, static_cast<u64>(n_top), sh,
+        part);
     const uint32_t t_key = sh.sel_key;
     const u64 need = static_cast<u64>(n_top) - sh.sel_above;
     int t_id = INT_MAX;
-    if (need < sh.sel_at) t_id = FindCumulative(vocab, [&](int i) -> u64 { return rkey(i) == t_key ? 1 : 0; }, need, sh, part);
+    if (need < sh.sel_at)
+      t_id = FindCumulative(
+          vocab, [&](int i) -> u64 { return rkey(i) == t_key ? 1 : 0; }, need, sh, part);
     if (tid == 0) sh.top_count = 0;
     __syncthreads();
     for (int i = part.first_id(); i < vocab; i += part.id_step()) {
@@ -637,7 +654,8 @@ int SamplerRowParts(int64_t rows, int max_blocks_per_row) {
       config.attrs = cluster;
       config.numAttrs = 1;
       int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, SamplerKernel, &config) == cudaSuccess && clusters > 0) return parts;
+      if (cudaOccupancyMaxActiveClusters(&clusters, SamplerKernel, &config) == cudaSuccess && clusters > 0)
+        return parts;
       cudaGetLastError();  // a refusal is an answer, not an error to keep
     }
     return 1;
@@ -647,17 +665,19 @@ int SamplerRowParts(int64_t rows, int max_blocks_per_row) {
 
 absl::Status LaunchSampler(const float* logits, int64_t rows, int64_t vocab, const SamplerRowParams* params,
                            const SamplerPenaltyEntry* entries, const int32_t* input_tokens, float* work,
-                           SamplerRowResult* results, int32_t* tokens_out, Stream stream, int max_blocks_per_row) {
+                           SamplerRowResult* results, int32_t* tokens_out, Stream stream,
+                           int max_blocks_per_row) {
   if (rows < 0 || vocab <= 0 || vocab > kSamplerMaxVocab || rows > 0x7fffffff)
     return absl::InvalidArgumentError(absl::StrCat("Sample: bad shape ", rows, " x ", vocab, " (at most ",
                                                    kSamplerMaxVocab, " tokens a row)"));
   if (rows == 0) return absl::OkStatus();
   int chunks = 1;
   if (rows < kSplitRowsBelow)
-    chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kStatsTargetBlocks / rows, vocab / kStatsMinIds)));
+    chunks = static_cast<int>(
+        std::max<int64_t>(1, std::min<int64_t>(kStatsTargetBlocks / rows, vocab / kStatsMinIds)));
   if (chunks > 1) {
-    SamplerRowStatsKernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(rows)), kStatsThreads, 0,
-                            stream>>>(logits, static_cast<int>(vocab), chunks, work);
+    SamplerRowStatsKernel<<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(rows)), kStatsThreads,
+                            0, stream>>>(logits, static_cast<int>(vocab), chunks, work);
     CUDA_RETURN_IF_LAUNCH_ERROR();
   }
   const int parts = SamplerRowParts(rows, std::max(1, max_blocks_per_row));
@@ -672,8 +692,8 @@ absl::Status LaunchSampler(const float* logits, int64_t rows, int64_t vocab, con
   cluster[0].val.clusterDim.z = 1;
   config.attrs = cluster;
   config.numAttrs = parts > 1 ? 1 : 0;
-  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, SamplerKernel, logits, static_cast<int>(vocab), params, entries,
-                                          input_tokens, work, results, tokens_out, chunks, parts));
+  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, SamplerKernel, logits, static_cast<int>(vocab), params,
+                                          entries, input_tokens, work, results, tokens_out, chunks, parts));
   return absl::OkStatus();
 }
 

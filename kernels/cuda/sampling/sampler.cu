@@ -637,24 +637,34 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+// SamplerKernel's launch for `rows` rows of `parts` blocks, each row's blocks one cluster.
+struct SamplerLaunch {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster[1];
+  SamplerLaunch(int64_t rows, int parts, cudaStream_t stream) {
+    config.gridDim = dim3(static_cast<unsigned>(rows * parts));
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = static_cast<unsigned>(parts);
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = 1;
+    config.attrs = cluster;  // points into this object: not copyable
+    config.numAttrs = parts > 1 ? 1 : 0;
+  }
+  SamplerLaunch(const SamplerLaunch&) = delete;
+  SamplerLaunch& operator=(const SamplerLaunch&) = delete;
+};
+
 // Blocks a row for `rows` rows: a cluster of up to 8 (the portable cluster size) while the rows
 // leave SMs idle, where the GPU can place such a cluster of the kernel at all (asked once).
 int SamplerRowParts(int64_t rows, int max_blocks_per_row) {
   const int want = std::min(max_blocks_per_row, rows <= 16 ? 8 : rows <= 32 ? 4 : 1);
   static const int fits = [] {
     for (int parts = 8; parts > 1; parts /= 2) {
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(parts);
-      config.blockDim = dim3(kThreads);
-      cudaLaunchAttribute cluster[1];
-      cluster[0].id = cudaLaunchAttributeClusterDimension;
-      cluster[0].val.clusterDim.x = static_cast<unsigned>(parts);
-      cluster[0].val.clusterDim.y = 1;
-      cluster[0].val.clusterDim.z = 1;
-      config.attrs = cluster;
-      config.numAttrs = 1;
+      const SamplerLaunch launch(1, parts, nullptr);
       int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, SamplerKernel, &config) == cudaSuccess && clusters > 0)
+      if (cudaOccupancyMaxActiveClusters(&clusters, SamplerKernel, &launch.config) == cudaSuccess && clusters > 0)
         return parts;
       cudaGetLastError();  // a refusal is an answer, not an error to keep
     }
@@ -681,18 +691,8 @@ absl::Status LaunchSampler(const float* logits, int64_t rows, int64_t vocab, con
     CUDA_RETURN_IF_LAUNCH_ERROR();
   }
   const int parts = SamplerRowParts(rows, std::max(1, max_blocks_per_row));
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(rows * parts));
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute cluster[1];
-  cluster[0].id = cudaLaunchAttributeClusterDimension;
-  cluster[0].val.clusterDim.x = static_cast<unsigned>(parts);
-  cluster[0].val.clusterDim.y = 1;
-  cluster[0].val.clusterDim.z = 1;
-  config.attrs = cluster;
-  config.numAttrs = parts > 1 ? 1 : 0;
-  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, SamplerKernel, logits, static_cast<int>(vocab), params,
+  const SamplerLaunch launch(rows, parts, stream);
+  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&launch.config, SamplerKernel, logits, static_cast<int>(vocab), params,
                                           entries, input_tokens, work, results, tokens_out, chunks, parts));
   return absl::OkStatus();
 }

@@ -717,9 +717,14 @@ absl::Status CudaBackend::EnqueueSample(const SampleArgs& a) {
   auto* hp = static_cast<cuda::SamplerRowParams*>(s.host_params[a.slot].ptr);
   std::vector<cuda::SamplerPenaltyEntry>& entries = s.entries;
   entries.clear();
+  // Rows that only take their argmax need no more than one block each: the sampler's clusters
+  // (several blocks a row) serve the passes of sampling, penalties and log-probabilities.
+  bool argmax_only = true;
   for (int32_t r = 0; r < n; ++r) {
     const SampleRow& row = rows[r];
     const SamplingParams& p = *row.params;
+    argmax_only = argmax_only && p.temperature <= 0.0f && p.num_top_logprobs == 0 &&
+                  p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
     cuda::SamplerRowParams& q = hp[r];
     q = cuda::SamplerRowParams{};
     q.temperature = p.temperature;
@@ -772,7 +777,8 @@ absl::Status CudaBackend::EnqueueSample(const SampleArgs& a) {
         static_cast<const cuda::SamplerPenaltyEntry*>(s.sample_entries.ptr()),
         pending ? a.input_tokens.data_as<const int32_t>() : nullptr, static_cast<float*>(s.sample_work.ptr()),
         static_cast<cuda::SamplerRowResult*>(s.sample_results.ptr()),
-        a.sampled_tokens.empty() ? nullptr : a.sampled_tokens.data_as<int32_t>(), s.stream));
+        a.sampled_tokens.empty() ? nullptr : a.sampled_tokens.data_as<int32_t>(), s.stream,
+        /*max_blocks_per_row=*/argmax_only ? 1 : 8));
   }
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_results[a.slot].ptr, s.sample_results.ptr(),
                                        n * sizeof(cuda::SamplerRowResult), cudaMemcpyDeviceToHost, s.stream));

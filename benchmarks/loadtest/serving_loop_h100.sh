@@ -7,6 +7,8 @@
 # with GPU utilization sampled by nvidia-smi and the server's metrics (step phases) saved after.
 # Usage, from the repository root on the GPU machine (benchmarks/loadtest/run_device.sh wraps it):
 #   OUT_DIR=/tmp/out benchmarks/loadtest/serving_loop_h100.sh     (env: EXTRA_SERVE_FLAGS, MAX_SEQS, ...)
+# LOADTEST_FLAGS go to every load level, e.g. "--temperature 0.6" for sampled requests (the
+# default is greedy, which skips most of the sampler's work).
 source "$(dirname "$0")/lib.sh"
 MODEL=${MODEL:-$REPO/benchmarks/cuda/configs/llama3-8b}
 PORT=${PORT:-50051}
@@ -24,11 +26,11 @@ nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 250 > 
 SMI=$!
 if [[ $LEVELS != none ]]; then
   loadtest "closed_128x512_$TAG" --concurrency "$LEVELS" --duration "$DURATION" --warmup-requests 16 \
-    --input-len 128 --output-len 512 --request-timeout 10m || true
+    --input-len 128 --output-len 512 --request-timeout 10m ${LOADTEST_FLAGS:-} || true
 fi
 if [[ $ALL_AT_ONCE != 0 ]]; then
   loadtest "all_at_once_1000x1000_$TAG" --rate inf --num-requests "$ALL_AT_ONCE" --input-len 1000 --output-len 1000 \
-    --request-timeout 10m || true
+    --request-timeout 10m ${LOADTEST_FLAGS:-} || true
 fi
 kill $SMI 2> /dev/null || true
 curl -s "http://127.0.0.1:9090/metrics" > "$OUT_DIR/metrics_$TAG.txt" 2> /dev/null || true

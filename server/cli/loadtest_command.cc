@@ -110,6 +110,8 @@ absl::Status Finish(const FlagSet& flags, const RawFlags& raw, loadtest::Loadtes
     *limit = *ms;
   }
   if (sla.any()) c.sla = sla;
+  if (!(c.top_p > 0 && c.top_p <= 1))
+    return absl::InvalidArgumentError(absl::StrCat("--top-p: ", c.top_p, " is not in (0, 1]"));
   return absl::OkStatus();
 }
 
@@ -157,6 +159,7 @@ int RunLoadtest(int argc, char** argv) {
       "dataset", &c.dataset_path,
       "JSONL or JSON prompts: {\"prompt\",\"output_len\"}, ShareGPT \"conversations\", \"messages\"");
   flags.Float("temperature", &c.temperature, "sampling temperature (0: greedy)");
+  flags.Float("top-p", &c.top_p, "nucleus sampling: the requests' top_p (1: off; chat models' defaults are 0.9-0.95)");
   flags.Int("shared-prefix-len", &c.shared_prefix_len,
             "synthetic: every prompt starts with one of --shared-prefixes fixed random prefixes of this many tokens");
   flags.Int("shared-prefixes", &c.shared_prefixes, "distinct shared prefixes (with --shared-prefix-len)");

@@ -91,6 +91,7 @@ class Session {
     w.output_len = config_.output_len;
     w.override_output_len = config_.output_len_set;
     w.temperature = config_.temperature;
+    w.top_p = config_.top_p;
     w.honor_eos = config_.honor_eos;
     w.seed = config_.seed;
     w.shared_prefix_len = config_.shared_prefix_len;
@@ -293,6 +294,7 @@ class Session {
                 {"output_len", config_.output_len.ToString()},
                 {"dataset", config_.dataset_path},
                 {"temperature", config_.temperature},
+                {"top_p", config_.top_p},
                 {"honor_eos", config_.honor_eos},
                 {"num_requests", config_.num_requests},
                 {"duration_s", absl::ToDoubleSeconds(config_.duration)},

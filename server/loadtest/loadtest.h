@@ -31,6 +31,7 @@ struct LoadtestConfig {
   std::string dataset_path;
   bool output_len_set = false;  // with a dataset: --output-len overrides the file's lengths
   double temperature = 0;
+  double top_p = 1;  // < 1: nucleus sampling (with temperature > 0)
   bool honor_eos = false;
   int64_t shared_prefix_len = 0;  // WorkloadOptions: prefix caching scenarios
   int64_t shared_prefixes = 1;

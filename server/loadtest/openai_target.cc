@@ -75,6 +75,7 @@ std::string Body(const Shared& shared, const v1::GenerateRequest& r) {
                {"stream", true},
                {"stream_options", {{"include_usage", true}}}};
   if (r.sampling().has_temperature()) body["temperature"] = r.sampling().temperature();
+  if (r.sampling().has_top_p()) body["top_p"] = r.sampling().top_p();
   if (r.sampling().has_seed()) body["seed"] = r.sampling().seed();
   if (r.stopping().ignore_eos()) body["ignore_eos"] = true;
   std::string text = r.text();

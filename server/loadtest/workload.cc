@@ -60,6 +60,7 @@ void Workload::AddRandomIds(int64_t n, v1::GenerateRequest* request) {
 std::shared_ptr<v1::GenerateRequest> Workload::NewRequest(int64_t output_len) {
   auto r = std::make_shared<v1::GenerateRequest>();
   r->mutable_sampling()->set_temperature(static_cast<float>(options_.temperature));
+  if (options_.top_p < 1) r->mutable_sampling()->set_top_p(static_cast<float>(options_.top_p));
   r->mutable_sampling()->set_seed(rng_());
   r->mutable_stopping()->set_max_tokens(static_cast<int32_t>(output_len));
   r->mutable_stopping()->set_ignore_eos(!options_.honor_eos);

@@ -38,6 +38,7 @@ struct WorkloadOptions {
   int64_t turns = 0;
   int64_t conversations = 16;
   double temperature = 0;            // 0: greedy
+  double top_p = 1;                  // < 1: sent as the requests' top_p
   bool honor_eos = false;
   uint64_t seed = 1;
 };

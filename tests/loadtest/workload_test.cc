@@ -23,6 +23,7 @@ TEST(WorkloadTest, SyntheticRequestsHaveTheirLengths) {
   o.input_len = *LengthDistribution::Parse("uniform:5:20");
   o.output_len = LengthDistribution::Fixed(7);
   o.temperature = 0.5;
+  o.top_p = 0.9;
   auto w =
       Workload::Create(o, {/*vocab_size=*/100, /*context_length=*/64, /*has_tokenizer=*/false}, CountWords);
   ASSERT_TRUE(w.ok()) << w.status();
@@ -35,6 +36,7 @@ TEST(WorkloadTest, SyntheticRequestsHaveTheirLengths) {
     EXPECT_EQ(s.request->stopping().max_tokens(), 7);
     EXPECT_TRUE(s.request->stopping().ignore_eos());
     EXPECT_FLOAT_EQ(s.request->sampling().temperature(), 0.5f);
+    EXPECT_FLOAT_EQ(s.request->sampling().top_p(), 0.9f);
   }
   EXPECT_EQ((*w)->clipped_requests(), 0);
 }

@@ -7,7 +7,7 @@
 # with GPU utilization sampled by nvidia-smi and the server's metrics (step phases) saved after.
 # Usage, from the repository root on the GPU machine (benchmarks/loadtest/run_device.sh wraps it):
 #   OUT_DIR=/tmp/out benchmarks/loadtest/serving_loop_h100.sh     (env: EXTRA_SERVE_FLAGS, MAX_SEQS, ...)
-# LOADTEST_FLAGS go to every load level, e.g. "--temperature 0.6" for sampled requests (the
+# LOADTEST_FLAGS go to every load level, e.g. "--temperature 0.6 --top-p 0.9" for sampled requests (the
 # default is greedy, which skips most of the sampler's work).
 source "$(dirname "$0")/lib.sh"
 MODEL=${MODEL:-$REPO/benchmarks/cuda/configs/llama3-8b}

@@ -247,8 +247,7 @@ __device__ u64 BlockExclusiveScan(u64 v, Shared& sh) {
 template <typename Wt>
 __device__ int FindCumulative(int vocab, Wt wt, u64 target, Shared& sh, const RowPart& part) {
   const int chunk = (vocab + part.id_step() - 1) / part.id_step();
-  const int t = part.rank * blockDim.x + threadIdx.x;
-  const int begin = min(vocab, t * chunk), end = min(vocab, begin + chunk);
+  const int begin = min(vocab, part.first_id() * chunk), end = min(vocab, begin + chunk);
   u64 s = 0;
   for (int i = begin; i < end; ++i) s += wt(i);
   u64 excl = BlockExclusiveScan(s, sh);

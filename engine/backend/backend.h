@@ -293,6 +293,13 @@ class Backend {
   virtual absl::Status Attention(const AttentionArgs& args) = 0;
   // out[t, i] = silu(gate_up[t, i]) * gate_up[t, F + i], gate_up [T, 2F], out [T, F].
   virtual absl::Status SiluMul(Tensor gate_up, Tensor out) = 0;
+  // SiluMul(Linear(x, w)): `w` [2F, K] (gate rows, then up rows), `gate_up` [T, 2F] scratch for
+  // the product, `out` [T, F]. A backend may run it as one kernel (leaving `gate_up` unwritten)
+  // where it gives the same values, each product rounded to the activation dtype before the SiLU.
+  virtual absl::Status LinearSiluMul(Tensor x, const LinearWeight& w, Tensor gate_up, Tensor out) {
+    RETURN_IF_ERROR(Linear(x, w, gate_up));
+    return SiluMul(gate_up, out);
+  }
   // out[i] = x[rows[i]]. x and out both in the activation dtype, or both float32 (logits).
   virtual absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) = 0;
   // Enqueues sampling of one token per row of float32 logits (see SampleArgs and kSampleSlots).

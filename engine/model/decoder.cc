@@ -169,9 +169,14 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
   std::optional<Fp8Input> gate_up_input = Fp8InputFor(w.gate_up, n);
   RETURN_IF_ERROR(ReduceAddRmsNorm(residual, delta, w.post_attention_norm, eps, normed, w.gate_up, &gate_up_input));
   Tensor gate_up = gate_up_.Rows(0, n), act = act_.Rows(0, n);
-  RETURN_IF_ERROR(LinearOf(normed, gate_up_input, w.gate_up, gate_up));
   const std::optional<Fp8Input> down_input = Fp8InputFor(w.down, n);
-  RETURN_IF_ERROR(down_input ? backend_.SiluMulFp8(gate_up, act, w.down, *down_input) : backend_.SiluMul(gate_up, act));
+  if (!gate_up_input && !down_input) {  // the backend may fuse the two (decode's GEMVs do)
+    RETURN_IF_ERROR(backend_.LinearSiluMul(normed, w.gate_up, gate_up, act));
+  } else {
+    RETURN_IF_ERROR(LinearOf(normed, gate_up_input, w.gate_up, gate_up));
+    RETURN_IF_ERROR(down_input ? backend_.SiluMulFp8(gate_up, act, w.down, *down_input)
+                               : backend_.SiluMul(gate_up, act));
+  }
   // Left unreduced: the next layer's ReduceAddRmsNorm (or Forward, after the last layer) sums it.
   return LinearOf(act, down_input, w.down, delta);
 }

@@ -340,6 +340,34 @@ TEST_P(CudaFp8Test, WgmmaAsAccurateAsCublas) {
 
 // The cuBLASLt path quantizes x in chunks of rows when the FP8 workspace holds fewer than M, rows of
 // up to 16384 columns and longer.
+// The gate/up projection and SiLU-and-mul in one kernel (Backend::LinearSiluMul): at one row
+// the register FP8 GEMV's gate/up form, every scale granularity, bit for bit what Linear then
+// SiluMul give and near the CPU's float32 on the dequantized weights; the other row counts (the
+// tensor-core ring, the few-rows GEMM) and F not a multiple of 4 run unfused.
+TEST_P(CudaFp8Test, LinearSiluMulFusedInTheGemv) {
+  struct Case {
+    int64_t f, k;
+  };
+  for (const Case& c : {Case{64, 256}, Case{192, 384}, Case{1792, 4096}, Case{66, 128}})
+    for (const StorageFormat& format : Formats())
+      for (int64_t m : {1, 2, 5}) {
+        const int64_t n = 2 * c.f;
+        const std::vector<float> w = RandomVec(rng_, n * c.k, -0.5f, 0.5f);
+        const Fp8Weight q = Quantize(w, n, c.k, format);
+        const std::vector<float> x = Rand(m * c.k, -2.0f, 2.0f), bias = Rand(n);
+        DeviceLinear g = Place(*gpu_, dtype_, q, n, c.k, bias, ActivationQuant::kNone, 1.0f);
+        DeviceLinear h = Place(cpu_, DType::kF32, q, n, c.k, bias, ActivationQuant::kNone, 1.0f);
+        OwnedTensor gx = Upload(*gpu_, dtype_, {m, c.k}, x), hx = Upload(cpu_, DType::kF32, {m, c.k}, x);
+        const std::string what = "m " + std::to_string(m) + " F " + std::to_string(c.f) + " K " +
+                                 std::to_string(c.k) + " " + format.ToString();
+        const std::vector<float> got =
+            testing::CheckLinearSiluMul(*gpu_, gx.t, g.lw, m, m == 1 && c.f % 4 == 0, what);
+        OwnedTensor hscratch = MakeTensor(cpu_, DType::kF32, {m, n}), hout = MakeTensor(cpu_, DType::kF32, {m, c.f});
+        ASSERT_TRUE(cpu_.LinearSiluMul(hx.t, h.lw, hscratch.t, hout.t).ok());
+        EXPECT_LE(RelErr(got, Download(cpu_, hout.t)), 2 * Tolerance(dtype_)) << what;
+      }
+}
+
 TEST_P(CudaFp8Test, LinearInRowChunks) {
   CudaBackendOptions o;
   o.fp8_workspace_bytes = 64 << 10;  // 40 rows of 1536 columns a chunk

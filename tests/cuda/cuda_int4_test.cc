@@ -208,6 +208,40 @@ TEST_P(CudaInt4Test, LinearEveryLayoutShapeAndKernel) {
 }
 
 // Captured in a graph and replayed after new inputs are written: the same outputs as eager runs.
+// The gate/up projection and SiLU-and-mul in one kernel (Backend::LinearSiluMul): the int4
+// tensor-core GEMV's gate/up form (a block's gate tiles and the up tiles of the same columns) at
+// 1-16 rows, groups in column order and act-order (x permuted first), with and without zeros:
+// bit for bit what Linear then SiluMul give, and near the CPU's float32. Where the fused form
+// would split K otherwise than the plain call (F's tiles not a whole number of pairs at the plain
+// call's warps a tile; one tile a block at 8 warps a tile: 1792 x 4096) and where F is not a
+// multiple of 16, it runs unfused.
+TEST_P(CudaInt4Test, LinearSiluMulFusedInTheGemv) {
+  struct Case {
+    int64_t f, k, group;
+    bool zeros, act_order, fused;
+  };
+  const Case cases[] = {{64, 256, 128, true, false, true},     {128, 512, 32, false, false, true},
+                        {96, 384, 0, true, false, false},      {1792, 1024, 128, true, false, true},
+                        {1792, 4096, 128, true, false, false}, {64, 320, 0, true, true, true},
+                        {40, 256, 128, true, false, false}};
+  for (const Case& c : cases)
+    for (int64_t m : {1, 3, 8, 16}) {
+      const int64_t n = 2 * c.f;
+      const HostInt4 w = MakeInt4(rng_, n, c.k, c.group, c.zeros, c.act_order);
+      const std::vector<float> x = Rand(m * c.k, -2.0f, 2.0f), bias = Rand(n);
+      DeviceInt4 g = Place(*gpu_, dtype_, DType::kF16, w, bias);
+      DeviceInt4 h = Place(cpu_, DType::kF32, DType::kF32, w, bias);
+      OwnedTensor gx = Upload(*gpu_, dtype_, {m, c.k}, x), hx = Upload(cpu_, DType::kF32, {m, c.k}, x);
+      const std::string what = "m " + std::to_string(m) + " F " + std::to_string(c.f) + " K " + std::to_string(c.k) +
+                               " group " + std::to_string(c.group) + (c.zeros ? " zeros" : "") +
+                               (c.act_order ? " act-order" : "");
+      const std::vector<float> got = testing::CheckLinearSiluMul(*gpu_, gx.t, g.lw, m, c.fused, what);
+      OwnedTensor hscratch = MakeTensor(cpu_, DType::kF32, {m, n}), hout = MakeTensor(cpu_, DType::kF32, {m, c.f});
+      ASSERT_TRUE(cpu_.LinearSiluMul(hx.t, h.lw, hscratch.t, hout.t).ok());
+      EXPECT_LE(RelErr(got, Download(cpu_, hout.t)), 2 * Tolerance(dtype_)) << what;
+    }
+}
+
 TEST_P(CudaInt4Test, LinearReplayedFromAGraph) {
   for (int64_t m : {1, 2, 4, 16, 32, 128}) {
     for (bool act_order : {false, true}) {

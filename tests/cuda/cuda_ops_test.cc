@@ -224,6 +224,57 @@ TEST_P(CudaOpsTest, Linear) {
   gpu_->SetTuningPass(false);
 }
 
+// The gate/up projection and SiLU-and-mul in one kernel (Backend::LinearSiluMul): the register
+// GEMV's gate/up form, bit for bit what Linear then SiluMul give, and near the CPU's float32. F
+// not a multiple of 4, weights whose GEMV splits rows over several warps (1792 x 4096: 4 warps a
+// row, summed in another order), and the forms without a fused epilogue (the ring, cuBLASLt) run
+// unfused.
+TEST_P(CudaOpsTest, LinearSiluMulFusedInTheGemv) {
+  struct Case {
+    int64_t f, k;
+    bool fused;
+  };
+  const Case cases[] = {{32, 64, true}, {100, 96, true}, {1792, 256, true}, {1792, 4096, false}, {50, 128, false}};
+  for (const Case& c : cases) {
+    const int64_t n = 2 * c.f;
+    const float a = 1.0f / std::sqrt(static_cast<float>(c.k));
+    const std::vector<float> w = Rand(n * c.k, -a, a), b = Rand(n);
+    OwnedTensor dwt = Dev({n, c.k}, w), hwt = Host({n, c.k}, w), dbt = Dev({n}, b), hbt = Host({n}, b);
+    for (int64_t m : {1, 2, 3, 4, 8}) {
+      for (bool bias : {false, true}) {
+        for (int form = 0; form < 3; ++form) {  // 0: the register GEMV, 1: the ring, 2: cuBLASLt
+          gpu_->mutable_options().autotune_linear = false;
+          gpu_->mutable_options().gemv_smem_ring = form == 1;
+          gpu_->mutable_options().gemv_max_rows = form == 2 ? 0 : kGemvRows;
+          gpu_->mutable_options().gemv_warps_per_row = form == 1 ? CudaBackendOptions::kGemvRingForm : 0;
+          const bool gemv = form == 0 && m <= kGemvRows;
+          LinearWeight dw;
+          dw.weight = dwt.t;
+          dw.format = StorageFormat::Float(dtype_);
+          if (bias) dw.bias = dbt.t;
+          const std::vector<float> x = Rand(m * c.k, -2.0f, 2.0f);
+          OwnedTensor dx = Dev({m, c.k}, x);
+          const std::string what = "LinearSiluMul m " + std::to_string(m) + " F " + std::to_string(c.f) + " K " +
+                                   std::to_string(c.k) + (bias ? " bias" : "") + " form " + std::to_string(form);
+          const std::vector<float> got = testing::CheckLinearSiluMul(*gpu_, dx.t, dw, m, gemv && c.fused, what);
+          LinearWeight hw;
+          hw.weight = hwt.t;
+          hw.format = StorageFormat::Float(DType::kF32);
+          if (bias) hw.bias = hbt.t;
+          OwnedTensor hx = Host({m, c.k}, x), hscratch = MakeTensor(cpu_, DType::kF32, {m, n});
+          OwnedTensor hout = MakeTensor(cpu_, DType::kF32, {m, c.f});
+          ASSERT_TRUE(cpu_.LinearSiluMul(hx.t, hw, hscratch.t, hout.t).ok());
+          ExpectClose(got, Download(cpu_, hout.t), 2 * Tolerance(dtype_), what);
+        }
+      }
+    }
+  }
+  gpu_->mutable_options().autotune_linear = true;
+  gpu_->mutable_options().gemv_smem_ring = true;
+  gpu_->mutable_options().gemv_max_rows = kGemvRows;
+  gpu_->mutable_options().gemv_warps_per_row = 0;
+}
+
 // The few-rows GEMM (gemm_few_rows.h) through Linear: every token-tile count, both tile heights,
 // shapes whose stream-K ranges split tiles between blocks (narrow N, long K) and shapes with a
 // partial last tile, every (tile rows, step columns) form. Each call runs twice into fresh

@@ -110,4 +110,37 @@ inline std::unique_ptr<CudaBackend> MakeCuda(DType dtype, CudaBackendOptions opt
   return b.ok() ? std::move(*b) : nullptr;
 }
 
+// Backend::LinearSiluMul of x [m, K] and a gate/up weight [2F, K] on `gpu`, fused (its op label
+// "LinearSiluMul ..." where `want_fused`) and with the fusion off (Linear, then SiluMul: the
+// kernels the CPU oracle is held to elsewhere): the same values bit for bit. Returns the fused
+// output [m, F] for the caller to hold to the CPU.
+inline std::vector<float> CheckLinearSiluMul(CudaBackend& gpu, Tensor x, const LinearWeight& w, int64_t m,
+                                             bool want_fused, const std::string& what) {
+  const DType dt = gpu.activation_dtype();
+  const int64_t n = w.out_features(), f = n / 2;
+  OwnedTensor scratch = MakeTensor(gpu, dt, {m, n}), fused = MakeTensor(gpu, dt, {m, f});
+  OwnedTensor plain = MakeTensor(gpu, dt, {m, f});
+  Poison(gpu, fused.t);
+  Poison(gpu, plain.t);
+  const bool was = gpu.options().fuse_gate_up_silu;
+  gpu.mutable_options().fuse_gate_up_silu = true;
+  gpu.StartOpTiming();
+  absl::Status st = gpu.LinearSiluMul(x, w, scratch.t, fused.t);
+  EXPECT_TRUE(st.ok()) << st << " " << what;
+  auto ops = gpu.CollectOpTimings();
+  EXPECT_TRUE(ops.ok() && !ops->empty()) << what;
+  if (ops.ok() && !ops->empty()) {
+    EXPECT_EQ(ops->front().op.rfind("LinearSiluMul", 0) == 0, want_fused) << what << ": ran " << ops->front().op;
+  }
+  gpu.mutable_options().fuse_gate_up_silu = false;
+  st = gpu.LinearSiluMul(x, w, scratch.t, plain.t);
+  EXPECT_TRUE(st.ok()) << st << " " << what;
+  gpu.mutable_options().fuse_gate_up_silu = was;
+  const std::vector<float> got = Download(gpu, fused.t), want = Download(gpu, plain.t);
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += !(got[i] == want[i]);
+  EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << got.size() << " outputs differ from Linear + SiluMul";
+  return got;
+}
+
 }  // namespace llm::testing

@@ -224,6 +224,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (const char* v = std::getenv("LLM_GEMM_FP8_WGMMA"); v != nullptr) impl->options.gemm_fp8_wgmma_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_FP8_FUSED_QUANT"); v != nullptr && v[0] == '0')
     impl->options.fuse_fp8_input_quant = false;
+  if (const char* v = std::getenv("LLM_FUSE_GATE_UP_SILU"); v != nullptr && v[0] == '0')
+    impl->options.fuse_gate_up_silu = false;
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_16BIT"); v != nullptr)
     impl->options.gemm_few_rows_16bit_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_INT4"); v != nullptr) {
@@ -432,6 +434,43 @@ absl::Status CudaBackend::LinearFp8Input(Tensor x, Fp8Input quantized, const Lin
 }
 
 absl::Status CudaBackend::RunLinear(Tensor x, const LinearWeight& w, Tensor out, const Fp8Input* quantized) {
+  ASSIGN_OR_RETURN(const LinearCall call, CheckLinear(x, w, out, quantized));
+  const LinearContext ctx = linear_context();
+  ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(call, ctx));
+  OpScope scope(*impl_, "Linear", static_cast<double>(w.weight.bytes() + x.bytes() + out.bytes() + w.bias.bytes()),
+                2.0 * call.m * call.n * call.k,
+                impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+  return impl_->linears->Run(call, choice, ctx);
+}
+
+absl::Status CudaBackend::LinearSiluMul(Tensor x, const LinearWeight& w, Tensor gate_up, Tensor out) {
+  ASSIGN_OR_RETURN(const LinearCall plain, CheckLinear(x, w, gate_up, nullptr));
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("LinearSiluMul", device(), dt, {&out}));
+  RETURN_IF_ERROR(Expect(plain.n % 2 == 0 && out.numel() * 2 == gate_up.numel(), "LinearSiluMul",
+                         absl::StrCat("gate/up ", gate_up.shape().ToString(), " -> out ", out.shape().ToString())));
+  const LinearContext ctx = linear_context();
+  // Chosen for the plain call (a per-shape timing writes the whole [m, 2F] product).
+  ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(plain, ctx));
+  LinearCall fused = plain;
+  fused.out = out;
+  fused.glu_cols = plain.n / 2;
+  const double bytes = static_cast<double>(w.weight.bytes() + x.bytes() + w.bias.bytes());
+  if (impl_->options.fuse_gate_up_silu && impl_->linears->TakesGlu(fused, choice, ctx)) {
+    OpScope scope(*impl_, "LinearSiluMul", bytes + static_cast<double>(out.bytes()), 2.0 * plain.m * plain.n * plain.k,
+                  impl_->timing ? absl::StrCat(plain.n, "x", plain.k, " ", std::string(choice.Name())) : std::string());
+    return impl_->linears->Run(fused, choice, ctx);
+  }
+  {
+    OpScope scope(*impl_, "Linear", bytes + static_cast<double>(gate_up.bytes()), 2.0 * plain.m * plain.n * plain.k,
+                  impl_->timing ? absl::StrCat(plain.n, "x", plain.k, " ", std::string(choice.Name())) : std::string());
+    RETURN_IF_ERROR(impl_->linears->Run(plain, choice, ctx));
+  }
+  return SiluMul(gate_up, out);
+}
+
+absl::StatusOr<LinearCall> CudaBackend::CheckLinear(Tensor x, const LinearWeight& w, Tensor out,
+                                                    const Fp8Input* quantized) {
   const DType dt = activation_dtype();
   RETURN_IF_ERROR(ExpectOnDevice("Linear", device(), dt, {&x, &w.bias}));
   if (w.format.int4()) {  // f16 scales, u8 zeros and codes, i32 chunk groups and permutation
@@ -462,13 +501,7 @@ absl::Status CudaBackend::RunLinear(Tensor x, const LinearWeight& w, Tensor out,
                          "Linear",
                          absl::StrCat("x ", x.shape().ToString(), " · W ", w.weight.shape().ToString(), " -> out ",
                                       out.shape().ToString())));
-  const LinearCall call{x, &w, out, x.numel() / k, n, k, dt, quantized};
-  const LinearContext ctx = linear_context();
-  ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(call, ctx));
-  OpScope scope(*impl_, "Linear", static_cast<double>(w.weight.bytes() + x.bytes() + out.bytes() + w.bias.bytes()),
-                2.0 * call.m * n * k,
-                impl_->timing ? absl::StrCat(n, "x", k, " ", std::string(choice.Name())) : std::string());
-  return impl_->linears->Run(call, choice, ctx);
+  return LinearCall{x, &w, out, x.numel() / k, n, k, dt, quantized};
 }
 
 LinearContext CudaBackend::linear_context() const {

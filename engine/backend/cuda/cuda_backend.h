@@ -18,6 +18,7 @@ struct CUstream_st;
 namespace llm {
 
 struct LinearContext;  // linear_kernels.h
+struct LinearCall;     // linear_kernels.h
 
 struct CudaBackendOptions {
   int device_index = 0;
@@ -108,6 +109,10 @@ struct CudaBackendOptions {
   // writes it (Backend::TakesFp8Input), instead of a quantizing kernel reading it again
   // (LLM_FP8_FUSED_QUANT=0: off).
   bool fuse_fp8_input_quant = true;
+  // LinearSiluMul runs the gate/up projection and SiLU-and-mul as one kernel where the linear's
+  // kernel has that form (the register GEMVs of decode: 16-bit, FP8, int4): one kernel boundary
+  // less a layer (LLM_FUSE_GATE_UP_SILU=0: off).
+  bool fuse_gate_up_silu = true;
   // Test knobs.
   bool force_simt_attention = false;
   int attention_splits = 0;  // > 0: fixed decode split count
@@ -152,6 +157,7 @@ class CudaBackend final : public Backend {
   absl::Status QkvRope(const QkvRopeArgs& args) override;
   absl::Status Attention(const AttentionArgs& args) override;
   absl::Status SiluMul(Tensor gate_up, Tensor out) override;
+  absl::Status LinearSiluMul(Tensor x, const LinearWeight& w, Tensor gate_up, Tensor out) override;
   absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) override;
   bool TakesFp8Input(const LinearWeight& w, int64_t rows) const override;
   absl::Status AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
@@ -198,6 +204,8 @@ class CudaBackend final : public Backend {
   LinearContext linear_context() const;
   // Linear's checks and kernel; `quantized`: x also as the fused ops wrote it (LinearFp8Input).
   absl::Status RunLinear(Tensor x, const LinearWeight& w, Tensor out, const Fp8Input* quantized);
+  // Linear's checks of its operands, and the call they make.
+  absl::StatusOr<LinearCall> CheckLinear(Tensor x, const LinearWeight& w, Tensor out, const Fp8Input* quantized);
   // AddRmsNorm, and with `quantized` also out quantized for `consumer` (AddRmsNormFp8).
   absl::Status RunAddRmsNorm(const char* op, Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
                              const LinearWeight* consumer, const Fp8Input* quantized);

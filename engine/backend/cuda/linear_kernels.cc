@@ -47,6 +47,7 @@ absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaB
   go.warps_per_row = choice.kernel == LinearKernel::kGemv ? choice.warps_per_row : 0;
   go.smem_ring = choice.kernel == LinearKernel::kGemvRing;
   go.ring_bytes = o.gemv_ring_bytes;
+  go.glu_cols = c.glu_cols;
   return cuda::LaunchGemv(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), BiasOf(c), c.out.data(), c.m, c.n,
                           c.k, go, ctx.stream);
 }
@@ -168,6 +169,7 @@ absl::Status RunFp8Gemv(const LinearCall& c, LinearKernelChoice choice, const Cu
   go.warps_per_row = choice.kernel == LinearKernel::kFp8Gemv ? choice.warps_per_row : 0;
   go.smem_ring = choice.kernel == LinearKernel::kFp8GemvRing || choice.kernel == LinearKernel::kFp8GemvMma;
   go.ring_bytes = o.gemv_ring_bytes;
+  go.glu_cols = c.glu_cols;
   return cuda::LaunchGemvFp8(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), WeightScales(*c.w), BiasOf(c),
                              c.out.data(), c.m, c.n, c.k, go, ctx.stream,
                              /*tensor_cores=*/choice.kernel == LinearKernel::kFp8GemvMma);
@@ -406,12 +408,17 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
   const size_t in_bytes = DTypeSize(c.act), out_bytes = DTypeSize(c.out.dtype());
   const char* bias = static_cast<const char*>(BiasOf(c));
   if (choice.kernel == LinearKernel::kW4A16DequantGemm) return RunW4A16Dequant(c, ctx);
+  const int64_t out_cols = c.glu_cols > 0 ? c.glu_cols : c.n;
   auto run = [&](const void* x, int64_t r0, int64_t rows) -> absl::Status {
-    void* out = static_cast<char*>(c.out.data()) + r0 * c.n * out_bytes;
+    void* out = static_cast<char*>(c.out.data()) + r0 * out_cols * out_bytes;
     if (choice.kernel == LinearKernel::kW4A16GemmFewRows) return RunGemmFewRows(c, options_, ctx, x, out, rows);
-    if (choice.kernel == LinearKernel::kW4A16MmaGemv)
-      return cuda::LaunchGemvW4A16Mma(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, 0,
-                                      options_.programmatic_launch, ctx.stream);
+    if (choice.kernel == LinearKernel::kW4A16MmaGemv) {
+      cuda::GemvW4A16MmaOptions mo;
+      mo.pdl = options_.programmatic_launch;
+      mo.glu_cols = c.glu_cols;
+      return cuda::LaunchGemvW4A16Mma(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, mo,
+                                      ctx.stream);
+    }
     return cuda::LaunchGemmW4A16(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, ctx.stream);
   };
   if (c.w->input_perm.empty()) return run(c.x.data(), 0, c.m);
@@ -543,7 +550,27 @@ absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, co
   return choice;
 }
 
+bool LinearKernels::TakesGlu(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) const {
+  if (c.n % 8 != 0 || c.out.dtype() != c.act || c.quantized != nullptr) return false;
+  // The gate/up forms of the register GEMVs take one warp a row.
+  const auto one_warp_a_row = [&](int auto_wpr) {
+    return choice.warps_per_row == 1 || (choice.warps_per_row == 0 && auto_wpr == 1);
+  };
+  switch (choice.kernel) {
+    case LinearKernel::kGemv:
+      return one_warp_a_row(cuda::GemvAutoWarpsPerRow(c.act, c.n, c.k, ctx.num_sms)) &&
+             c.k % (16 / static_cast<int64_t>(DTypeSize(c.act))) == 0 &&
+             reinterpret_cast<uintptr_t>(c.x.data()) % 16 == 0 && reinterpret_cast<uintptr_t>(c.w->weight.data()) % 16 == 0;
+    case LinearKernel::kFp8Gemv: return one_warp_a_row(cuda::GemvFp8AutoWarpsPerRow(c.n, c.k, ctx.num_sms));
+    case LinearKernel::kW4A16MmaGemv:
+      return cuda::GemvW4A16MmaGluSameSums(c.m, c.n, c.w->int4_storage_columns(), ctx.num_sms);
+    default: return false;
+  }
+}
+
 absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) {
+  if (c.glu_cols > 0 && !TakesGlu(c, choice, ctx))
+    return absl::InternalError(absl::StrCat("Linear: the ", std::string(choice.Name()), " kernel has no gate/up form"));
   switch (choice.kernel) {
     case LinearKernel::kCublasLt: return RunCublas(c, ctx);
     case LinearKernel::kGemv:

@@ -64,6 +64,9 @@ struct LinearCall {
   // x also quantized as the weight declares, by the op that wrote it (Backend::LinearFp8Input):
   // the W8A8 kernels read it instead of quantizing x; the others read x.
   const Fp8Input* quantized = nullptr;
+  // > 0: the gate/up call of Backend::LinearSiluMul, fused where TakesGlu says so: W [2F, K] with
+  // F = glu_cols, and `out` [m, F] receives silu(gate) * up (rounded as Linear then SiluMul).
+  int64_t glu_cols = 0;
 };
 
 // What the room needs from the backend at each call.
@@ -100,6 +103,11 @@ class LinearKernels {
   // Asks cuBLASLt where it would run the call (a refusal is remembered and the answer is no), so
   // that a yes means the W8A8 GEMM reads only the quantized input, never the 16-bit x.
   bool TakesFp8Input(const LinearCall& call, const LinearContext& ctx);
+  // Whether `choice` can run `call` (a gate/up weight [2F, K]) in its gate/up form (the register
+  // GEMVs: 16-bit, FP8 and int4), writing silu(gate) * up (LinearCall::glu_cols) in one kernel.
+  // Only where the fused kernel sums exactly as the plain one (the same split of K), so that the
+  // fusion changes no output bit.
+  bool TakesGlu(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx) const;
 
  private:
   using ShapeKey = std::tuple<int64_t, int64_t, int64_t, DType, bool>;  // m, n, k, output dtype, bias

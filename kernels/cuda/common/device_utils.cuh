@@ -29,6 +29,10 @@ __device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2ha
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+// SiLU, as every kernel that applies it computes it (the SiLU-and-mul kernels and the GEMVs'
+// gate/up epilogue must round alike: their outputs are compared bit for bit).
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
+
 // A 16-byte vector of T: kVec elements moved with one load/store.
 template <typename T>
 struct alignas(16) Vec16 {

@@ -49,8 +49,6 @@ __global__ void AddKernel(T* __restrict__ x, const T* __restrict__ y, int64_t n,
   }
 }
 
-__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
-
 template <typename T>
 __global__ void SiluMulKernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows, int64_t f,
                               bool vec) {

@@ -1,5 +1,7 @@
 #include "kernels/cuda/gemm/gemv.h"
 
+#include <type_traits>
+
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/common/dynamic_smem.h"
@@ -22,13 +24,15 @@ constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane (x2 with 
 template <typename T, typename TOut, int M>
 __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const T* __restrict__ x, const T* __restrict__ w,
                                                           const T* __restrict__ bias, TOut* __restrict__ out,
-                                                          int m_rows, int n, int k, int wpr) {
+                                                          int m_rows, int n, int k, int wpr, int glu_f) {
   constexpr int kVec = Vec16<T>::kVec;
   constexpr int kStep = 32 * kUnroll;  // vectors per warp iteration
   __shared__ float partial[kWarps][M];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rows_per_block = kWarps / wpr;
-  const int row = blockIdx.x * rows_per_block + warp / wpr, part = warp % wpr;
+  // glu_f > 0: the gate/up form (one warp a row; gemv_register_finish.cuh).
+  const int row = glu_f > 0 ? GluGemvRow(blockIdx.x, warp, glu_f) : blockIdx.x * rows_per_block + warp / wpr;
+  const int part = warp % wpr;
   const bool active = row < n;
   const int kv = k / kVec;
   const int len = (kv + wpr - 1) / wpr;
@@ -81,6 +85,12 @@ __global__ void __launch_bounds__(kWarps * 32) GemvKernel(const T* __restrict__ 
   // top they would sit resident through this kernel's whole weight stream and cut the number of
   // its blocks (and loads) in flight.
   AllowDependentLaunch();
+  if constexpr (std::is_same_v<T, TOut>) {
+    if (glu_f > 0) {
+      FinishRegisterGemvGlu(acc, 1.0f, warp, lane, row, m_rows, glu_f, bias, out, partial);
+      return;
+    }
+  }
   FinishRegisterGemv(acc, 1.0f, active, warp, lane, wpr, row, rows_per_block, m_rows, n, bias, out, partial);
 }
 
@@ -141,13 +151,16 @@ absl::Status LaunchTyped(const void* x, const void* w, const void* bias, void* o
   TOut* ot = static_cast<TOut*>(out);
   const dim3 block(kWarps * 32);
   cudaError_t err;
+  const int glu_f = static_cast<int>(o.glu_cols);
+  if (glu_f > 0 && (k % kVec != 0 || !Aligned16(x) || !Aligned16(w)))
+    return absl::InvalidArgumentError("Gemv: the gate/up form needs 16-byte aligned rows");
   if (k % kVec != 0 || !Aligned16(x) || !Aligned16(w)) {
     err = LaunchKernel(GemvScalarKernel<T, TOut>, dim3((n + kWarps - 1) / kWarps), block, 0, stream, o.pdl, xt, wt, bt,
                        ot, m, n, k);
     CUDA_RETURN_IF_ERROR(err);
     return absl::OkStatus();
   }
-  if (o.smem_ring) {
+  if (o.smem_ring && glu_f == 0) {
     const int m_template = RingRowsTemplate(m);
     GemvRingPlan plan;
     if (PlanGemvRing(n, k, sizeof(T), m_template, o.num_sms, o.ring_bytes, &plan)) {
@@ -164,17 +177,17 @@ absl::Status LaunchTyped(const void* x, const void* w, const void* bias, void* o
       return absl::OkStatus();
     }
   }
-  const int wpr = o.warps_per_row > 0 ? o.warps_per_row : AutoWarpsPerRow(n, k, kVec, o.num_sms);
+  const int wpr = glu_f > 0 ? 1 : o.warps_per_row > 0 ? o.warps_per_row : AutoWarpsPerRow(n, k, kVec, o.num_sms);
   if (wpr != 1 && wpr != 2 && wpr != 4 && wpr != 8) return absl::InvalidArgumentError("Gemv: warps_per_row");
-  const dim3 grid((n + kWarps / wpr - 1) / (kWarps / wpr));
+  const dim3 grid(glu_f > 0 ? glu_f / 4 : (n + kWarps / wpr - 1) / (kWarps / wpr));
   if (m == 1) {
-    err = LaunchKernel(GemvKernel<T, TOut, 1>, grid, block, 0, stream, o.pdl, xt, wt, bt, ot, m, n, k, wpr);
+    err = LaunchKernel(GemvKernel<T, TOut, 1>, grid, block, 0, stream, o.pdl, xt, wt, bt, ot, m, n, k, wpr, glu_f);
   } else if (m == 2) {
-    err = LaunchKernel(GemvKernel<T, TOut, 2>, grid, block, 0, stream, o.pdl, xt, wt, bt, ot, m, n, k, wpr);
+    err = LaunchKernel(GemvKernel<T, TOut, 2>, grid, block, 0, stream, o.pdl, xt, wt, bt, ot, m, n, k, wpr, glu_f);
   } else if (m <= 4) {
-    err = LaunchKernel(GemvKernel<T, TOut, 4>, grid, block, 0, stream, o.pdl, xt, wt, bt, ot, m, n, k, wpr);
+    err = LaunchKernel(GemvKernel<T, TOut, 4>, grid, block, 0, stream, o.pdl, xt, wt, bt, ot, m, n, k, wpr, glu_f);
   } else {
-    err = LaunchKernel(GemvKernel<T, TOut, 8>, grid, block, 0, stream, o.pdl, xt, wt, bt, ot, m, n, k, wpr);
+    err = LaunchKernel(GemvKernel<T, TOut, 8>, grid, block, 0, stream, o.pdl, xt, wt, bt, ot, m, n, k, wpr, glu_f);
   }
   CUDA_RETURN_IF_ERROR(err);
   return absl::OkStatus();
@@ -197,6 +210,9 @@ absl::Status LaunchGemv(DType dtype, DType out_dtype, const void* x, const void*
   if (m < 0 || m > kGemvMaxRows || n <= 0 || k <= 0 || n > 0x7fffffff || k > 0x7fffffff ||
       int64_t{k} * n > (int64_t{1} << 40))
     return absl::InvalidArgumentError(absl::StrCat("Gemv: unsupported shape m ", m, " n ", n, " k ", k));
+  if (options.glu_cols != 0 && (options.glu_cols * 2 != n || !GemvGluShape(n, k) || out_dtype != dtype))
+    return absl::InvalidArgumentError(absl::StrCat("Gemv: the gate/up form takes N = 2F with F a multiple of 4 and an "
+                                                   "output in the input dtype (N ", n, ", F ", options.glu_cols, ")"));
   if (m == 0) return absl::OkStatus();
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   if (out_dtype == dtype) {

@@ -1,6 +1,7 @@
 #include "kernels/cuda/gemm/gemv_fp8.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
@@ -54,12 +55,14 @@ __device__ __forceinline__ float Dot16(const float (&wf)[16], const T* x) {
 template <typename T, typename TOut, int M, bool kGrouped>
 __global__ void __launch_bounds__(kWarps * 32)
     GemvFp8Kernel(const T* __restrict__ x, const uint8_t* __restrict__ w, ScaleArgs sc, const T* __restrict__ bias,
-                  TOut* __restrict__ out, int m_rows, int n, int k, int wpr) {
+                  TOut* __restrict__ out, int m_rows, int n, int k, int wpr, int glu_f) {
   constexpr int kStep = 32 * kUnroll;
   __shared__ float partial[kWarps][M];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rows_per_block = kWarps / wpr;
-  const int row = blockIdx.x * rows_per_block + warp / wpr, part = warp % wpr;
+  // glu_f > 0: the gate/up form (one warp a row; gemv_register_finish.cuh).
+  const int row = glu_f > 0 ? GluGemvRow(blockIdx.x, warp, glu_f) : blockIdx.x * rows_per_block + warp / wpr;
+  const int part = warp % wpr;
   const bool active = row < n;
   const int kv = k / kWVec;
   const int len = (kv + wpr - 1) / wpr;
@@ -102,6 +105,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   AllowDependentLaunch();  // only now (see GemvKernel)
   const float row_scale = kGrouped || !active ? 1.0f : __ldg(row_scales);
+  if constexpr (std::is_same_v<T, TOut>) {
+    if (glu_f > 0) {
+      FinishRegisterGemvGlu(acc, row_scale, warp, lane, row, m_rows, glu_f, bias, out, partial);
+      return;
+    }
+  }
   FinishRegisterGemv(acc, row_scale, active, warp, lane, wpr, row, rows_per_block, m_rows, n, bias, out, partial);
 }
 
@@ -193,10 +202,10 @@ cudaError_t LaunchMma(const T* x, const uint8_t* w, ScaleArgs sc, const T* bias,
 
 template <typename T, typename TOut, int M, bool kGrouped>
 cudaError_t LaunchRegister(const T* x, const uint8_t* w, ScaleArgs sc, const T* bias, TOut* out, int m, int n, int k,
-                           int wpr, bool pdl, cudaStream_t stream) {
-  const dim3 grid((n + kWarps / wpr - 1) / (kWarps / wpr));
+                           int wpr, int glu_f, bool pdl, cudaStream_t stream) {
+  const dim3 grid(glu_f > 0 ? glu_f / 4 : (n + kWarps / wpr - 1) / (kWarps / wpr));
   return LaunchKernel(GemvFp8Kernel<T, TOut, M, kGrouped>, grid, dim3(kWarps * 32), 0, stream, pdl, x, w, sc, bias,
-                      out, m, n, k, wpr);
+                      out, m, n, k, wpr, glu_f);
 }
 
 // The kernel instantiation for m rows (1, 2, 4 or 8 rows of x per template).
@@ -209,8 +218,9 @@ absl::Status LaunchRows(const void* xv, const void* wv, ScaleArgs sc, const void
   TOut* out = static_cast<TOut*>(ov);
   const int mt = RingRowsTemplate(m);
   cudaError_t err;
+  const int glu_f = static_cast<int>(o.glu_cols);
   GemvFp8MmaPlan mma_plan;
-  if (!kGrouped && o.smem_ring && tensor_cores && PlanGemvFp8Mma(n, k, mt, o.num_sms, o.ring_bytes, &mma_plan)) {
+  if (glu_f == 0 && !kGrouped && o.smem_ring && tensor_cores && PlanGemvFp8Mma(n, k, mt, o.num_sms, o.ring_bytes, &mma_plan)) {
     err = mt == 1   ? LaunchMma<T, TOut, 1>(x, w, sc, bias, out, m, n, k, mma_plan, o.pdl, stream)
           : mt == 2 ? LaunchMma<T, TOut, 2>(x, w, sc, bias, out, m, n, k, mma_plan, o.pdl, stream)
           : mt == 4 ? LaunchMma<T, TOut, 4>(x, w, sc, bias, out, m, n, k, mma_plan, o.pdl, stream)
@@ -219,7 +229,7 @@ absl::Status LaunchRows(const void* xv, const void* wv, ScaleArgs sc, const void
     return absl::OkStatus();
   }
   GemvRingPlan plan;
-  if (o.smem_ring && PlanGemvRing(n, k, 1, mt, o.num_sms, o.ring_bytes, &plan, sizeof(T))) {
+  if (glu_f == 0 && o.smem_ring && PlanGemvRing(n, k, 1, mt, o.num_sms, o.ring_bytes, &plan, sizeof(T))) {
     err = mt == 1   ? LaunchRing<T, TOut, 1, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o.pdl, stream)
           : mt == 2 ? LaunchRing<T, TOut, 2, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o.pdl, stream)
           : mt == 4 ? LaunchRing<T, TOut, 4, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o.pdl, stream)
@@ -227,12 +237,12 @@ absl::Status LaunchRows(const void* xv, const void* wv, ScaleArgs sc, const void
     CUDA_RETURN_IF_ERROR(err);
     return absl::OkStatus();
   }
-  const int wpr = o.warps_per_row > 0 ? o.warps_per_row : AutoWarpsPerRow(n, k, o.num_sms);
+  const int wpr = glu_f > 0 ? 1 : o.warps_per_row > 0 ? o.warps_per_row : AutoWarpsPerRow(n, k, o.num_sms);
   if (wpr != 1 && wpr != 2 && wpr != 4 && wpr != 8) return absl::InvalidArgumentError("GemvFp8: warps_per_row");
-  err = mt == 1   ? LaunchRegister<T, TOut, 1, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, o.pdl, stream)
-        : mt == 2 ? LaunchRegister<T, TOut, 2, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, o.pdl, stream)
-        : mt == 4 ? LaunchRegister<T, TOut, 4, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, o.pdl, stream)
-                  : LaunchRegister<T, TOut, 8, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, o.pdl, stream);
+  err = mt == 1   ? LaunchRegister<T, TOut, 1, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o.pdl, stream)
+        : mt == 2 ? LaunchRegister<T, TOut, 2, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o.pdl, stream)
+        : mt == 4 ? LaunchRegister<T, TOut, 4, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o.pdl, stream)
+                  : LaunchRegister<T, TOut, 8, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o.pdl, stream);
   CUDA_RETURN_IF_ERROR(err);
   return absl::OkStatus();
 }
@@ -247,6 +257,8 @@ absl::Status LaunchTyped(const void* x, const void* w, const Fp8WeightScales& s,
 }
 
 }  // namespace
+
+int GemvFp8AutoWarpsPerRow(int64_t n, int64_t k, int num_sms) { return AutoWarpsPerRow(n, k, num_sms); }
 
 bool GemvFp8Supported(DType dtype, int64_t k, const Fp8WeightScales& s) {
   return (dtype == DType::kBF16 || dtype == DType::kF16) && k > 0 && k % kWVec == 0 && s.scale != nullptr &&
@@ -275,6 +287,9 @@ absl::Status LaunchGemvFp8(DType dtype, DType out_dtype, const void* x, const vo
                                                    " columns a scale)"));
   if (!Aligned16(x) || !Aligned16(w))
     return absl::InvalidArgumentError("GemvFp8: x and w must be 16-byte aligned");
+  if (options.glu_cols != 0 && (options.glu_cols * 2 != n || !GemvGluShape(n, k) || out_dtype != dtype))
+    return absl::InvalidArgumentError(absl::StrCat("GemvFp8: the gate/up form takes N = 2F with F a multiple of 4 and "
+                                                   "an output in the input dtype (N ", n, ", F ", options.glu_cols, ")"));
   if (m == 0) return absl::OkStatus();
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   if (dtype == DType::kBF16) {

@@ -31,6 +31,9 @@ struct Fp8WeightScales {
 // columns or per whole row.
 bool GemvFp8Supported(DType dtype, int64_t k, const Fp8WeightScales& scales);
 
+// The register form's warps a row where GemvOptions::warps_per_row is 0.
+int GemvFp8AutoWarpsPerRow(int64_t n, int64_t k, int num_sms);
+
 // Whether the ring form takes an M x K input of `dtype` against an N x K FP8 weight.
 bool GemvFp8RingFits(DType dtype, int64_t m, int64_t n, int64_t k, size_t ring_bytes, int num_sms);
 

@@ -42,4 +42,31 @@ __device__ __forceinline__ void FinishRegisterGemv(float (&acc)[M], float scale,
   }
 }
 
+// The gate/up form (GemvOptions::glu_cols = F > 0, one warp a row): warps 0-3 of block b sum gate
+// rows 4b..4b+3 and warps 4-7 the up rows F + 4b.., each output rounded to T as the 16-bit gate/up
+// tensor would hold it; the block then writes out[m, 4b + j] = silu(gate) * up rounded to T, the
+// values SiluMul computes from that tensor (bit for bit).
+__device__ __forceinline__ int GluGemvRow(int block, int warp, int f) { return (warp < 4 ? 0 : f) + block * 4 + (warp & 3); }
+
+template <int M, int kWarps, typename T>
+__device__ __forceinline__ void FinishRegisterGemvGlu(float (&acc)[M], float scale, int warp, int lane, int row,
+                                                      int m_rows, int f, const T* __restrict__ bias,
+                                                      T* __restrict__ out, float (&partial)[kWarps][M]) {
+  static_assert(kWarps == 8, "four gate rows and their four up rows a block");
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]) * scale;
+  if (lane == 0) {
+    const float b = bias ? ToFloat(bias[row]) : 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) partial[warp][m] = ToFloat(FromFloat<T>(acc[m] + b));
+  }
+  __syncthreads();
+  const int i = threadIdx.x;
+  if (i < 4 * M) {
+    const int j = i / M, m = i % M, col = blockIdx.x * 4 + j;
+    if (m < m_rows && col < f)
+      out[static_cast<int64_t>(m) * f + col] = FromFloat<T>(Silu(partial[j][m]) * partial[4 + j][m]);
+  }
+}
+
 }  // namespace llm::cuda

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <type_traits>
 
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/cuda_status.h"
@@ -82,13 +83,18 @@ __device__ __forceinline__ void AccumulateScaled(float (&acc)[NT][4], const floa
 template <typename T, typename TOut, int NT, int U, int kMinBlocks, bool kZeros, bool kRegular>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     GemvW4A16MmaKernel(const T* __restrict__ x, MmaArgs w, const T* __restrict__ bias, TOut* __restrict__ out, int m,
-                       int n, int kp, int wpt) {
+                       int n, int kp, int wpt, int glu_f) {
   extern __shared__ int32_t s_group[];
   __shared__ float red[kWarps][kTileRows][NT * 8];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int tiles_per_block = kWarps / wpt;
-  const int tile = blockIdx.x * tiles_per_block + warp / wpt, part = warp % wpt;
+  // glu_f > 0 (the gate/up form): the block's first half of tiles are gate tiles, the second half
+  // the up tiles of the same columns (glu_f / 16 tiles on).
+  const int half = tiles_per_block / 2, block_tile = warp / wpt;
+  const int tile = glu_f > 0 ? (block_tile < half ? 0 : glu_f / kTileRows) + blockIdx.x * half + block_tile % half
+                             : blockIdx.x * tiles_per_block + block_tile;
+  const int part = warp % wpt;
   const int kv = kp / kW4Chunk;
   const int units = (kv + kUnitChunks - 1) / kUnitChunks;
   const int len = (units + wpt - 1) / wpt;
@@ -247,6 +253,23 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
   }
   __syncthreads();
+  if constexpr (std::is_same_v<T, TOut>) {
+    if (glu_f > 0) {  // out[token, col] = silu(gate) * up, each rounded to T first (as SiluMul reads them)
+      const int cols_per_block = half * kTileRows;
+      for (int i = threadIdx.x; i < cols_per_block * m; i += blockDim.x) {
+        const int token = i / cols_per_block, cl = i % cols_per_block;
+        const int col = blockIdx.x * cols_per_block + cl;
+        const int gt = cl / kTileRows, r = cl % kTileRows;
+        float gs = 0.0f, us = 0.0f;
+        for (int q = 0; q < wpt; ++q) gs += red[gt * wpt + q][r][token];
+        for (int q = 0; q < wpt; ++q) us += red[(gt + half) * wpt + q][r][token];
+        if (bias) gs += ToFloat(bias[col]), us += ToFloat(bias[glu_f + col]);
+        const float gate = ToFloat(FromFloat<T>(gs)), up = ToFloat(FromFloat<T>(us));
+        out[static_cast<int64_t>(token) * glu_f + col] = FromFloat<T>(Silu(gate) * up);
+      }
+      return;
+    }
+  }
   const int rows_per_block = tiles_per_block * kTileRows;
   for (int i = threadIdx.x; i < rows_per_block * m; i += blockDim.x) {
     const int token = i / rows_per_block, rl = i % rows_per_block;
@@ -272,19 +295,36 @@ int AutoWarpsPerTile(int64_t n, int64_t kp, int num_sms, int blocks_per_sm, int 
   return wpt;
 }
 
+// The register form's own warps a tile for m rows of x (LaunchRegisters' rule, below).
+int RegisterWarpsPerTile(int64_t m, int64_t n, int64_t kp, int num_sms) {
+  if (m > 8) return AutoWarpsPerTile(n, kp, num_sms, 2, 2);
+  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
+  const bool very_wide = tiles >= 8 * int64_t{num_sms}, long_rows = kp >= 8192;
+  return AutoWarpsPerTile(n, kp, num_sms, very_wide ? 4 : 2, long_rows && !very_wide ? 2 : 1);
+}
+
+// The gate/up form's warps a tile: at least two tiles a block (a gate tile and its up tile), and
+// F's tiles a whole number of blocks' halves (4 warps a tile: one pair a block, always whole).
+int GluWarpsPerTile(int wpt, int64_t glu_cols) {
+  if (glu_cols <= 0) return wpt;
+  wpt = std::min(wpt, kWarps / 2);
+  while (wpt < kWarps / 2 && (glu_cols / kTileRows) % (kWarps / wpt / 2) != 0) wpt *= 2;
+  return wpt;
+}
+
 template <typename T, typename TOut, int NT, int U, int B, bool kZeros>
 cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, int m, int n, int kp, int wpt,
-                        bool pdl, cudaStream_t stream) {
+                        int glu_f, bool pdl, cudaStream_t stream) {
   const int tiles_per_block = kWarps / wpt;
   const int tiles = (n + kTileRows - 1) / kTileRows;
-  const dim3 grid((tiles + tiles_per_block - 1) / tiles_per_block);
+  const dim3 grid(glu_f > 0 ? glu_f / kTileRows / (tiles_per_block / 2) : (tiles + tiles_per_block - 1) / tiles_per_block);
   const bool regular = w.group_shift >= 0 && n % kTileRows == 0 && kp % (kUnitChunks * kW4Chunk) == 0;
   if (regular)
     return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true>, grid, dim3(kWarps * 32), 0, stream, pdl,
-                        x, w, bias, out, m, n, kp, wpt);
+                        x, w, bias, out, m, n, kp, wpt, glu_f);
   const size_t smem = static_cast<size_t>(kp / kW4Chunk) * sizeof(int32_t);
   return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false>, grid, dim3(kWarps * 32), smem, stream,
-                      pdl, x, w, bias, out, m, n, kp, wpt);
+                      pdl, x, w, bias, out, m, n, kp, wpt, glu_f);
 }
 
 // The register form's shape, by measurement on an H100 (w4a16_bench, the regular form at 1 row,
@@ -302,15 +342,15 @@ cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* o
   if constexpr (NT == 1) {
     const int64_t tiles = (n + kTileRows - 1) / kTileRows;
     const bool very_wide = tiles >= 8 * int64_t{num_sms}, long_rows = kp >= 8192;
-    const int blocks = very_wide ? 4 : 2, slots_per_warp = long_rows && !very_wide ? 2 : 1;
-    const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile
-                                         : AutoWarpsPerTile(n, kp, num_sms, blocks, slots_per_warp);
-    if (very_wide) return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
-    if (long_rows) return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
-    return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
+    const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile : RegisterWarpsPerTile(m, n, kp, num_sms);
+    const int wg = GluWarpsPerTile(wpt, o.glu_cols), f = static_cast<int>(o.glu_cols);
+    if (very_wide) return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wg, f, o.pdl, stream);
+    if (long_rows) return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wg, f, o.pdl, stream);
+    return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wg, f, o.pdl, stream);
   }
-  const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile : AutoWarpsPerTile(n, kp, num_sms, 2, 2);
-  return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, o.pdl, stream);
+  const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile : RegisterWarpsPerTile(m, n, kp, num_sms);
+  return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, GluWarpsPerTile(wpt, o.glu_cols),
+                                                static_cast<int>(o.glu_cols), o.pdl, stream);
 }
 
 // --- The bulk form: the codes through shared memory ---
@@ -632,7 +672,7 @@ absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv,
   TOut* out = static_cast<TOut*>(ov);
   const int tpw = o.tiles_per_warp > 0 ? o.tiles_per_warp : m <= 8 ? 1 : 2;
   using Form = GemvW4A16MmaOptions::Form;
-  const bool bulk = o.form == Form::kBulk || (o.form == Form::kAuto && m > 16);
+  const bool bulk = o.glu_cols == 0 && (o.form == Form::kBulk || (o.form == Form::kAuto && m > 16));
   BulkPlan plan;
   if (bulk && (tpw == 1 || tpw == 2) && PlanBulk(n, kp, tpw, o, num_sms, &plan)) {
     cudaError_t err;
@@ -665,6 +705,12 @@ absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv,
 
 }  // namespace
 
+bool GemvW4A16MmaGluSameSums(int64_t m, int64_t n, int64_t kp, int num_sms) {
+  if (m < 1 || m > 16 || n % (2 * kTileRows) != 0 || kp <= 0 || kp % kW4Chunk != 0) return false;
+  const int wpt = RegisterWarpsPerTile(m, n, kp, num_sms);
+  return GluWarpsPerTile(wpt, n / 2) == wpt;
+}
+
 absl::Status LaunchGemvW4A16Mma(DType dtype, DType out_dtype, const void* x, const W4A16Weights& w, const void* bias,
                                 void* out, int64_t m, int64_t n, int64_t kp, int num_sms, int warps_per_tile, bool pdl,
                                 Stream stream) {
@@ -686,6 +732,10 @@ absl::Status LaunchGemvW4A16Mma(DType dtype, DType out_dtype, const void* x, con
   const int wpt = options.warps_per_tile;
   if (wpt != 0 && wpt != 1 && wpt != 2 && wpt != 4 && wpt != 8)
     return absl::InvalidArgumentError("GemvW4A16Mma: warps_per_tile");
+  if (options.glu_cols != 0 && (options.glu_cols * 2 != n || options.glu_cols % kTileRows != 0 || out_dtype != dtype))
+    return absl::InvalidArgumentError(absl::StrCat("GemvW4A16Mma: the gate/up form takes N = 2F with F a multiple of ",
+                                                   kTileRows, " and an output in the input dtype (N ", n, ", F ",
+                                                   options.glu_cols, ")"));
   if (m == 0) return absl::OkStatus();
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(kp);
   if (dtype == DType::kBF16) {

@@ -35,7 +35,17 @@ struct GemvW4A16MmaOptions {
   int stage_chunks = 0;    // bulk: 32-column chunks of each row a stage, 8, 16 or 32 (0: 16 a tile, 8 two)
   int stages = 0;          // bulk: stages of a warp's ring (0: 2 a tile, 4 two)
   bool pdl = false;        // programmatic dependent launch
+  // > 0: the gate/up form (register form; F = glu_cols a multiple of 16): W is [2F, Kp] (gate rows,
+  // then up rows) and out [M, F] = silu(x·gateᵀ) * (x·upᵀ), each product rounded to the input
+  // dtype first, as Linear then SiluMul would.
+  int64_t glu_cols = 0;
 };
+
+// Whether the gate/up form (GemvW4A16MmaOptions::glu_cols = n / 2) sums exactly as the plain
+// call of the same m x n x kp does (the same warps a tile splitting K; the plain call up to 16 rows
+// is the register form too), so that fusing changes no output bit: m <= 16, n / 2 a multiple of
+// 16, and the plain call's warps a tile leave at least two tiles a block.
+bool GemvW4A16MmaGluSameSums(int64_t m, int64_t n, int64_t kp, int num_sms);
 
 // x and bias of `dtype` (bf16 or fp16), out of `out_dtype` (== dtype, or f32); x [m, kp], kp a
 // multiple of 32, x and codes 16-byte aligned. `warps_per_tile` 0: the kernel's own rule

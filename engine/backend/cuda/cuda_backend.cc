@@ -226,6 +226,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
     impl->options.fuse_fp8_input_quant = false;
   if (const char* v = std::getenv("LLM_FUSE_GATE_UP_SILU"); v != nullptr && v[0] == '0')
     impl->options.fuse_gate_up_silu = false;
+  if (const char* v = std::getenv("LLM_ATTENTION_SPLITS"); v != nullptr) impl->options.attention_splits = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_16BIT"); v != nullptr)
     impl->options.gemm_few_rows_16bit_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_INT4"); v != nullptr) {

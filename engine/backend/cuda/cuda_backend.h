@@ -115,7 +115,7 @@ struct CudaBackendOptions {
   bool fuse_gate_up_silu = true;
   // Test knobs.
   bool force_simt_attention = false;
-  int attention_splits = 0;  // > 0: fixed decode split count
+  int attention_splits = 0;  // > 0: fixed decode split count (LLM_ATTENTION_SPLITS)
   bool warp_decode_attention = false;  // the CUDA-core decode kernel instead of the tensor-core one
   bool serial_mixed_attention = false; // a mixed step's prefill attention after its decode attention, one stream
 };

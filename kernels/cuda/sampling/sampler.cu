@@ -31,7 +31,7 @@ struct Shared {
   float fa[32], fb[32], fc[32];
   int ia[32];
   uint32_t sel_key;
-  u64 sel_above, sel_at;
+  u64 sel_above, sel_at, sel_target;
   int found;
   int top_count;
   int top_ids[kSamplerMaxTop];
@@ -296,9 +296,12 @@ __device__ int FindCumulative(int vocab, Wt wt, u64 target, Shared& sh, const Pa
 
 // Radix select, descending: the key K with above < target <= above + at, where above is the
 // weight of candidates with key > K and at the weight of those with key == K. Results in
-// sh.sel_key / sel_above / sel_at.
+// sh.sel_key / sel_above / sel_at. With `fraction` > 0 the target is ceil(fraction x the
+// candidates' total weight) (at least 1, at most the total), taken from the first pass's
+// histogram instead of a pass of its own, and left in sh.sel_target.
 template <typename Cand, typename Key, typename Wt, typename Part>
-__device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, Shared& sh, const Part& part) {
+__device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, Shared& sh, const Part& part,
+                            float fraction = 0.0f) {
   uint32_t prefix = 0;
   u64 above = 0;
   for (int pass = 0; pass < 4; ++pass) {
@@ -342,6 +345,12 @@ __device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, S
         if (lane >= o) incl += n;
       }
       const u64 excl = incl - s;
+      if (pass == 0 && fraction > 0.0f) {
+        const u64 total = __shfl_sync(kFull, incl, 31);
+        const u64 t = static_cast<u64>(ceil(static_cast<double>(fraction) * static_cast<double>(total)));
+        target = max(1ull, min(t, total));
+        if (lane == 0) sh.sel_target = target;
+      }
       const unsigned ballot = __ballot_sync(kFull, above + excl < target && above + incl >= target);
       const int owner = ballot ? __ffs(ballot) - 1 : 31;
       if (lane == owner) {
@@ -537,24 +546,21 @@ __global__ void __launch_bounds__(kThreads)
     const bool topp = P.top_p < 1.0f;
     uint32_t p_key = 0;
     int p_id = INT_MAX;
+    // (Its mass: above the threshold key, plus the ties it keeps, each of the tie key's weight.)
+    u64 topp_mass = 0;
     if (topp) {
-      u64 mass = 0;
-      for (int i = part.first_id(); i < vocab; i += part.id_step()) {
-        part.Ahead(i, vocab);
-        if (in_k(i)) mass += wt(i);
-      }
-      const u64 total_k = RowSumU64(mass, sh, part);
-      __syncthreads();
-      u64 target = static_cast<u64>(ceil(static_cast<double>(P.top_p) * static_cast<double>(total_k)));
-      target = max(1ull, min(target, total_k));
-      RadixSelect(vocab, in_k, key, wt, target, sh, part);
+      // The target, ceil(top_p x the top-k mass), from the select's first histogram.
+      RadixSelect(vocab, in_k, key, wt, 0, sh, part, P.top_p);
+      const u64 target = sh.sel_target;
       p_key = sh.sel_key;
-      const u64 w_tie = max(1ull, key_wt(p_key));
-      const u64 ties = sh.sel_at / w_tie;
-      const u64 j = (target - sh.sel_above + w_tie - 1) / w_tie;
+      const u64 w_key = key_wt(p_key), above = sh.sel_above, at = sh.sel_at;
+      const u64 w_tie = max(1ull, w_key);
+      const u64 ties = at / w_tie;
+      const u64 j = (target - above + w_tie - 1) / w_tie;
       if (j < ties)
         p_id = FindCumulative(
             vocab, [&](int i) -> u64 { return in_k(i) && key(i) == p_key ? 1 : 0; }, j, sh, part);
+      topp_mass = above + (j < ties ? j * w_key : at);
       __syncthreads();
     }
     auto kept = [&](int i) {
@@ -565,13 +571,16 @@ __global__ void __launch_bounds__(kThreads)
       }
       return P.min_p <= 0.0f || prob(i) >= P.min_p;
     };
-    u64 mass = 0;
-    for (int i = part.first_id(); i < vocab; i += part.id_step()) {
-      part.Ahead(i, vocab);
-      if (kept(i)) mass += wt(i);
+    u64 total = topp_mass;  // top-p without min-p keeps exactly that mass
+    if (!topp || P.min_p > 0.0f) {
+      u64 mass = 0;
+      for (int i = part.first_id(); i < vocab; i += part.id_step()) {
+        part.Ahead(i, vocab);
+        if (kept(i)) mass += wt(i);
+      }
+      total = RowSumU64(mass, sh, part);
+      __syncthreads();
     }
-    const u64 total = RowSumU64(mass, sh, part);
-    __syncthreads();
     const float u = UniformFloat(P.seed, P.step);
     u64 target = static_cast<u64>(floor(static_cast<double>(u) * static_cast<double>(total)));
     if (total > 0 && target > total - 1) target = total - 1;

@@ -27,6 +27,9 @@ constexpr int kHistPieceBits = 11, kHistPieces = 4;  // 44 bits >= the 41 of a m
 struct Shared {
   u64 hist[256];
   uint32_t hist_piece[kHistPieces][256];
+  u64 hist0[256];    // a select's first histogram kept for the next (RadixSelect's keep_hist0)
+  int min_id[256];   // the last pass's lowest candidate id a bin
+  int sel_min_id;    // the lowest candidate id at the selected key
   u64 uscratch[32];
   float fa[32], fb[32], fc[32];
   int ia[32];
@@ -298,41 +301,55 @@ __device__ int FindCumulative(int vocab, Wt wt, u64 target, Shared& sh, const Pa
 // weight of candidates with key > K and at the weight of those with key == K. Results in
 // sh.sel_key / sel_above / sel_at. With `fraction` > 0 the target is ceil(fraction x the
 // candidates' total weight) (at least 1, at most the total), taken from the first pass's
-// histogram instead of a pass of its own, and left in sh.sel_target.
+// histogram instead of a pass of its own, and left in sh.sel_target. The last pass also keeps the
+// lowest candidate id of each full key: sh.sel_min_id is the selected key's (the first of its
+// ties in id order, what FindCumulative returns for a count of 1). keep_hist0: the first pass's
+// histogram is copied to sh.hist0; given_hist0: the first pass takes sh.hist0 as its histogram
+// (the caller derived it) instead of a pass over the candidates.
 template <typename Cand, typename Key, typename Wt, typename Part>
 __device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, Shared& sh, const Part& part,
-                            float fraction = 0.0f) {
+                            float fraction = 0.0f, bool keep_hist0 = false, bool given_hist0 = false) {
   uint32_t prefix = 0;
   u64 above = 0;
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
     const uint32_t mask_hi = pass == 0 ? 0u : (0xffffffffu << (shift + 8));
-    for (int b = threadIdx.x; b < 256; b += blockDim.x)
-      for (int p = 0; p < kHistPieces; ++p) sh.hist_piece[p][b] = 0;
-    __syncthreads();
-    for (int i = part.first_id(); i < vocab; i += part.id_step()) {
-      part.Ahead(i, vocab);
-      if (!cand(i)) continue;
-      const uint32_t k = keyf(i);
-      if ((k & mask_hi) != prefix) continue;
-      const uint32_t bin = (k >> shift) & 255u;
-      const u64 w = wt(i);
-#pragma unroll
-      for (int p = 0; p < kHistPieces; ++p) {
-        const uint32_t piece =
-            static_cast<uint32_t>(w >> (kHistPieceBits * p)) & ((1u << kHistPieceBits) - 1);
-        if (piece != 0) atomicAdd(&sh.hist_piece[p][bin], piece);
+    const bool last = pass == 3;
+    if (pass == 0 && given_hist0) {
+      for (int b = threadIdx.x; b < 256; b += blockDim.x) sh.hist[b] = sh.hist0[b];
+      __syncthreads();
+    } else {
+      for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+        for (int p = 0; p < kHistPieces; ++p) sh.hist_piece[p][b] = 0;
+        if (last) sh.min_id[b] = INT_MAX;
       }
+      __syncthreads();
+      for (int i = part.first_id(); i < vocab; i += part.id_step()) {
+        part.Ahead(i, vocab);
+        if (!cand(i)) continue;
+        const uint32_t k = keyf(i);
+        if ((k & mask_hi) != prefix) continue;
+        const uint32_t bin = (k >> shift) & 255u;
+        const u64 w = wt(i);
+#pragma unroll
+        for (int p = 0; p < kHistPieces; ++p) {
+          const uint32_t piece =
+              static_cast<uint32_t>(w >> (kHistPieceBits * p)) & ((1u << kHistPieceBits) - 1);
+          if (piece != 0) atomicAdd(&sh.hist_piece[p][bin], piece);
+        }
+        if (last) atomicMin(&sh.min_id[bin], i);
+      }
+      part.Sync();
+      for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+        u64 sum = 0;
+        for (int r = 0; r < part.parts; ++r)
+          for (int p = 0; p < kHistPieces; ++p)
+            sum += static_cast<u64>(*part.Of(&sh.hist_piece[p][b], r)) << (kHistPieceBits * p);
+        sh.hist[b] = sum;
+        if (pass == 0 && keep_hist0) sh.hist0[b] = sum;
+      }
+      part.Sync();  // every block has read the pieces before any zeroes them for the next pass
     }
-    part.Sync();
-    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
-      u64 sum = 0;
-      for (int r = 0; r < part.parts; ++r)
-        for (int p = 0; p < kHistPieces; ++p)
-          sum += static_cast<u64>(*part.Of(&sh.hist_piece[p][b], r)) << (kHistPieceBits * p);
-      sh.hist[b] = sum;
-    }
-    part.Sync();  // every block has read the pieces before any zeroes them for the next pass
     if (threadIdx.x < 32) {
       const int lane = threadIdx.x;
       u64 s = 0;
@@ -367,6 +384,11 @@ __device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, S
         sh.sel_key = prefix | (static_cast<uint32_t>(chosen) << shift);
         sh.sel_above = run;
         sh.sel_at = sh.hist[chosen];
+        if (last) {
+          int m = INT_MAX;
+          for (int r = 0; r < part.parts; ++r) m = min(m, *part.Of(&sh.min_id[chosen], r));
+          sh.sel_min_id = m;
+        }
       }
     }
     __syncthreads();
@@ -533,8 +555,8 @@ __global__ void __launch_bounds__(kThreads)
       k_key = sh.sel_key;
       const u64 need = static_cast<u64>(P.top_k) - sh.sel_above;
       if (need < sh.sel_at)
-        k_id = FindCumulative(
-            vocab, [&](int i) -> u64 { return key(i) == k_key ? 1 : 0; }, need, sh, part);
+        k_id = need == 1 ? sh.sel_min_id
+                         : FindCumulative(vocab, [&](int i) -> u64 { return key(i) == k_key ? 1 : 0; }, need, sh, part);
       __syncthreads();
     }
     auto in_k = [&](int i) {
@@ -550,7 +572,7 @@ __global__ void __launch_bounds__(kThreads)
     u64 topp_mass = 0;
     if (topp) {
       // The target, ceil(top_p x the top-k mass), from the select's first histogram.
-      RadixSelect(vocab, in_k, key, wt, 0, sh, part, P.top_p);
+      RadixSelect(vocab, in_k, key, wt, 0, sh, part, P.top_p, /*keep_hist0=*/true);
       const u64 target = sh.sel_target;
       p_key = sh.sel_key;
       const u64 w_key = key_wt(p_key), above = sh.sel_above, at = sh.sel_at;
@@ -558,9 +580,23 @@ __global__ void __launch_bounds__(kThreads)
       const u64 ties = at / w_tie;
       const u64 j = (target - above + w_tie - 1) / w_tie;
       if (j < ties)
-        p_id = FindCumulative(
-            vocab, [&](int i) -> u64 { return in_k(i) && key(i) == p_key ? 1 : 0; }, j, sh, part);
+        p_id = j == 1 ? sh.sel_min_id
+                      : FindCumulative(
+                            vocab, [&](int i) -> u64 { return in_k(i) && key(i) == p_key ? 1 : 0; }, j, sh, part);
       topp_mass = above + (j < ties ? j * w_key : at);
+      __syncthreads();
+    }
+    // Without min-p the kept tokens' first histogram follows from the top-p select's: its bins above
+    // the threshold key's whole, that key's bin the kept mass not above it, the bins below empty.
+    const bool kept_hist0 = topp && P.min_p <= 0.0f;
+    if (kept_hist0) {
+      const uint32_t bp = p_key >> 24;
+      if (tid == 0) {
+        u64 above_bin = 0;
+        for (uint32_t b = bp + 1; b < 256; ++b) above_bin += sh.hist0[b];
+        sh.hist0[bp] = topp_mass - above_bin;
+      }
+      for (int b = tid; b < static_cast<int>(bp); b += blockDim.x) sh.hist0[b] = 0;
       __syncthreads();
     }
     auto kept = [&](int i) {
@@ -586,12 +622,13 @@ __global__ void __launch_bounds__(kThreads)
     if (total > 0 && target > total - 1) target = total - 1;
     target += 1;  // the first candidate whose cumulative mass exceeds u * total
     if (topp) {
-      RadixSelect(vocab, kept, key, wt, target, sh, part);
+      RadixSelect(vocab, kept, key, wt, target, sh, part, 0.0f, false, /*given_hist0=*/kept_hist0);
       const uint32_t d_key = sh.sel_key;
       const u64 w_tie = max(1ull, key_wt(d_key));
       const u64 j = max(1ull, (target - sh.sel_above + w_tie - 1) / w_tie);
-      token = FindCumulative(
-          vocab, [&](int i) -> u64 { return kept(i) && key(i) == d_key ? 1 : 0; }, j, sh, part);
+      token = j == 1 ? sh.sel_min_id
+                     : FindCumulative(
+                           vocab, [&](int i) -> u64 { return kept(i) && key(i) == d_key ? 1 : 0; }, j, sh, part);
     } else {
       token = FindCumulative(
           vocab, [&](int i) -> u64 { return kept(i) ? wt(i) : 0; }, target, sh, part);
@@ -618,8 +655,8 @@ __global__ void __launch_bounds__(kThreads)
     const u64 need = static_cast<u64>(n_top) - sh.sel_above;
     int t_id = INT_MAX;
     if (need < sh.sel_at)
-      t_id = FindCumulative(
-          vocab, [&](int i) -> u64 { return rkey(i) == t_key ? 1 : 0; }, need, sh, part);
+      t_id = need == 1 ? sh.sel_min_id
+                       : FindCumulative(vocab, [&](int i) -> u64 { return rkey(i) == t_key ? 1 : 0; }, need, sh, part);
     if (tid == 0) sh.top_count = 0;
     __syncthreads();
     for (int i = part.first_id(); i < vocab; i += part.id_step()) {

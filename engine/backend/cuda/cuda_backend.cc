@@ -457,14 +457,15 @@ absl::Status CudaBackend::LinearSiluMul(Tensor x, const LinearWeight& w, Tensor 
   fused.out = out;
   fused.glu_cols = plain.n / 2;
   const double bytes = static_cast<double>(w.weight.bytes() + x.bytes() + w.bias.bytes());
+  const double flops = 2.0 * plain.m * plain.n * plain.k;
+  const std::string detail =
+      impl_->timing ? absl::StrCat(plain.n, "x", plain.k, " ", std::string(choice.Name())) : std::string();
   if (impl_->options.fuse_gate_up_silu && impl_->linears->TakesGlu(fused, choice, ctx)) {
-    OpScope scope(*impl_, "LinearSiluMul", bytes + static_cast<double>(out.bytes()), 2.0 * plain.m * plain.n * plain.k,
-                  impl_->timing ? absl::StrCat(plain.n, "x", plain.k, " ", std::string(choice.Name())) : std::string());
+    OpScope scope(*impl_, "LinearSiluMul", bytes + static_cast<double>(out.bytes()), flops, detail);
     return impl_->linears->Run(fused, choice, ctx);
   }
   {
-    OpScope scope(*impl_, "Linear", bytes + static_cast<double>(gate_up.bytes()), 2.0 * plain.m * plain.n * plain.k,
-                  impl_->timing ? absl::StrCat(plain.n, "x", plain.k, " ", std::string(choice.Name())) : std::string());
+    OpScope scope(*impl_, "Linear", bytes + static_cast<double>(gate_up.bytes()), flops, detail);
     RETURN_IF_ERROR(impl_->linears->Run(plain, choice, ctx));
   }
   return SiluMul(gate_up, out);

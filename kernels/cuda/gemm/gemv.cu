@@ -152,9 +152,9 @@ absl::Status LaunchTyped(const void* x, const void* w, const void* bias, void* o
   const dim3 block(kWarps * 32);
   cudaError_t err;
   const int glu_f = static_cast<int>(o.glu_cols);
-  if (glu_f > 0 && (k % kVec != 0 || !Aligned16(x) || !Aligned16(w)))
-    return absl::InvalidArgumentError("Gemv: the gate/up form needs 16-byte aligned rows");
-  if (k % kVec != 0 || !Aligned16(x) || !Aligned16(w)) {
+  const bool vector_rows = k % kVec == 0 && Aligned16(x) && Aligned16(w);
+  if (glu_f > 0 && !vector_rows) return absl::InvalidArgumentError("Gemv: the gate/up form needs 16-byte aligned rows");
+  if (!vector_rows) {
     err = LaunchKernel(GemvScalarKernel<T, TOut>, dim3((n + kWarps - 1) / kWarps), block, 0, stream, o.pdl, xt, wt, bt,
                        ot, m, n, k);
     CUDA_RETURN_IF_ERROR(err);
@@ -210,7 +210,7 @@ absl::Status LaunchGemv(DType dtype, DType out_dtype, const void* x, const void*
   if (m < 0 || m > kGemvMaxRows || n <= 0 || k <= 0 || n > 0x7fffffff || k > 0x7fffffff ||
       int64_t{k} * n > (int64_t{1} << 40))
     return absl::InvalidArgumentError(absl::StrCat("Gemv: unsupported shape m ", m, " n ", n, " k ", k));
-  if (options.glu_cols != 0 && (options.glu_cols * 2 != n || !GemvGluShape(n, k) || out_dtype != dtype))
+  if (options.glu_cols != 0 && (!GemvGluTakes(options.glu_cols, n, k) || out_dtype != dtype))
     return absl::InvalidArgumentError(absl::StrCat("Gemv: the gate/up form takes N = 2F with F a multiple of 4 and an "
                                                    "output in the input dtype (N ", n, ", F ", options.glu_cols, ")"));
   if (m == 0) return absl::OkStatus();

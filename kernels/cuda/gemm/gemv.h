@@ -29,12 +29,15 @@ struct GemvOptions {
   size_t ring_bytes = 0;  // ring per block (0: all the shared memory that x and the partials leave)
   // > 0: the gate/up form (register form, one warp a row, F = glu_cols a multiple of 4): W is
   // [2F, K] (gate rows, then up rows) and out [M, F] = silu(x·gateᵀ) * (x·upᵀ), each product
-  // rounded to the input dtype first, as Linear then SiluMul would (GemvGluSupported).
+  // rounded to the input dtype first, as Linear then SiluMul would (GemvGluTakes).
   int64_t glu_cols = 0;
 };
 
-// Whether the gate/up form takes an N x K weight (N = 2F) with output in the input dtype.
-inline bool GemvGluShape(int64_t n, int64_t k) { return n > 0 && n % 8 == 0 && k > 0; }
+// Whether the gate/up form of F = glu_cols takes an N x K weight (N = 2F, F a multiple of 4);
+// its output is in the input dtype.
+inline bool GemvGluTakes(int64_t glu_cols, int64_t n, int64_t k) {
+  return glu_cols > 0 && glu_cols * 2 == n && glu_cols % 4 == 0 && k > 0;
+}
 
 // Whether the shared-memory ring form takes an M x K input against an N x K weight of `dtype`
 // with `ring_bytes` (0: as much as fits) of ring a block.

@@ -287,7 +287,7 @@ absl::Status LaunchGemvFp8(DType dtype, DType out_dtype, const void* x, const vo
                                                    " columns a scale)"));
   if (!Aligned16(x) || !Aligned16(w))
     return absl::InvalidArgumentError("GemvFp8: x and w must be 16-byte aligned");
-  if (options.glu_cols != 0 && (options.glu_cols * 2 != n || !GemvGluShape(n, k) || out_dtype != dtype))
+  if (options.glu_cols != 0 && (!GemvGluTakes(options.glu_cols, n, k) || out_dtype != dtype))
     return absl::InvalidArgumentError(absl::StrCat("GemvFp8: the gate/up form takes N = 2F with F a multiple of 4 and "
                                                    "an output in the input dtype (N ", n, ", F ", options.glu_cols, ")"));
   if (m == 0) return absl::OkStatus();

@@ -295,12 +295,23 @@ int AutoWarpsPerTile(int64_t n, int64_t kp, int num_sms, int blocks_per_sm, int 
   return wpt;
 }
 
-// The register form's own warps a tile for m rows of x (LaunchRegisters' rule, below).
-int RegisterWarpsPerTile(int64_t m, int64_t n, int64_t kp, int num_sms) {
-  if (m > 8) return AutoWarpsPerTile(n, kp, num_sms, 2, 2);
+// The register form's shape for m rows of x (the rule LaunchRegisters explains, below).
+struct RegisterForm {
+  bool very_wide = false;  // at least 8 tiles an SM (up to 8 rows of x): 4 blocks an SM
+  bool long_rows = false;  // K >= 8192 (up to 8 rows of x): 3 units in flight
+  int wpt = 1;             // warps a tile
+};
+RegisterForm RegisterFormOf(int64_t m, int64_t n, int64_t kp, int num_sms) {
+  RegisterForm f;
+  if (m > 8) {
+    f.wpt = AutoWarpsPerTile(n, kp, num_sms, 2, 2);
+    return f;
+  }
   const int64_t tiles = (n + kTileRows - 1) / kTileRows;
-  const bool very_wide = tiles >= 8 * int64_t{num_sms}, long_rows = kp >= 8192;
-  return AutoWarpsPerTile(n, kp, num_sms, very_wide ? 4 : 2, long_rows && !very_wide ? 2 : 1);
+  f.very_wide = tiles >= 8 * int64_t{num_sms};
+  f.long_rows = kp >= 8192;
+  f.wpt = AutoWarpsPerTile(n, kp, num_sms, f.very_wide ? 4 : 2, f.long_rows && !f.very_wide ? 2 : 1);
+  return f;
 }
 
 // The gate/up form's warps a tile: at least two tiles a block (a gate tile and its up tile), and
@@ -339,18 +350,14 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
 template <typename T, typename TOut, int NT, bool kZeros>
 cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* out, int m, int n, int kp,
                             const GemvW4A16MmaOptions& o, int num_sms, cudaStream_t stream) {
+  const RegisterForm form = RegisterFormOf(m, n, kp, num_sms);
+  const int wpt = GluWarpsPerTile(o.warps_per_tile > 0 ? o.warps_per_tile : form.wpt, o.glu_cols);
+  const int f = static_cast<int>(o.glu_cols);
   if constexpr (NT == 1) {
-    const int64_t tiles = (n + kTileRows - 1) / kTileRows;
-    const bool very_wide = tiles >= 8 * int64_t{num_sms}, long_rows = kp >= 8192;
-    const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile : RegisterWarpsPerTile(m, n, kp, num_sms);
-    const int wg = GluWarpsPerTile(wpt, o.glu_cols), f = static_cast<int>(o.glu_cols);
-    if (very_wide) return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wg, f, o.pdl, stream);
-    if (long_rows) return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wg, f, o.pdl, stream);
-    return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wg, f, o.pdl, stream);
+    if (form.very_wide) return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o.pdl, stream);
+    if (form.long_rows) return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o.pdl, stream);
   }
-  const int wpt = o.warps_per_tile > 0 ? o.warps_per_tile : RegisterWarpsPerTile(m, n, kp, num_sms);
-  return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, GluWarpsPerTile(wpt, o.glu_cols),
-                                                static_cast<int>(o.glu_cols), o.pdl, stream);
+  return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o.pdl, stream);
 }
 
 // --- The bulk form: the codes through shared memory ---
@@ -707,7 +714,7 @@ absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv,
 
 bool GemvW4A16MmaGluSameSums(int64_t m, int64_t n, int64_t kp, int num_sms) {
   if (m < 1 || m > 16 || n % (2 * kTileRows) != 0 || kp <= 0 || kp % kW4Chunk != 0) return false;
-  const int wpt = RegisterWarpsPerTile(m, n, kp, num_sms);
+  const int wpt = RegisterFormOf(m, n, kp, num_sms).wpt;
   return GluWarpsPerTile(wpt, n / 2) == wpt;
 }
 

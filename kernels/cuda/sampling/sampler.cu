@@ -397,6 +397,14 @@ __device__ void RadixSelect(int vocab, Cand cand, Key keyf, Wt wt, u64 target, S
   }
 }
 
+// The nth candidate in id order (`match`) at the key RadixSelect just chose: its last pass kept
+// the first (sh.sel_min_id); a later one takes a cumulative count.
+template <typename Match, typename Part>
+__device__ int NthAtSelectedKey(int vocab, Match match, u64 nth, Shared& sh, const Part& part) {
+  if (nth == 1) return sh.sel_min_id;
+  return FindCumulative(vocab, [&](int i) -> u64 { return match(i) ? 1 : 0; }, nth, sh, part);
+}
+
 template <bool kStreamAhead>
 __global__ void __launch_bounds__(kThreads)
     SamplerKernel(const float* __restrict__ logits, int vocab, const SamplerRowParams* __restrict__ params,
@@ -555,8 +563,7 @@ __global__ void __launch_bounds__(kThreads)
       k_key = sh.sel_key;
       const u64 need = static_cast<u64>(P.top_k) - sh.sel_above;
       if (need < sh.sel_at)
-        k_id = need == 1 ? sh.sel_min_id
-                         : FindCumulative(vocab, [&](int i) -> u64 { return key(i) == k_key ? 1 : 0; }, need, sh, part);
+        k_id = NthAtSelectedKey(vocab, [&](int i) { return key(i) == k_key; }, need, sh, part);
       __syncthreads();
     }
     auto in_k = [&](int i) {
@@ -566,13 +573,16 @@ __global__ void __launch_bounds__(kThreads)
     };
     // top-p: the smallest prefix (in sorted order) whose mass reaches top_p of the top-k mass.
     const bool topp = P.top_p < 1.0f;
+    // Without min-p the kept tokens are exactly top-p's: their mass and first histogram follow
+    // from its select (below), and need no passes of their own.
+    const bool kept_is_topp = topp && P.min_p <= 0.0f;
     uint32_t p_key = 0;
     int p_id = INT_MAX;
     // (Its mass: above the threshold key, plus the ties it keeps, each of the tie key's weight.)
     u64 topp_mass = 0;
     if (topp) {
       // The target, ceil(top_p x the top-k mass), from the select's first histogram.
-      RadixSelect(vocab, in_k, key, wt, 0, sh, part, P.top_p, /*keep_hist0=*/true);
+      RadixSelect(vocab, in_k, key, wt, 0, sh, part, P.top_p, /*keep_hist0=*/kept_is_topp);
       const u64 target = sh.sel_target;
       p_key = sh.sel_key;
       const u64 w_key = key_wt(p_key), above = sh.sel_above, at = sh.sel_at;
@@ -580,16 +590,13 @@ __global__ void __launch_bounds__(kThreads)
       const u64 ties = at / w_tie;
       const u64 j = (target - above + w_tie - 1) / w_tie;
       if (j < ties)
-        p_id = j == 1 ? sh.sel_min_id
-                      : FindCumulative(
-                            vocab, [&](int i) -> u64 { return in_k(i) && key(i) == p_key ? 1 : 0; }, j, sh, part);
+        p_id = NthAtSelectedKey(vocab, [&](int i) { return in_k(i) && key(i) == p_key; }, j, sh, part);
       topp_mass = above + (j < ties ? j * w_key : at);
       __syncthreads();
     }
-    // Without min-p the kept tokens' first histogram follows from the top-p select's: its bins above
-    // the threshold key's whole, that key's bin the kept mass not above it, the bins below empty.
-    const bool kept_hist0 = topp && P.min_p <= 0.0f;
-    if (kept_hist0) {
+    // The kept tokens' first histogram from the top-p select's: its bins above the threshold key's
+    // whole, that key's bin the kept mass not above it, the bins below empty.
+    if (kept_is_topp) {
       const uint32_t bp = p_key >> 24;
       if (tid == 0) {
         u64 above_bin = 0;
@@ -607,8 +614,8 @@ __global__ void __launch_bounds__(kThreads)
       }
       return P.min_p <= 0.0f || prob(i) >= P.min_p;
     };
-    u64 total = topp_mass;  // top-p without min-p keeps exactly that mass
-    if (!topp || P.min_p > 0.0f) {
+    u64 total = topp_mass;
+    if (!kept_is_topp) {
       u64 mass = 0;
       for (int i = part.first_id(); i < vocab; i += part.id_step()) {
         part.Ahead(i, vocab);
@@ -622,13 +629,11 @@ __global__ void __launch_bounds__(kThreads)
     if (total > 0 && target > total - 1) target = total - 1;
     target += 1;  // the first candidate whose cumulative mass exceeds u * total
     if (topp) {
-      RadixSelect(vocab, kept, key, wt, target, sh, part, 0.0f, false, /*given_hist0=*/kept_hist0);
+      RadixSelect(vocab, kept, key, wt, target, sh, part, 0.0f, false, /*given_hist0=*/kept_is_topp);
       const uint32_t d_key = sh.sel_key;
       const u64 w_tie = max(1ull, key_wt(d_key));
       const u64 j = max(1ull, (target - sh.sel_above + w_tie - 1) / w_tie);
-      token = j == 1 ? sh.sel_min_id
-                     : FindCumulative(
-                           vocab, [&](int i) -> u64 { return kept(i) && key(i) == d_key ? 1 : 0; }, j, sh, part);
+      token = NthAtSelectedKey(vocab, [&](int i) { return kept(i) && key(i) == d_key; }, j, sh, part);
     } else {
       token = FindCumulative(
           vocab, [&](int i) -> u64 { return kept(i) ? wt(i) : 0; }, target, sh, part);
@@ -655,8 +660,7 @@ __global__ void __launch_bounds__(kThreads)
     const u64 need = static_cast<u64>(n_top) - sh.sel_above;
     int t_id = INT_MAX;
     if (need < sh.sel_at)
-      t_id = need == 1 ? sh.sel_min_id
-                       : FindCumulative(vocab, [&](int i) -> u64 { return rkey(i) == t_key ? 1 : 0; }, need, sh, part);
+      t_id = NthAtSelectedKey(vocab, [&](int i) { return rkey(i) == t_key; }, need, sh, part);
     if (tid == 0) sh.top_count = 0;
     __syncthreads();
     for (int i = part.first_id(); i < vocab; i += part.id_step()) {

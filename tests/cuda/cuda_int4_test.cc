@@ -4,7 +4,7 @@
 //    group counts, act-order permutations with padding columns), on many shapes including partial
 //    tiles and units of the layout and of every kernel, each kernel form (the tensor-core GEMV in
 //    registers and through bulk-copied stages, the widened GEMM, the 4-bit tensor-core GEMM at
-//    every row count), bf16 and fp16, float32 and 16-bit outputs,
+//    every row count, the warpgroup GEMM), bf16 and fp16, float32 and 16-bit outputs,
 //    eagerly and replayed from a CUDA graph. Which kernel ran is read from the op timing's label.
 //  - The 4-bit fixtures teacher-forced on a bf16 GPU, held to the CPU emulation of a bf16 engine
 //    on the same weights (rounding_backend.h).
@@ -312,6 +312,7 @@ TEST_P(CudaInt4Test, FewRowsGemmEveryRowCountAndShape) {
                         {256, 2048, 0, true}};
   CudaBackendOptions& o = gpu_->mutable_options();
   o.gemm_few_rows_int4_min_rows = 1;
+  o.gemm_w4a16_wgmma_min_rows = o.gemm_w4a16_wgmma_max_rows + 1;  // off
   for (const Case& cs : cases) {
     const HostInt4 w = MakeInt4(rng_, cs.n, cs.k, cs.group, cs.zeros, false);
     for (const int64_t m : {1, 9, 16, 17, 40, 64, 65, 128}) {
@@ -353,6 +354,73 @@ TEST_P(CudaInt4Test, FewRowsGemmEveryRowCountAndShape) {
       ASSERT_TRUE(gpu_->Linear(x.t, d.lw, out.t).ok());
       if (call == 0) first = Download(*gpu_, out.t);
       else EXPECT_EQ(Download(*gpu_, out.t), first) << m << " rows: the second call differs from the first";
+    }
+  }
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
+}
+
+// The warpgroup GEMM on int4 weights (gemm_w4a16_wgmma.h) at 1 to 256 rows (both token widths,
+// one and two passes, partial token tiles), N off multiples of 128 (a block tile of fewer than
+// eight layout tiles), groups of one to four units and whole rows, zero points or none, bias or
+// none, act-order inputs in regular groups, and shapes whose stream-K ranges split tiles between
+// blocks: against the CPU oracle; each call twice equal bit for bit, and replayed from a graph.
+TEST_P(CudaInt4Test, WgmmaGemmEveryRowCountAndShape) {
+  struct Case {
+    int64_t n, k, group;
+    bool zeros;
+  };
+  const Case cases[] = {{16, 128, 128, true},     {144, 640, 128, false}, {1024, 4096, 128, true},
+                        {304, 14336, 128, false}, {4096, 1024, 256, true}, {496, 1536, 512, false},
+                        {256, 2048, 0, true}};
+  CudaBackendOptions& o = gpu_->mutable_options();
+  o.gemm_w4a16_wgmma_min_rows = 1;
+  o.gemm_w4a16_wgmma_max_rows = 256;
+  for (const Case& cs : cases) {
+    const HostInt4 w = MakeInt4(rng_, cs.n, cs.k, cs.group, cs.zeros, false);
+    for (const int64_t m : {1, 9, 64, 65, 128, 129, 200, 256}) {
+      const std::string what =
+          absl::StrCat(m, " rows, ", cs.n, "x", cs.k, " group ", cs.group, " zeros ", cs.zeros);
+      const size_t before = kernels_seen_["w4a16 wgmma gemm"];
+      CheckLinear(what, m, w, (m + cs.n / 16) % 2 == 1, dtype_);
+      EXPECT_EQ(kernels_seen_["w4a16 wgmma gemm"], before + 1) << what;
+    }
+  }
+  HostInt4 shuffled = MakeInt4(rng_, 512, 1024, 128, true, false);
+  shuffled.perm.resize(1024);
+  std::iota(shuffled.perm.begin(), shuffled.perm.end(), 0);
+  std::shuffle(shuffled.perm.begin(), shuffled.perm.end(), rng_);
+  for (const int64_t m : {12, 100, 256}) {
+    const size_t before = kernels_seen_["w4a16 wgmma gemm"];
+    CheckLinear(absl::StrCat(m, " rows, act-order in regular groups"), m, shuffled, true, dtype_);
+    EXPECT_EQ(kernels_seen_["w4a16 wgmma gemm"], before + 1);
+  }
+  // Twice into fresh outputs, bit for bit (K = 14336 over 3 tiles: most tiles straddle blocks),
+  // then replayed from a graph with new inputs: equal to eager runs.
+  const HostInt4 wide = MakeInt4(rng_, 304, 14336, 128, true, false);
+  DeviceInt4 d = Place(*gpu_, dtype_, DType::kF16, wide, {});
+  for (const int64_t m : {24, 128, 200}) {
+    OwnedTensor x = Upload(*gpu_, dtype_, {m, wide.k}, Rand(m * wide.k));
+    std::vector<float> first;
+    for (int call = 0; call < 2; ++call) {
+      OwnedTensor out = MakeTensor(*gpu_, dtype_, {m, wide.n});
+      Poison(*gpu_, out.t);
+      ASSERT_TRUE(gpu_->Linear(x.t, d.lw, out.t).ok());
+      if (call == 0) first = Download(*gpu_, out.t);
+      else EXPECT_EQ(Download(*gpu_, out.t), first) << m << " rows: the second call differs from the first";
+    }
+    OwnedTensor out = MakeTensor(*gpu_, dtype_, {m, wide.n}), eager = MakeTensor(*gpu_, dtype_, {m, wide.n});
+    ASSERT_TRUE(gpu_->BeginCapture().ok());
+    ASSERT_TRUE(gpu_->Linear(x.t, d.lw, out.t).ok());
+    auto graph = gpu_->EndCapture();
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    for (int round = 0; round < 2; ++round) {
+      const std::vector<float> xv = Rand(m * wide.k);
+      ASSERT_TRUE(gpu_->UploadConverted(xv.data(), DType::kF32, x.t).ok());
+      Poison(*gpu_, out.t);
+      ASSERT_TRUE((*graph)->Replay().ok());
+      ASSERT_TRUE(gpu_->Linear(x.t, d.lw, eager.t).ok());
+      EXPECT_EQ(Download(*gpu_, out.t), Download(*gpu_, eager.t)) << m << " rows, replay " << round;
     }
   }
   gpu_->mutable_options() = CudaBackendOptions{};

@@ -234,6 +234,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
     if (std::sscanf(v, "%d,%d", &lo, &hi) == 2)
       impl->options.gemm_few_rows_int4_min_rows = lo, impl->options.gemm_few_rows_int4_max_rows = hi;
   }
+  if (const char* v = std::getenv("LLM_GEMM_W4A16_WGMMA"); v != nullptr) {
+    int lo = 0, hi = 0;
+    if (std::sscanf(v, "%d,%d", &lo, &hi) == 2)
+      impl->options.gemm_w4a16_wgmma_min_rows = lo, impl->options.gemm_w4a16_wgmma_max_rows = hi;
+  }
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_TILE"); v != nullptr) impl->options.gemm_few_rows_tile_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_SPLIT"); v != nullptr)
     impl->options.gemm_few_rows_token_split = std::atoi(v);

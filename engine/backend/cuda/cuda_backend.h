@@ -96,6 +96,14 @@ struct CudaBackendOptions {
   // -> 15.71; at 16 rows the GEMV ties it (4.74-4.76 ms). LLM_GEMM_FEW_ROWS_INT4=MIN,MAX.
   int gemm_few_rows_int4_min_rows = 17;
   int gemm_few_rows_int4_max_rows = 128;
+  // Int4 weights with regular groups from gemm_w4a16_wgmma_min_rows to gemm_w4a16_wgmma_max_rows
+  // rows: the warpgroup GEMM (gemm_w4a16_wgmma.h; 128 rows a pass), before the few-rows GEMM and
+  // the GEMV. By measurement on an H100 (8B int4 step at 1k context, benchmarks/RESULTS.md):
+  // batch 48 8.74 -> 7.64 ms, 64 9.43 -> 8.33, 128 15.55 -> 12.73, 256 (against the widened GEMM)
+  // 27.94 -> 24.69; at 32 rows the few-rows GEMM stays faster (6.03 against 6.34).
+  // LLM_GEMM_W4A16_WGMMA=MIN,MAX (MIN > MAX: off).
+  int gemm_w4a16_wgmma_min_rows = 33;
+  int gemm_w4a16_wgmma_max_rows = 256;
   int gemm_few_rows_tile_rows = 0;  // 128 or 256; 0: the kernel's rule
   int gemm_few_rows_step_cols = 0;  // 128 or 256; 0: the kernel's rule
   int gemm_few_rows_token_split = 0;  // int4: warps an m16 tile, 1 or 2; 0: the kernel's rule

@@ -18,6 +18,7 @@
 #include "kernels/cuda/gemm/gemm_fp8_wgmma.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemm_w4a16.h"
+#include "kernels/cuda/gemm/gemm_w4a16_wgmma.h"
 #include "kernels/cuda/gemm/gemv_fp8.h"
 #include "kernels/cuda/gemm/gemv_w4a16_mma.h"
 #include "kernels/cuda/gemm/w4a16_dequant.h"
@@ -305,6 +306,7 @@ std::string_view LinearKernelChoice::Name() const {
     case LinearKernel::kW4A16DequantGemm: return "w4a16 dequant gemm";
     case LinearKernel::kW4A16Gemm: return "w4a16 gemm";
     case LinearKernel::kW4A16GemmFewRows: return "w4a16 few-rows gemm";
+    case LinearKernel::kW4A16Wgmma: return "w4a16 wgmma gemm";
   }
   return "unknown";
 }
@@ -350,15 +352,20 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
 }
 
 // Int4 weights, by measurement on an H100 (benchmarks/RESULTS.md, 4-bit weights: CUDA kernels):
-// up to kGemvW4A16MmaMaxRows rows the tensor-core GEMV (the decode batches: bound by streaming the
-// codes; at 32 rows it still beats the widened GEMM on every 8B shape), past that slices of the
-// weight widened to 16 bits and cuBLASLt's GEMM on them (the 4-bit GEMM, which dequantizes in
-// registers, reached only 10-17% of the tensor cores' peak), or that 4-bit GEMM where the
-// workspace holds no slice. The widened path rounds each weight to the activation type once.
-// gemv_max_rows = 0 turns the GEMV off.
+// regular groups from gemm_w4a16_wgmma_min_rows rows (33) to 256 take the warpgroup GEMM (tensor
+// bound there); below, from gemm_few_rows_int4_min_rows (17), the few-rows GEMM; up to
+// kGemvW4A16MmaMaxRows rows the tensor-core GEMV (the decode batches: bound by streaming the
+// codes); past those (prefill, irregular groups) slices of the weight widened to 16 bits and
+// cuBLASLt's GEMM on them, or the 4-bit mma.sync GEMM where the workspace holds no slice. The
+// widened path rounds each weight to the activation type once; the others keep (code - zero)
+// exact and scale float32 sums. gemv_max_rows = 0 turns the GEMV off.
 LinearKernelChoice LinearKernels::ChooseW4A16(const LinearCall& c, const LinearContext& ctx) const {
   const CudaBackendOptions& o = options_;
   const int64_t kp = c.w->int4_storage_columns();
+  if (c.m >= o.gemm_w4a16_wgmma_min_rows && c.m <= o.gemm_w4a16_wgmma_max_rows &&
+      ctx.few_rows_workspace_bytes >= cuda::GemmW4A16WgmmaWorkspaceBytes(ctx.num_sms) &&
+      cuda::GemmW4A16WgmmaSupports(c.act, c.out.dtype(), W4Weights(*c.w), c.m, c.n, kp, c.x.data(), c.out.data()))
+    return {LinearKernel::kW4A16Wgmma, 0};
   if (c.m >= o.gemm_few_rows_int4_min_rows && FewRowsTakes(c, ctx, o.gemm_few_rows_int4_max_rows))
     return {LinearKernel::kW4A16GemmFewRows, 0};
   if (o.gemv_max_rows > 0 && c.m <= cuda::kGemvW4A16MmaMaxRows && kp / 32 * 4 <= (32 << 10))
@@ -412,6 +419,12 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
   auto run = [&](const void* x, int64_t r0, int64_t rows) -> absl::Status {
     void* out = static_cast<char*>(c.out.data()) + r0 * out_cols * out_bytes;
     if (choice.kernel == LinearKernel::kW4A16GemmFewRows) return RunGemmFewRows(c, options_, ctx, x, out, rows);
+    if (choice.kernel == LinearKernel::kW4A16Wgmma) {
+      cuda::GemmW4A16WgmmaOptions wo;
+      wo.pdl = options_.programmatic_launch;
+      return cuda::LaunchGemmW4A16Wgmma(c.act, x, w, bias, out, rows, c.n, kp, ctx.num_sms, ctx.few_rows_workspace,
+                                        ctx.few_rows_workspace_bytes, wo, ctx.stream);
+    }
     if (choice.kernel == LinearKernel::kW4A16MmaGemv) {
       cuda::GemvW4A16MmaOptions mo;
       mo.pdl = options_.programmatic_launch;
@@ -586,7 +599,8 @@ absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, 
     case LinearKernel::kW4A16MmaGemv:
     case LinearKernel::kW4A16DequantGemm:
     case LinearKernel::kW4A16Gemm:
-    case LinearKernel::kW4A16GemmFewRows: return RunW4A16(c, choice, ctx);
+    case LinearKernel::kW4A16GemmFewRows:
+    case LinearKernel::kW4A16Wgmma: return RunW4A16(c, choice, ctx);
   }
   return absl::InternalError("Linear: unknown kernel");
 }

@@ -44,6 +44,7 @@ enum class LinearKernel : uint8_t {
   kW4A16DequantGemm,  // larger batches: slices of rows widened to 16 bits, each cuBLASLt's (w4a16_dequant.h)
   kW4A16Gemm,         // tensor-core GEMM on codes in registers: where the workspace holds no slice
   kW4A16GemmFewRows,  // the few-rows GEMM forming (code - zero) in registers (gemm_few_rows.h): regular groups
+  kW4A16Wgmma,        // the warpgroup GEMM, fragments formed in registers (gemm_w4a16_wgmma.h): regular groups
 };
 
 struct LinearKernelChoice {

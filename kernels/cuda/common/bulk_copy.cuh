@@ -90,6 +90,18 @@ __device__ __forceinline__ void BulkCopyToShared(void* dst, const void* src, uin
 #endif
 }
 
+// The same with an L2 cache policy (L2EvictFirstPolicy for bytes read once).
+__device__ __forceinline__ void BulkCopyToShared(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                                 uint64_t l2_policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+          "r"(SharedAddress(dst)),
+      "l"(src), "r"(bytes), "r"(SharedAddress(bar)), "l"(l2_policy)
+      : "memory");
+#endif
+}
+
 // One arrival on `bar` (no bytes announced): a consumer's release of a stage.
 __device__ __forceinline__ void MbarrierArrive(uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

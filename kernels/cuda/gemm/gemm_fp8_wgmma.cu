@@ -1,7 +1,5 @@
 #include "kernels/cuda/gemm/gemm_fp8_wgmma.h"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -13,13 +11,14 @@
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/common/dynamic_smem.h"
+#include "kernels/cuda/common/tensor_map.h"
 #include "kernels/cuda/common/wgmma.cuh"
 #include "kernels/cuda/gemm/stream_k.cuh"
 
 namespace llm::cuda {
 namespace {
 
-constexpr int kBoxBytes = 128;  // a TMA box's row: one 128-byte swizzle span of K
+constexpr int kBoxBytes = kTensorMapBoxBytes;  // a TMA box's row: one 128-byte swizzle span of K
 constexpr int kBoxes = 2;       // boxes a stage: 256 columns of K
 constexpr int kStepBytes = kBoxes * kBoxBytes;
 constexpr int kMmaK = 32;                  // K columns an MMA
@@ -233,50 +232,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
-
-// The driver's tensor-map encoder, through the runtime (no link against libcuda).
-EncodeTiled TensorMapEncoder() {
-  static const EncodeTiled encoder = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return static_cast<EncodeTiled>(nullptr);
-    }
-    return reinterpret_cast<EncodeTiled>(fn);
-  }();
-  return encoder;
-}
-
-// A row-major [rows, cols] byte matrix as TMA boxes of box_rows x 128 bytes, 128-byte swizzle.
-absl::Status EncodeRows(CUtensorMap* map, const void* data, int64_t rows, int64_t cols, int box_rows) {
-  const EncodeTiled encode = TensorMapEncoder();
-  if (encode == nullptr)
-    return absl::UnavailableError("GemmFp8Wgmma: the driver has no cuTensorMapEncodeTiled");
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols)};
-  const cuuint32_t box[2] = {kBoxBytes, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(data), dims, strides,
-                            box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    return absl::InternalError(absl::StrCat("GemmFp8Wgmma: cuTensorMapEncodeTiled error ",
-                                            static_cast<int>(r), " for ", rows, " x ", cols));
-  return absl::OkStatus();
-}
-
 template <typename T, int kTokens>
 absl::Status LaunchTyped(const Fp8GemmArgs& a, int num_sms, void* workspace, size_t workspace_bytes,
                          const GemmFp8WgmmaOptions& options, Stream stream) {
   using C = WgmmaTile<kTokens>;
   auto kernel = GemmFp8WgmmaKernel<T, kTokens>;
   CUtensorMap w_map, x_map;
-  RETURN_IF_ERROR(EncodeRows(&w_map, a.w, a.n, a.k, kTileRows));
-  RETURN_IF_ERROR(EncodeRows(&x_map, a.x, a.m, a.k, kTokens));
+  RETURN_IF_ERROR(EncodeSwizzledRows(&w_map, a.w, a.n, a.k, kTileRows, "GemmFp8Wgmma"));
+  RETURN_IF_ERROR(EncodeSwizzledRows(&x_map, a.x, a.m, a.k, kTokens, "GemmFp8Wgmma"));
   const int steps = static_cast<int>((a.k + kStepBytes - 1) / kStepBytes);
   const int total = static_cast<int>((a.n + kTileRows - 1) / kTileRows) * steps;
   const int blocks = std::min(total, num_sms);
@@ -311,7 +274,7 @@ bool GemmFp8WgmmaSupports(const Fp8GemmArgs& a) {
          (a.n + 127) / 128 * ((a.k + 127) / 128) < (int64_t{1} << 30) && a.n < (int64_t{1} << 31) &&
          (a.out_dtype == DType::kBF16 || a.out_dtype == DType::kF16) && ScaleModeTaken(a.w_mode) &&
          ScaleModeTaken(a.x_mode) && a.w_scale != nullptr && a.x_scale != nullptr && Aligned16(a.x) &&
-         Aligned16(a.w) && Aligned16(a.out) && TensorMapEncoder() != nullptr;
+         Aligned16(a.w) && Aligned16(a.out) && TensorMapsAvailable();
 }
 
 size_t GemmFp8WgmmaWorkspaceBytes(int num_sms) {

@@ -89,6 +89,28 @@ HostInt4 MakeInt4(std::mt19937& rng, int64_t n, int64_t k, int64_t group, bool z
   return w;
 }
 
+// Shapes for the GEMMs that take regular groups (whole 128-column units in column order): narrow
+// and wide N, long K (stream-K ranges that split tiles between blocks), groups of one to four units
+// and whole rows, zero points or none.
+struct RegularGroupsCase {
+  int64_t n, k, group;
+  bool zeros;
+};
+constexpr RegularGroupsCase kRegularGroupsCases[] = {{16, 128, 128, true},     {144, 640, 128, false},
+                                                     {1024, 4096, 128, true},  {304, 14336, 128, false},
+                                                     {4096, 1024, 256, true},  {496, 1536, 512, false},
+                                                     {256, 2048, 0, true}};
+
+// Act-order in groups of 128 storage columns (each group's columns gathered from anywhere in K):
+// the input is permuted into storage order first, the groups are regular.
+HostInt4 MakeActOrderInRegularGroups(std::mt19937& rng) {
+  HostInt4 w = MakeInt4(rng, 512, 1024, 128, true, false);
+  w.perm.resize(1024);
+  std::iota(w.perm.begin(), w.perm.end(), 0);
+  std::shuffle(w.perm.begin(), w.perm.end(), rng);
+  return w;
+}
+
 // The weight's tensors on one backend (scales in `scale_dtype`, the bias in `act`).
 struct DeviceInt4 {
   OwnedTensor codes, scales, zeros, groups, perm, bias;
@@ -303,17 +325,10 @@ TEST_P(CudaInt4Test, MmaGemvAtEveryRowCount) {
 // between blocks (narrow N, long K) and bias or none: against the CPU oracle, and each call run
 // twice equal bit for bit (straddling tiles summed in a fixed order, counters left zero).
 TEST_P(CudaInt4Test, FewRowsGemmEveryRowCountAndShape) {
-  struct Case {
-    int64_t n, k, group;
-    bool zeros;
-  };
-  const Case cases[] = {{16, 128, 128, true},     {144, 640, 128, false}, {1024, 4096, 128, true},
-                        {304, 14336, 128, false}, {4096, 1024, 256, true}, {496, 1536, 512, false},
-                        {256, 2048, 0, true}};
   CudaBackendOptions& o = gpu_->mutable_options();
   o.gemm_few_rows_int4_min_rows = 1;
   o.gemm_w4a16_wgmma_min_rows = o.gemm_w4a16_wgmma_max_rows + 1;  // off
-  for (const Case& cs : cases) {
+  for (const RegularGroupsCase& cs : kRegularGroupsCases) {
     const HostInt4 w = MakeInt4(rng_, cs.n, cs.k, cs.group, cs.zeros, false);
     for (const int64_t m : {1, 9, 16, 17, 40, 64, 65, 128}) {
       // (tile rows, step columns, warps an m16 tile from 33 rows): every form (256-row tiles are
@@ -333,10 +348,7 @@ TEST_P(CudaInt4Test, FewRowsGemmEveryRowCountAndShape) {
   }
   // Act-order, in groups of 128 storage columns (each group's columns gathered from anywhere in
   // K): the input is permuted into storage order first, the groups are regular.
-  HostInt4 shuffled = MakeInt4(rng_, 512, 1024, 128, true, false);
-  shuffled.perm.resize(1024);
-  std::iota(shuffled.perm.begin(), shuffled.perm.end(), 0);
-  std::shuffle(shuffled.perm.begin(), shuffled.perm.end(), rng_);
+  const HostInt4 shuffled = MakeActOrderInRegularGroups(rng_);
   for (const int64_t m : {12, 100}) {
     const size_t before = kernels_seen_["w4a16 few-rows gemm"];
     CheckLinear(absl::StrCat(m, " rows, act-order in regular groups"), m, shuffled, true, dtype_);
@@ -360,23 +372,16 @@ TEST_P(CudaInt4Test, FewRowsGemmEveryRowCountAndShape) {
   gpu_->mutable_options().dtype = dtype_;
 }
 
-// The warpgroup GEMM on int4 weights (gemm_w4a16_wgmma.h) at 1 to 256 rows (both token widths,
+// The warpgroup GEMM on int4 weights (gemm_w4a16_wgmma.h) at 1 to 256 rows (every token width,
 // one and two passes, partial token tiles), N off multiples of 128 (a block tile of fewer than
 // eight layout tiles), groups of one to four units and whole rows, zero points or none, bias or
 // none, act-order inputs in regular groups, and shapes whose stream-K ranges split tiles between
 // blocks: against the CPU oracle; each call twice equal bit for bit, and replayed from a graph.
 TEST_P(CudaInt4Test, WgmmaGemmEveryRowCountAndShape) {
-  struct Case {
-    int64_t n, k, group;
-    bool zeros;
-  };
-  const Case cases[] = {{16, 128, 128, true},     {144, 640, 128, false}, {1024, 4096, 128, true},
-                        {304, 14336, 128, false}, {4096, 1024, 256, true}, {496, 1536, 512, false},
-                        {256, 2048, 0, true}};
   CudaBackendOptions& o = gpu_->mutable_options();
   o.gemm_w4a16_wgmma_min_rows = 1;
   o.gemm_w4a16_wgmma_max_rows = 256;
-  for (const Case& cs : cases) {
+  for (const RegularGroupsCase& cs : kRegularGroupsCases) {
     const HostInt4 w = MakeInt4(rng_, cs.n, cs.k, cs.group, cs.zeros, false);
     for (const int64_t m : {1, 9, 64, 65, 128, 129, 200, 256}) {
       const std::string what =
@@ -386,10 +391,7 @@ TEST_P(CudaInt4Test, WgmmaGemmEveryRowCountAndShape) {
       EXPECT_EQ(kernels_seen_["w4a16 wgmma gemm"], before + 1) << what;
     }
   }
-  HostInt4 shuffled = MakeInt4(rng_, 512, 1024, 128, true, false);
-  shuffled.perm.resize(1024);
-  std::iota(shuffled.perm.begin(), shuffled.perm.end(), 0);
-  std::shuffle(shuffled.perm.begin(), shuffled.perm.end(), rng_);
+  const HostInt4 shuffled = MakeActOrderInRegularGroups(rng_);
   for (const int64_t m : {12, 100, 256}) {
     const size_t before = kernels_seen_["w4a16 wgmma gemm"];
     CheckLinear(absl::StrCat(m, " rows, act-order in regular groups"), m, shuffled, true, dtype_);

@@ -270,37 +270,40 @@ __global__ void __launch_bounds__(kThreads, 1)
     wait_full(cur, count == 1);
     dequant_half(cur, 0, cur_p, a0);
   }
-  int seg_from = cur.step;
-  for (int local = 0; local < count; ++local) {
-    const bool more = local + 1 < count;
-    Cursor nxt = cur;
-    nxt.Advance(steps, units_per_group);
-    if (more) nxt_p = params_of(nxt);
-    issue_half(cur, 0, a0);
-    dequant_half(cur, 1, cur_p, a1);
-    issue_half(cur, 1, a1);
-    if (more) {
-      wait_full(nxt, local + 1 == count - 1);
-      WgmmaWait<1>();  // the first half's MMAs are done with a0
+  // A segment: the units of one tile in this block's range. Its sums are finished after its loop
+  // (inside the loop, the finishing path kept the totals where the scaling FMAs wrote them and
+  // copied them back every unit).
+  for (int local = 0; local < count;) {
+    const int tile = cur.tile, seg_from = cur.step;
+    const int seg_units = min(steps - seg_from, count - local);
+    for (int end = local + seg_units; local < end; ++local) {
+      const bool more = local + 1 < count;
+      Cursor nxt = cur;
+      nxt.Advance(steps, units_per_group);
+      if (more) nxt_p = params_of(nxt);
+      issue_half(cur, 0, a0);
+      dequant_half(cur, 1, cur_p, a1);
+      issue_half(cur, 1, a1);
+      if (more) {
+        wait_full(nxt, local + 1 == count - 1);
+        WgmmaWait<1>();  // the first half's MMAs are done with a0
 #pragma unroll
-      for (int j = 0; j < 4; ++j) WgmmaFenceOperands(a0[j]);
-      dequant_half(nxt, 0, nxt_p, a0);
+        for (int j = 0; j < 4; ++j) WgmmaFenceOperands(a0[j]);
+        dequant_half(nxt, 0, nxt_p, a0);
+      }
+      WgmmaWait<0>();
+      WgmmaFenceOperands(part);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) WgmmaFenceOperands(a1[j]);
+      __syncwarp();
+      if (lane == 0) MbarrierArrive(&empty[cur.slot]);  // the stage's operands are read
+#pragma unroll
+      for (int r = 0; r < C::kAcc; ++r) acc[r] += ((r & 2) ? cur_p.scale_b : cur_p.scale_a) * part[r];
+      cur = nxt;
+      cur_p = nxt_p;
     }
-    WgmmaWait<0>();
-    WgmmaFenceOperands(part);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) WgmmaFenceOperands(a1[j]);
-    __syncwarp();
-    if (lane == 0) MbarrierArrive(&empty[cur.slot]);  // the stage's operands are read
-#pragma unroll
-    for (int r = 0; r < C::kAcc; ++r) acc[r] += ((r & 2) ? cur_p.scale_b : cur_p.scale_a) * part[r];
-    if (cur.step == steps - 1 || !more) {
-      finish(cur.tile, seg_from, cur.step + 1);
-      zero();
-      seg_from = 0;
-    }
-    cur = nxt;
-    cur_p = nxt_p;
+    finish(tile, seg_from, seg_from + seg_units);
+    zero();
   }
 }
 

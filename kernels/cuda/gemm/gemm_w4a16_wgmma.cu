@@ -200,14 +200,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   struct UnitParams {
     float scale_a = 0.0f, scale_b = 0.0f;
     uint32_t zero_a = 0, zero_b = 0;
-    bool present = false;  // the warp's layout tile is inside N
   };
   auto params_of = [&](const Cursor& c) {
     UnitParams p;
     const int row_a = c.tile * kTileRows + kW4TileRows * lt + g;
     int za = kW4SymmetricZero, zb = kW4SymmetricZero;
-    p.present = row_a < n;
-    if (p.present) {
+    if (row_a < n) {
       const int64_t at = static_cast<int64_t>(row_a) * groups + c.group;
       p.scale_a = __half2float(scales[at]);
       p.scale_b = __half2float(scales[at + 8 * groups]);
@@ -218,17 +216,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // Half `half` of a unit's fragments (K steps 4 half .. + 3: chunks 2 half and 2 half + 1): for K
   // step 2 c + h, chunk c's words 2 h and 2 h + 1 of rows g and g + 8, each lane taking its column
-  // pair t of every word (natural column order, the order of x's columns in the B tile).
+  // pair t of every word (natural column order, the order of x's columns in the B tile). A layout
+  // tile past N reads whatever its stage slot holds: an MMA row depends on its own A row alone,
+  // and those rows are never stored.
   auto dequant_half = [&](const Cursor& cu, int half, const UnitParams& p, uint32_t (&a)[4][4]) {
     const unsigned char* unit = smem + cu.slot * C::kStageBytes + lt * kUnitBytes;
 #pragma unroll
     for (int cc = 0; cc < 2; ++cc) {
       const int c = 2 * half + cc;
-      uint4 qa = make_uint4(0, 0, 0, 0), qb = qa;
-      if (p.present) {
-        qa = *reinterpret_cast<const uint4*>(unit + g * kW4UnitChunks * kW4ChunkBytes + c * kW4ChunkBytes);
-        qb = *reinterpret_cast<const uint4*>(unit + (g + 8) * kW4UnitChunks * kW4ChunkBytes + c * kW4ChunkBytes);
-      }
+      const uint4 qa = *reinterpret_cast<const uint4*>(unit + g * kW4UnitChunks * kW4ChunkBytes + c * kW4ChunkBytes);
+      const uint4 qb =
+          *reinterpret_cast<const uint4*>(unit + (g + 8) * kW4UnitChunks * kW4ChunkBytes + c * kW4ChunkBytes);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         a[2 * cc + h][0] = W4ValuePair<T>(W4Word(qa, 2 * h), t, p.zero_a);

@@ -99,8 +99,8 @@ struct CudaBackendOptions {
   // Int4 weights with regular groups from gemm_w4a16_wgmma_min_rows to gemm_w4a16_wgmma_max_rows
   // rows: the warpgroup GEMM (gemm_w4a16_wgmma.h; 128 rows a pass), before the few-rows GEMM and
   // the GEMV. By measurement on an H100 (8B int4 step at 1k context, benchmarks/RESULTS.md):
-  // batch 48 8.74 -> 7.64 ms, 64 9.43 -> 8.33, 128 15.55 -> 12.73, 256 (against the widened GEMM)
-  // 27.94 -> 24.69; at 32 rows the few-rows GEMM stays faster (6.03 against 6.34).
+  // batch 48 8.84 -> 6.99 ms, 64 9.52 -> 7.68, 128 15.71 -> 12.11, 256 (against the widened GEMM)
+  // 28.05 -> 23.21; at 32 rows the few-rows GEMM stays faster (5.96 against 6.34).
   // LLM_GEMM_W4A16_WGMMA=MIN,MAX (MIN > MAX: off).
   int gemm_w4a16_wgmma_min_rows = 33;
   int gemm_w4a16_wgmma_max_rows = 256;

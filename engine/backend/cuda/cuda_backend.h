@@ -100,10 +100,11 @@ struct CudaBackendOptions {
   // rows: the warpgroup GEMM (gemm_w4a16_wgmma.h; 128 rows a pass), before the few-rows GEMM and
   // the GEMV. By measurement on an H100 (8B int4 step at 1k context, benchmarks/RESULTS.md):
   // batch 48 8.84 -> 6.99 ms, 64 9.52 -> 7.68, 128 15.71 -> 12.11, 256 (against the widened GEMM)
-  // 28.05 -> 23.21; at 32 rows the few-rows GEMM stays faster (5.96 against 6.34).
-  // LLM_GEMM_W4A16_WGMMA=MIN,MAX (MIN > MAX: off).
+  // 28.05 -> 23.21, 320 / 384 / 448 31.92 / 35.58 / 41.95 -> 30.08 / 34.38 / 41.18 (passes of 128
+  // rows, each reading the codes again: the margin shrinks); at 32 rows the few-rows GEMM stays
+  // faster (5.96 against 6.34). LLM_GEMM_W4A16_WGMMA=MIN,MAX (MIN > MAX: off).
   int gemm_w4a16_wgmma_min_rows = 33;
-  int gemm_w4a16_wgmma_max_rows = 256;
+  int gemm_w4a16_wgmma_max_rows = 448;
   int gemm_few_rows_tile_rows = 0;  // 128 or 256; 0: the kernel's rule
   int gemm_few_rows_step_cols = 0;  // 128 or 256; 0: the kernel's rule
   int gemm_few_rows_token_split = 0;  // int4: warps an m16 tile, 1 or 2; 0: the kernel's rule

@@ -352,7 +352,7 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
 }
 
 // Int4 weights, by measurement on an H100 (benchmarks/RESULTS.md, 4-bit weights: CUDA kernels):
-// regular groups from gemm_w4a16_wgmma_min_rows rows (33) to 256 take the warpgroup GEMM (tensor
+// regular groups from gemm_w4a16_wgmma_min_rows rows (33) to 448 take the warpgroup GEMM (tensor
 // bound there); below, from gemm_few_rows_int4_min_rows (17), the few-rows GEMM; up to
 // kGemvW4A16MmaMaxRows rows the tensor-core GEMV (the decode batches: bound by streaming the
 // codes); past those (prefill, irregular groups) slices of the weight widened to 16 bits and

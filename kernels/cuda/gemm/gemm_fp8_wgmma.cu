@@ -47,10 +47,6 @@ struct WgmmaTile {
   static_assert(kSlotFloats <= kMaxSlotFloats, "the workspace's slots hold a tile's sums");
 };
 
-__device__ __forceinline__ void ConsumerSync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
-}
-
 // Threads 0-127 (a warpgroup) take the MMAs, W rows 0-63 and 64-127 of the tile as two m64nKk32
 // MMAs a 32-column slice sharing the x operand; thread 128 issues the TMA loads, each stage after
 // the four consumer warps released it (empty barrier), which they do as soon as its MMAs are done
@@ -158,36 +154,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // block order and writes the tile (stream_k.cuh).
   auto finish = [&](int tile, int from, int to) {
     if (from == 0 && to == steps) return store(tile);
-    const StreamKStraddle straddle(tile, steps, total, blocks);
-    auto slot = [&](int b, int h, int q) {
-      return reinterpret_cast<float4*>(slots + straddle.Slot(b) * C::kSlotFloats) +
-             (h * (C::kAcc / 4) + q) * kConsumers + tid;
-    };
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int q = 0; q < C::kAcc / 4; ++q)
-        __stcg(slot(blockIdx.x, h, q),
-               make_float4(acc[h][4 * q], acc[h][4 * q + 1], acc[h][4 * q + 2], acc[h][4 * q + 3]));
-    __threadfence();
-    ConsumerSync();
-    if (tid == 0)
-      *last_flag =
-          atomicAdd(&counters[straddle.first], 1u) == static_cast<unsigned>(straddle.last - straddle.first);
-    ConsumerSync();
-    if (!*last_flag) return;
-    __threadfence();
-    zero();
-    for (int b = straddle.first; b <= straddle.last; ++b)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int q = 0; q < C::kAcc / 4; ++q) {
-          const float4 p = __ldcg(slot(b, h, q));
-          acc[h][4 * q] += p.x, acc[h][4 * q + 1] += p.y, acc[h][4 * q + 2] += p.z, acc[h][4 * q + 3] += p.w;
-        }
-    store(tile);
-    if (tid == 0) counters[straddle.first] = 0;
+    if (StreamKSumStraddle<kConsumers, 1>(reinterpret_cast<float(&)[2 * C::kAcc]>(acc),
+                                          StreamKStraddle(tile, steps, total, blocks), slots, C::kSlotFloats,
+                                          counters, last_flag, tid))
+      store(tile);
   };
 
   zero();

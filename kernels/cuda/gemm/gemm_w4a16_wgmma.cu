@@ -59,10 +59,6 @@ constexpr WgmmaRsType RsTypeOf() {
   return std::is_same_v<T, __half> ? WgmmaRsType::kF16 : WgmmaRsType::kBF16;
 }
 
-__device__ __forceinline__ void ConsumerSync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
-}
-
 // Threads 0-255 (two warpgroups) take the MMAs: warp w of warpgroup c the layout tile 4 c + w of
 // the block's 128 rows, as the 16 rows of A it holds in registers; thread 256 (of the third
 // warpgroup, which gives its registers to the two others) issues the copies, each stage after the
@@ -155,30 +151,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // and writes the tile (stream_k.cuh).
   auto finish = [&](int tile, int from, int to) {
     if (from == 0 && to == steps) return store(tile);
-    const StreamKStraddle straddle(tile, steps, total, blocks);
-    auto slot = [&](int b, int q) {
-      return reinterpret_cast<float4*>(slots + straddle.Slot(b) * C::kSlotFloats) + q * kConsumers + tid;
-    };
-#pragma unroll
-    for (int q = 0; q < C::kAcc / 4; ++q)
-      __stcg(slot(blockIdx.x, q), make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]));
-    __threadfence();
-    ConsumerSync();
-    if (tid == 0)
-      *last_flag =
-          atomicAdd(&counters[straddle.first], 1u) == static_cast<unsigned>(straddle.last - straddle.first);
-    ConsumerSync();
-    if (!*last_flag) return;
-    __threadfence();
-    zero();
-    for (int b = straddle.first; b <= straddle.last; ++b)
-#pragma unroll
-      for (int q = 0; q < C::kAcc / 4; ++q) {
-        const float4 p = __ldcg(slot(b, q));
-        acc[4 * q] += p.x, acc[4 * q + 1] += p.y, acc[4 * q + 2] += p.z, acc[4 * q + 3] += p.w;
-      }
-    store(tile);
-    if (tid == 0) counters[straddle.first] = 0;
+    if (StreamKSumStraddle<kConsumers, 1>(acc, StreamKStraddle(tile, steps, total, blocks), slots, C::kSlotFloats,
+                                          counters, last_flag, tid))
+      store(tile);
   };
 
   // Where an iteration is, kept by increments (a division by a runtime value costs tens of

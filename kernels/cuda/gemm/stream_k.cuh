@@ -3,7 +3,8 @@
 // N and K are. A tile that straddles blocks is summed by its last contributor from per-block
 // float32 slots in block order (a counter a tile, reset by that contributor), so results do not
 // depend on arrival order: graph replays equal eager runs bit for bit. Shared by the few-rows GEMM
-// and the FP8 warpgroup GEMM; the workspace holds the counters first, then two slots a block.
+// and the FP8 and int4 warpgroup GEMMs (these two through StreamKSumStraddle); the workspace holds
+// the counters first, then two slots a block.
 #pragma once
 
 #include <cstddef>
@@ -59,5 +60,47 @@ struct StreamKStraddle {
         last(StreamKBlockOf(tile * steps + steps - 1, total, blocks)) {}
   __device__ __forceinline__ int64_t Slot(int block) const { return 2 * block + (block == first ? 1 : 0); }
 };
+
+// Synchronizes the `kThreads` threads (whole warps) that use named barrier `kId` (not 0: that is
+// __syncthreads').
+template <int kId, int kThreads>
+__device__ __forceinline__ void NamedBarrierSync() {
+  asm volatile("bar.sync %0, %1;" ::"n"(kId), "n"(kThreads) : "memory");
+}
+
+// A block's sums of a tile that straddles blocks: each of `kThreads` threads (thread `tid`, named
+// barrier `kBarrier`) stores its kFloats sums (a multiple of 4) in this block's slot of
+// `slot_floats`; the tile's last contributor to arrive (the first contributor's counter says;
+// `flag` a word of shared memory) adds every contributor's slot in block order into `sums`,
+// resets the counter and returns true: it then holds the tile's total. Others return false.
+template <int kThreads, int kBarrier, int kFloats>
+__device__ __forceinline__ bool StreamKSumStraddle(float (&sums)[kFloats], const StreamKStraddle& straddle,
+                                                   float* slots, int slot_floats, unsigned* counters,
+                                                   unsigned* flag, int tid) {
+  static_assert(kFloats % 4 == 0, "sums go as float4");
+  auto slot = [&](int b, int q) {
+    return reinterpret_cast<float4*>(slots + straddle.Slot(b) * slot_floats) + q * kThreads + tid;
+  };
+#pragma unroll
+  for (int q = 0; q < kFloats / 4; ++q)
+    __stcg(slot(blockIdx.x, q), make_float4(sums[4 * q], sums[4 * q + 1], sums[4 * q + 2], sums[4 * q + 3]));
+  __threadfence();
+  NamedBarrierSync<kBarrier, kThreads>();
+  if (tid == 0)
+    *flag = atomicAdd(&counters[straddle.first], 1u) == static_cast<unsigned>(straddle.last - straddle.first);
+  NamedBarrierSync<kBarrier, kThreads>();
+  if (!*flag) return false;
+  __threadfence();
+#pragma unroll
+  for (int r = 0; r < kFloats; ++r) sums[r] = 0.0f;
+  for (int b = straddle.first; b <= straddle.last; ++b)
+#pragma unroll
+    for (int q = 0; q < kFloats / 4; ++q) {
+      const float4 p = __ldcg(slot(b, q));
+      sums[4 * q] += p.x, sums[4 * q + 1] += p.y, sums[4 * q + 2] += p.z, sums[4 * q + 3] += p.w;
+    }
+  if (tid == 0) counters[straddle.first] = 0;  // every contributor has arrived: zero for the next call
+  return true;
+}
 
 }  // namespace llm::cuda

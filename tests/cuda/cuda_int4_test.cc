@@ -372,18 +372,18 @@ TEST_P(CudaInt4Test, FewRowsGemmEveryRowCountAndShape) {
   gpu_->mutable_options().dtype = dtype_;
 }
 
-// The warpgroup GEMM on int4 weights (gemm_w4a16_wgmma.h) at 1 to 256 rows (every token width,
-// one and two passes, partial token tiles), N off multiples of 128 (a block tile of fewer than
+// The warpgroup GEMM on int4 weights (gemm_w4a16_wgmma.h) at 1 to 448 rows (every token width,
+// one to four passes, partial token tiles), N off multiples of 128 (a block tile of fewer than
 // eight layout tiles), groups of one to four units and whole rows, zero points or none, bias or
 // none, act-order inputs in regular groups, and shapes whose stream-K ranges split tiles between
 // blocks: against the CPU oracle; each call twice equal bit for bit, and replayed from a graph.
 TEST_P(CudaInt4Test, WgmmaGemmEveryRowCountAndShape) {
   CudaBackendOptions& o = gpu_->mutable_options();
   o.gemm_w4a16_wgmma_min_rows = 1;
-  o.gemm_w4a16_wgmma_max_rows = 256;
+  o.gemm_w4a16_wgmma_max_rows = 448;
   for (const RegularGroupsCase& cs : kRegularGroupsCases) {
     const HostInt4 w = MakeInt4(rng_, cs.n, cs.k, cs.group, cs.zeros, false);
-    for (const int64_t m : {1, 9, 64, 65, 128, 129, 200, 256}) {
+    for (const int64_t m : {1, 9, 64, 65, 128, 129, 200, 256, 448}) {
       const std::string what =
           absl::StrCat(m, " rows, ", cs.n, "x", cs.k, " group ", cs.group, " zeros ", cs.zeros);
       const size_t before = kernels_seen_["w4a16 wgmma gemm"];

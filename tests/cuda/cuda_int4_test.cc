@@ -187,6 +187,19 @@ class CudaInt4Test : public ::testing::TestWithParam<DType> {
     ++kernels_seen_[kernel.substr(kernel.find("w4a16"))];
   }
 
+  // Linear twice into fresh (poisoned) outputs: equal bit for bit (straddling tiles summed in a
+  // fixed order, counters left zero between calls).
+  void ExpectRepeatsBitForBit(const Tensor& x, const LinearWeight& w, int64_t m, int64_t n) {
+    std::vector<float> first;
+    for (int call = 0; call < 2; ++call) {
+      OwnedTensor out = MakeTensor(*gpu_, dtype_, {m, n});
+      Poison(*gpu_, out.t);
+      ASSERT_TRUE(gpu_->Linear(x, w, out.t).ok());
+      if (call == 0) first = Download(*gpu_, out.t);
+      else EXPECT_EQ(Download(*gpu_, out.t), first) << m << " rows: the second call differs from the first";
+    }
+  }
+
   DType dtype_;
   std::unique_ptr<CudaBackend> gpu_;
   CpuBackend cpu_{0};
@@ -359,14 +372,7 @@ TEST_P(CudaInt4Test, FewRowsGemmEveryRowCountAndShape) {
   DeviceInt4 d = Place(*gpu_, dtype_, DType::kF16, wide, {});
   for (const int64_t m : {24, 128}) {
     OwnedTensor x = Upload(*gpu_, dtype_, {m, wide.k}, Rand(m * wide.k));
-    std::vector<float> first;
-    for (int call = 0; call < 2; ++call) {
-      OwnedTensor out = MakeTensor(*gpu_, dtype_, {m, wide.n});
-      Poison(*gpu_, out.t);
-      ASSERT_TRUE(gpu_->Linear(x.t, d.lw, out.t).ok());
-      if (call == 0) first = Download(*gpu_, out.t);
-      else EXPECT_EQ(Download(*gpu_, out.t), first) << m << " rows: the second call differs from the first";
-    }
+    ExpectRepeatsBitForBit(x.t, d.lw, m, wide.n);
   }
   gpu_->mutable_options() = CudaBackendOptions{};
   gpu_->mutable_options().dtype = dtype_;
@@ -403,14 +409,7 @@ TEST_P(CudaInt4Test, WgmmaGemmEveryRowCountAndShape) {
   DeviceInt4 d = Place(*gpu_, dtype_, DType::kF16, wide, {});
   for (const int64_t m : {24, 128, 200}) {
     OwnedTensor x = Upload(*gpu_, dtype_, {m, wide.k}, Rand(m * wide.k));
-    std::vector<float> first;
-    for (int call = 0; call < 2; ++call) {
-      OwnedTensor out = MakeTensor(*gpu_, dtype_, {m, wide.n});
-      Poison(*gpu_, out.t);
-      ASSERT_TRUE(gpu_->Linear(x.t, d.lw, out.t).ok());
-      if (call == 0) first = Download(*gpu_, out.t);
-      else EXPECT_EQ(Download(*gpu_, out.t), first) << m << " rows: the second call differs from the first";
-    }
+    ExpectRepeatsBitForBit(x.t, d.lw, m, wide.n);
     OwnedTensor out = MakeTensor(*gpu_, dtype_, {m, wide.n}), eager = MakeTensor(*gpu_, dtype_, {m, wide.n});
     ASSERT_TRUE(gpu_->BeginCapture().ok());
     ASSERT_TRUE(gpu_->Linear(x.t, d.lw, out.t).ok());

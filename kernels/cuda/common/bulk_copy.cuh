@@ -56,21 +56,6 @@ __device__ __forceinline__ uint64_t L2EvictLastPolicy() {
   return policy;
 }
 
-// One arrival that also announces `bytes` to come, then the copy of `bytes` (a multiple of 16;
-// both addresses 16-byte aligned) from global `src` to shared `dst`, completing on `bar`.
-__device__ __forceinline__ void BulkLoadToShared(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
-                                                 uint64_t l2_policy) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SharedAddress(bar)), "r"(bytes)
-               : "memory");
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
-          "r"(SharedAddress(dst)),
-      "l"(src), "r"(bytes), "r"(SharedAddress(bar)), "l"(l2_policy)
-      : "memory");
-#endif
-}
-
 // One arrival announcing `bytes` that copies (BulkCopyToShared) will complete on `bar`.
 __device__ __forceinline__ void MbarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -100,6 +85,14 @@ __device__ __forceinline__ void BulkCopyToShared(void* dst, const void* src, uin
       "l"(src), "r"(bytes), "r"(SharedAddress(bar)), "l"(l2_policy)
       : "memory");
 #endif
+}
+
+// One arrival that also announces `bytes` to come, then the copy of `bytes` (a multiple of 16;
+// both addresses 16-byte aligned) from global `src` to shared `dst`, completing on `bar`.
+__device__ __forceinline__ void BulkLoadToShared(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                                 uint64_t l2_policy) {
+  MbarrierArriveExpectTx(bar, bytes);
+  BulkCopyToShared(dst, src, bytes, bar, l2_policy);
 }
 
 // One arrival on `bar` (no bytes announced): a consumer's release of a stage.

@@ -381,25 +381,6 @@ struct BulkPlan {
   size_t smem_bytes = 0;
 };
 
-__device__ __forceinline__ void ArriveExpectTx(uint64_t* bar, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SharedAddress(bar)), "r"(bytes)
-               : "memory");
-#endif
-}
-
-// The copy alone (the arrival that announces its bytes is made once a stage, by lane 0).
-__device__ __forceinline__ void BulkCopyRow(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
-                                            uint64_t policy) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
-          "r"(SharedAddress(dst)),
-      "l"(src), "r"(bytes), "r"(SharedAddress(bar)), "l"(policy)
-      : "memory");
-#endif
-}
-
 template <int TPW>
 struct BulkSide {
   uint32_t scale[TPW];  // f16 bits: tile tt's row g in the low half, row g + 8 in the high half
@@ -447,13 +428,13 @@ __global__ void __launch_bounds__(kWarps * 32, TPW * NT >= 8 ? 1 : 2)
       uint32_t bytes = 0;
 #pragma unroll
       for (int tt = 0; tt < TPW; ++tt) bytes += chunk_bytes * tile_rows[tt];
-      ArriveExpectTx(bar, bytes);
+      MbarrierArriveExpectTx(bar, bytes);
     }
     __syncwarp();
 #pragma unroll
     for (int tt = 0; tt < TPW; ++tt)
       if (lane == tt && tile_rows[tt] > 0)
-        BulkCopyRow(ring + (q % stages) * stage_bytes + tt * tile_stage_bytes,
+        BulkCopyToShared(ring + (q % stages) * stage_bytes + tt * tile_stage_bytes,
                     w.codes + (row0 / kTileRows + tt) * tile_bytes +
                         static_cast<int64_t>(ua) * tile_rows[tt] * kUnitChunks * kW4ChunkBytes,
                     chunk_bytes * tile_rows[tt], bar, policy);

@@ -3,9 +3,13 @@
 // ("scalar") scale modes, whose algorithms include split-K forms, with the per-channel and
 // per-token scales then applied by a pass over a float32 output (timed as a float32 -> bf16
 // conversion of the same size); and the warpgroup GEMM (gemm_fp8_wgmma.cu, which takes up to 64
-// rows). Weight copies rotate so that no call finds its weight in L2.
+// rows). Weight copies rotate so that no call finds its weight in L2. --graphs instead times
+// cuBLASLt's first pick and the warpgroup GEMM back to back in a CUDA graph (no launch gaps or
+// event overhead, as in a decode step without PDL) and prints, for one call of the warpgroup GEMM,
+// when its blocks entered, saw their first stage, finished their last MMAs and exited.
 //
-//   fp8_gemm_bench [--rows 32,64,128,256,512] [--reps 20] [--candidates 16] [--only gate_up] [--out FILE.md]
+//   fp8_gemm_bench [--rows 32,64,128,256,512] [--reps 20] [--candidates 16] [--only gate_up] [--graphs]
+//                  [--out FILE.md]
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -45,6 +49,7 @@ struct Args {
   int candidates = 16;
   std::string only;  // --only gate_up: that linear alone
   std::string out;
+  bool graphs = false;  // --graphs: cuBLASLt and the warpgroup GEMM back to back in graphs, and block times
 };
 
 // out[M, N] = x[M, K] · W[N, K]ᵀ with E4M3 operands, as cuBLASLt's column-major outᵀ = Wᵀ(K x N)ᵀ · xᵀ.
@@ -109,11 +114,13 @@ Args Parse(int argc, char** argv) {
       a.candidates = std::clamp(std::atoi(NextArg(argc, argv, &i).c_str()), 1, 64);
     } else if (k == "--only") {
       a.only = NextArg(argc, argv, &i);
+    } else if (k == "--graphs") {
+      a.graphs = true;
     } else if (k == "--out") {
       a.out = NextArg(argc, argv, &i);
     } else {
       std::fprintf(stderr, "usage: %s [--rows 32,64,128,256,512] [--reps N] [--candidates N] [--only qkv|o|gate_up|down] "
-                   "[--out FILE.md]\n",
+                   "[--graphs] [--out FILE.md]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -144,6 +151,10 @@ int Main(int argc, char** argv) {
                                 "| linear | rows | W floor us | cuBLASLt outer-vector scales (first / best of n) | ",
                                 "scalar scales, bf16 out (first / best) | scalar scales, f32 out (best) + scale pass | ",
                                 "warpgroup GEMM (up to 64 rows) |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  if (args.graphs)
+    md = absl::StrCat("Device: ", dev.prop.name, "; us a call, back to back in a graph (W rotated past L2)\n\n",
+                      "| linear | rows | W floor us | cuBLASLt outer-vector (first pick) | warpgroup GEMM |\n",
+                      "| --- | --- | --- | --- | --- |\n");
   std::printf("%s", md.c_str());
   for (const Shape& shape : kShapes) {
     if (!args.only.empty() && args.only != shape.name) continue;
@@ -164,7 +175,77 @@ int Main(int argc, char** argv) {
     BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&x_scale), max_rows * sizeof(float)));
     BENCH_CHECK(cuda::LaunchFillPattern(w_scale, n * 4, 0x3c000000u, s));         // 1/128
     BENCH_CHECK(cuda::LaunchFillPattern(x_scale, max_rows * 4, 0x3c000000u, s));
-    for (const int m : args.rows) {
+    if (args.graphs) {
+      for (const int m : args.rows) {
+        if (m > cuda::kGemmFp8WgmmaMaxRows) continue;
+        auto wg = [&](int i) {
+          cuda::Fp8GemmArgs a;
+          a.x = x;
+          a.w = w[i % copies];
+          a.x_scale = x_scale;
+          a.w_scale = w_scale;
+          a.x_mode = a.w_mode = cuda::Fp8ScaleMode::kOuterVector;
+          a.out = out16;
+          a.out_dtype = DType::kBF16;
+          a.m = m;
+          a.n = n;
+          a.k = k;
+          BENCH_CHECK(cuda::LaunchGemmFp8Wgmma(a, num_sms, wgmma_ws, wgmma_bytes, {}, s));
+        };
+        const int calls = std::max(copies, 8);
+        const double wgmma = GraphMicrosPerCall(s, calls, args.reps, wg);
+        LtGemm outer = MakeLtGemm(handle, m, n, k, true, CUDA_R_16BF, w_scale, x_scale, workspace_bytes, 1);
+        const double lt = GraphMicrosPerCall(s, calls, args.reps, [&](int i) {
+          const float one = 1.0f, zero = 0.0f;
+          BENCH_CUBLAS(cublasLtMatmul(handle, outer.desc, &one, w[i % copies], outer.a, x, outer.b, &zero, out16,
+                                      outer.c, out16, outer.c, &outer.algos[0], workspace, workspace_bytes, s));
+        });
+        FreeLtGemm(outer);
+        {  // where one call's time goes, block by block (globaltimer), the call after 7 back to back
+          unsigned long long* timing = nullptr;
+          BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&timing), 4 * num_sms * sizeof(unsigned long long)));
+          for (int r = 0; r < 8; ++r) {
+            cuda::Fp8GemmArgs a;
+            a.x = x;
+            a.w = w[r % copies];
+            a.x_scale = x_scale;
+            a.w_scale = w_scale;
+            a.x_mode = a.w_mode = cuda::Fp8ScaleMode::kOuterVector;
+            a.out = out16;
+            a.out_dtype = DType::kBF16;
+            a.m = m;
+            a.n = n;
+            a.k = k;
+            cuda::GemmFp8WgmmaOptions o;
+            o.block_times = r == 7 ? timing : nullptr;
+            BENCH_CHECK(cuda::LaunchGemmFp8Wgmma(a, num_sms, wgmma_ws, wgmma_bytes, o, s));
+          }
+          std::vector<unsigned long long> t(4 * num_sms);
+          BENCH_CUDA(cudaMemcpyAsync(t.data(), timing, t.size() * 8, cudaMemcpyDeviceToHost, s));
+          BENCH_CUDA(cudaStreamSynchronize(s));
+          cudaFree(timing);
+          unsigned long long t0 = ~0ull;
+          for (int b = 0; b < num_sms; ++b) t0 = std::min(t0, t[4 * b]);
+          std::string line = absl::StrFormat("timing %s m=%d (us from first entry; min/median/max over blocks):", shape.name, m);
+          for (int i = 0; i < 4; ++i) {
+            std::vector<double> v;
+            for (int b = 0; b < num_sms; ++b) v.push_back(1e-3 * static_cast<double>(t[4 * b + i] - t0));
+            std::sort(v.begin(), v.end());
+            line += absl::StrFormat(" [%s %.1f/%.1f/%.1f]", i == 0 ? "entry" : i == 1 ? "first" : i == 2 ? "last" : "exit",
+                                    v.front(), v[v.size() / 2], v.back());
+          }
+          std::printf("%s\n", line.c_str());
+        }
+        const double floor_us = 1e6 * static_cast<double>(w_bytes) / bandwidth;
+        const std::string row = absl::StrFormat(
+            "| %s %dx%d | %d | %.1f | %.1f | %.1f |\n", shape.name, static_cast<int>(n), static_cast<int>(k), m,
+            floor_us, lt, wgmma);
+        std::printf("%s", row.c_str());
+        std::fflush(stdout);
+        md += row;
+      }
+    }
+    for (const int m : args.graphs ? std::vector<int>{} : args.rows) {
       int turn = 0;
       auto next_w = [&] { return w[turn++ % copies]; };
       auto time_lt = [&](LtGemm& g, size_t algo, void* out) {

@@ -29,6 +29,14 @@ __device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2ha
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+// The device's nanosecond clock (%globaltimer), comparable across SMs: for kernels that report
+// where their time goes.
+__device__ __forceinline__ unsigned long long GlobalTimerNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // SiLU, as every kernel that applies it computes it (the SiLU-and-mul kernels and the GEMVs'
 // gate/up epilogue must round alike: their outputs are compared bit for bit).
 __device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }

@@ -317,12 +317,15 @@ __global__ void __launch_bounds__(kThreads * kSplit)
       for (int j = 0; j < kWTT; ++j)
         __stcg(reinterpret_cast<float4*>(mine + (i * kWTT + j) * 128),
                make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]));
-    __threadfence();
+    // One fence, by the thread that counts, after the barrier (as in StreamKSumStraddle).
     __syncthreads();
-    if (tid == 0) *last_flag = atomicAdd(&counters[first], 1u) == static_cast<unsigned>(last - first);
+    if (tid == 0) {
+      __threadfence();
+      *last_flag = atomicAdd(&counters[first], 1u) == static_cast<unsigned>(last - first);
+      __threadfence();
+    }
     __syncthreads();
     if (*last_flag) {  // every contributor's sums are stored
-      __threadfence();
 #pragma unroll
       for (int i = 0; i < C::kWarpTiles; ++i)
 #pragma unroll

@@ -58,7 +58,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     GemmFp8WgmmaKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                        const float* __restrict__ w_scale, bool w_per_row, const float* __restrict__ x_scale,
                        bool x_per_token, const T* __restrict__ bias, T* __restrict__ out, int m, int n,
-                       int steps, float* __restrict__ slots, unsigned* __restrict__ counters) {
+                       int steps, float* __restrict__ slots, unsigned* __restrict__ counters,
+                       unsigned long long* __restrict__ block_times) {
+  if (block_times != nullptr && threadIdx.x == 0) block_times[4 * blockIdx.x] = GlobalTimerNs();
   using C = WgmmaTile<kTokens>;
   constexpr int kStages = C::kStages;
   extern __shared__ unsigned char smem_raw[];
@@ -86,8 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto load_w = [&](int s, int it) {
       for (int b = 0; b < kBoxes; ++b)
         TensorTileToShared(smem + s * C::kStageBytes + b * C::kWBoxBytes, &w_map,
-                           (it % steps) * kStepBytes + b * kBoxBytes, (it / steps) * kTileRows, &full[s],
-                           stream);
+                           (it % steps) * kStepBytes + b * kBoxBytes, (it / steps) * kTileRows, &full[s], stream);
     };
     auto load_x = [&](int s, int it) {
       for (int b = 0; b < kBoxes; ++b)
@@ -132,6 +133,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       WgmmaFenceOperands(part[b][1]);
     }
   };
+  // The scales (and bias) a thread's sums take, loaded ahead of the stores: x's once, W's when a
+  // tile's first step is seen, so that no load's latency sits between the last MMA and the
+  // stores. xs[j]: token 8 (j / 2) + 2 (lane % 4) + j % 2; ws[h][i], wb[h][i]: W row 64 h + 16 warp
+  // + lane / 4 + 8 i of the tile.
+  float xs[C::kAcc / 2], ws[2][2], wb[2][2];
+#pragma unroll
+  for (int j = 0; j < C::kAcc / 2; ++j) {
+    const int token = 8 * (j >> 1) + 2 * (lane & 3) + (j & 1);
+    xs[j] = token < m ? __ldg(x_scale + (x_per_token ? token : 0)) : 0.0f;
+  }
+  auto load_row_scales = [&](int tile) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = tile * kTileRows + 64 * h + 16 * warp + (lane >> 2) + 8 * i;
+        ws[h][i] = row < n ? __ldg(w_scale + (w_per_row ? row : 0)) : 0.0f;
+        wb[h][i] = row < n && bias != nullptr ? ToFloat(bias[row]) : 0.0f;
+      }
+  };
   // acc[h][4 j + e]: W row 64 h + 16 warp + lane / 4 (+ 8 for e >= 2) of the tile, token 8 j +
   // 2 (lane % 4) + e % 2 (wgmma.cuh).
   auto store = [&](int tile) {
@@ -141,12 +162,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int r = 0; r < C::kAcc; ++r) {
         const int row = tile * kTileRows + 64 * h + 16 * warp + (lane >> 2) + ((r & 2) ? 8 : 0);
         const int token = 8 * (r >> 2) + 2 * (lane & 3) + (r & 1);
-        if (row < n && token < m) {
-          const float ws = __ldg(w_scale + (w_per_row ? row : 0)),
-                      xs = __ldg(x_scale + (x_per_token ? token : 0));
+        if (row < n && token < m)
           out[static_cast<int64_t>(token) * n + row] =
-              FromFloat<T>(acc[h][r] * ws * xs + (bias ? ToFloat(bias[row]) : 0.0f));
-        }
+              FromFloat<T>(acc[h][r] * ws[h][(r >> 1) & 1] * xs[2 * (r >> 2) + (r & 1)] + wb[h][(r >> 1) & 1]);
       }
   };
   // The tile's sums over steps [from, to) are done: write them, or, for a tile that
@@ -163,9 +181,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   zero();
   const uint32_t base = SharedAddress(smem);
   int tile = begin / steps, step = begin % steps, seg_from = step;
+  load_row_scales(tile);
   for (int local = 0; local < count; ++local) {
     const int s = local % kStages;
+    if (step == 0 && local > 0) load_row_scales(tile);
     MbarrierWait(&full[s], (local / kStages) & 1);
+    if (block_times != nullptr && tid == 0 && local == 0) block_times[4 * blockIdx.x + 1] = GlobalTimerNs();
     // All of W this block reads has landed: the next kernel may launch and take its place beside
     // it (its launch and prologue overlap this block's last MMAs, sums and stores; it still waits
     // for the whole grid before reading the output).
@@ -193,6 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int r = 0; r < C::kAcc; ++r) acc[h][r] += part[b][h][r];
+    if (block_times != nullptr && tid == 0 && local == count - 1) block_times[4 * blockIdx.x + 2] = GlobalTimerNs();
     if (step == steps - 1 || local == count - 1) {
       finish(tile, seg_from, step + 1);
       zero();
@@ -200,6 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (++step == steps) step = 0, ++tile;
   }
+  if (block_times != nullptr && tid == 0) block_times[4 * blockIdx.x + 3] = GlobalTimerNs();
 }
 
 template <typename T, int kTokens>
@@ -221,7 +244,7 @@ absl::Status LaunchTyped(const Fp8GemmArgs& a, int num_sms, void* workspace, siz
                                     a.x_scale, a.x_mode == Fp8ScaleMode::kOuterVector,
                                     static_cast<const T*>(a.bias), static_cast<T*>(a.out),
                                     static_cast<int>(a.m), static_cast<int>(a.n), steps,
-                                    sums.slots, sums.counters));
+                                    sums.slots, sums.counters, options.block_times));
   return absl::OkStatus();
 }
 

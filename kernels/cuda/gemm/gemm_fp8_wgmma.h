@@ -34,6 +34,10 @@ size_t GemmFp8WgmmaWorkspaceBytes(int num_sms);
 
 struct GemmFp8WgmmaOptions {
   bool pdl = false;  // programmatic dependent launch: W's first stages load before the wait
+  // Where a call's time goes (benchmarks): when set, [gridDim.x][4] device nanoseconds
+  // (%globaltimer) a block: at entry, when its first stage has landed, after its last stage's
+  // MMAs, at exit. Blocks = min(num_sms, 128-row tiles x 256-column steps).
+  unsigned long long* block_times = nullptr;
 };
 
 absl::Status LaunchGemmFp8Wgmma(const Fp8GemmArgs& args, int num_sms, void* workspace, size_t workspace_bytes,

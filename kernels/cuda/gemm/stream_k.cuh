@@ -84,13 +84,16 @@ __device__ __forceinline__ bool StreamKSumStraddle(float (&sums)[kFloats], const
 #pragma unroll
   for (int q = 0; q < kFloats / 4; ++q)
     __stcg(slot(blockIdx.x, q), make_float4(sums[4 * q], sums[4 * q + 1], sums[4 * q + 2], sums[4 * q + 3]));
-  __threadfence();
+  // One fence, by the thread that counts, after the barrier: it orders every thread's slot stores
+  // (seen by it through the barrier) before the count, and the count before the reads below.
   NamedBarrierSync<kBarrier, kThreads>();
-  if (tid == 0)
+  if (tid == 0) {
+    __threadfence();
     *flag = atomicAdd(&counters[straddle.first], 1u) == static_cast<unsigned>(straddle.last - straddle.first);
+    __threadfence();
+  }
   NamedBarrierSync<kBarrier, kThreads>();
   if (!*flag) return false;
-  __threadfence();
 #pragma unroll
   for (int r = 0; r < kFloats; ++r) sums[r] = 0.0f;
   for (int b = straddle.first; b <= straddle.last; ++b)

@@ -22,6 +22,7 @@ constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kMinStepCols = 128;
 constexpr int kMaxTileRows = 256;
 constexpr int kSmemBudget = 220 << 10;  // of the 227 KB a block may have
+constexpr int kOneBlockAnSmBytes = 116 << 10;
 constexpr int kMaxSlotFloats = kMaxTileRows * 64;  // a block's sums of one tile: 256 x 64 (16-bit, E4M3) or 128 x 128 (int4)
 constexpr int kUnitCols = kW4Chunk * kW4UnitChunks;  // int4: columns of a unit of the layout
 constexpr int kUnitBytes = kW4TileRows * kW4UnitChunks * kW4ChunkBytes;  // a full unit of a full tile
@@ -58,16 +59,19 @@ struct FewRowsTile {
   static constexpr int kTokens = 8 * kTokenTiles;
   static constexpr int kWBytes = kInt4 ? kTileRows / 16 * kWCopyBytes : kTileRows * kWRowBytes;
   static constexpr int kStageBytes = kWBytes + kTokens * kRowBytes;
-  // Deeper pipelines gave 16-bit and E4M3 weights nothing; int4 stages are small, and up to 16 of
-  // them keep the block over half the SM's shared memory.
-  static constexpr int kMaxStages = kInt4 ? 16 : 8;
-  static constexpr int kStages = kSmemBudget / kStageBytes > kMaxStages ? kMaxStages : kSmemBudget / kStageBytes;
+  // Three stages: two in flight while the third is read. Deeper rings (as many as 220 KB held, up
+  // to 8, or 16 of the small int4 stages) were slower: the more bytes every block has queued at
+  // once, the less evenly DRAM serves the blocks' equal stream-K shares, and the step waits for the
+  // last. On an H100, three against that: FP8 steps at 5 and 8 rows -3.1% and -2.9%, int4 at 17-32
+  // rows -1.5% to -1.8%; four stages were between (benchmarks/RESULTS.md, sixteenth session).
+  // (Stages of 16-bit rows over 73 KB: two.)
+  static constexpr int kStages = kSmemBudget / kStageBytes > 3 ? 3 : kSmemBudget / kStageBytes;
   static_assert(kStages >= 2, "two stages fit");
   static constexpr int kBarOffset = kStages * kStageBytes;  // a full barrier a stage
   static constexpr int kFlagOffset = kBarOffset + kStages * 8;
-  static constexpr int kSmemBytes = kFlagOffset + 16;
-  // Stages fill the budget, so a block has its SM to itself (an H100 SM has 228 KB): the grid is
-  // one block an SM, and the workspace holds that many blocks' slots.
+  // More than half an SM's 228 KB, so that a block has its SM to itself: the grid is one block an
+  // SM (stream-K's equal shares assume it), and the workspace holds that many blocks' slots.
+  static constexpr int kSmemBytes = kFlagOffset + 16 > kOneBlockAnSmBytes ? kFlagOffset + 16 : kOneBlockAnSmBytes;
   static_assert(kSmemBytes > (114 << 10), "one block an SM");
   // A straddling tile's float32 sums, in fragment order: [warp][m16 tile][n8 tile][lane][4].
   static constexpr int kSlotFloats = kTileRows * kTokens;

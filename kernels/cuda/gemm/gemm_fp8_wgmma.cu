@@ -37,11 +37,19 @@ struct WgmmaTile {
   static constexpr int kWBytes = kBoxes * kWBoxBytes;
   static constexpr int kStageBytes = kWBytes + kBoxes * kXBoxBytes;
   static_assert(kStageBytes % 1024 == 0, "stages keep the swizzle's 1024-byte alignment");
-  static constexpr int kStages = kSmemBudget / kStageBytes > 16 ? 16 : kSmemBudget / kStageBytes;
-  static_assert(kStages >= 3, "a pipeline of three stages fits");
+  // Two stages a block in flight: enough for the bandwidth-latency product (~3 TB/s x ~2 us over
+  // 132 SMs, ~45 KB; a stage is 36-48 KB), and the fewer bytes each block has queued, the more
+  // evenly DRAM serves the blocks' equal shares. With the five that 200 KB held, every block's
+  // first stage landed only after ~7 us (21 MB asked for at once) and the last block finished its
+  // MMAs 4-5 us after the median one; two took the FP8 step at 9-32 rows down 3.5-4.8% on an H100
+  // (three: 2.7-4.3%; benchmarks/RESULTS.md, sixteenth session).
+  static constexpr int kStages = 2;
+  static_assert(kStages * kStageBytes <= kSmemBudget, "the stages fit");
   static constexpr int kBarOffset = kStages * kStageBytes;  // full barriers, then empty ones
   static constexpr int kFlagOffset = kBarOffset + 2 * kStages * 8;
-  static constexpr int kSmemBytes = kFlagOffset + 16 + 1024;  // and room to align the base to 1024
+  // Room to align the base to 1024, and more than half an SM's 228 KB, so that a block has its SM
+  // to itself: the grid is one block an SM (stream-K's equal shares assume it).
+  static constexpr int kSmemBytes = kFlagOffset + 16 + 1024 > (116 << 10) ? kFlagOffset + 16 + 1024 : (116 << 10);
   static constexpr int kAcc = kTokens / 2;                    // sums a thread holds a 64-row MMA
   static constexpr int kSlotFloats = kTileRows * kTokens;     // a straddling tile's sums
   static_assert(kSlotFloats <= kMaxSlotFloats, "the workspace's slots hold a tile's sums");

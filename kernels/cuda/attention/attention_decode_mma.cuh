@@ -53,7 +53,11 @@ using DecodeMmaOperand = std::conditional_t<kFp8, __half, T>;
 // bytes for FP8: SwzBytes), read by ldmatrix; after the loop, the merge area aliases all of it.
 template <typename T, int G, int D, bool kFp8>
 struct DecodeMmaSmem {
-  static constexpr int kStages = kFp8 ? 6 : 3;
+  // Three a warp, two in flight, for either cache: an FP8 cache's tiles are half as large, but
+  // six of them (five in flight) made the step 0.4-1.2% slower at 32-256 rows on an H100 (the
+  // more bytes every block has queued at once, the less evenly DRAM serves the blocks, as for the
+  // GEMMs' rings; benchmarks/RESULTS.md, sixteenth session).
+  static constexpr int kStages = 3;
   static constexpr size_t kTileBytes = (kFp8 ? 1 : sizeof(T)) * 2 * kDecodeMmaTileKeys * D;  // K + V
   static constexpr size_t kWarpBytes = kStages * kTileBytes;
   static constexpr size_t kLoopBytes = kDecodeMmaWarps * kWarpBytes;

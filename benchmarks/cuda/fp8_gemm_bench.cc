@@ -175,22 +175,26 @@ int Main(int argc, char** argv) {
     BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&x_scale), max_rows * sizeof(float)));
     BENCH_CHECK(cuda::LaunchFillPattern(w_scale, n * 4, 0x3c000000u, s));         // 1/128
     BENCH_CHECK(cuda::LaunchFillPattern(x_scale, max_rows * 4, 0x3c000000u, s));
+    // The warpgroup GEMM's arguments: the engine's scale modes (per channel x per token), bf16 out.
+    auto wgmma_args = [&](int m, const void* w_copy) {
+      cuda::Fp8GemmArgs a;
+      a.x = x;
+      a.w = w_copy;
+      a.x_scale = x_scale;
+      a.w_scale = w_scale;
+      a.x_mode = a.w_mode = cuda::Fp8ScaleMode::kOuterVector;
+      a.out = out16;
+      a.out_dtype = DType::kBF16;
+      a.m = m;
+      a.n = n;
+      a.k = k;
+      return a;
+    };
     if (args.graphs) {
       for (const int m : args.rows) {
         if (m > cuda::kGemmFp8WgmmaMaxRows) continue;
         auto wg = [&](int i) {
-          cuda::Fp8GemmArgs a;
-          a.x = x;
-          a.w = w[i % copies];
-          a.x_scale = x_scale;
-          a.w_scale = w_scale;
-          a.x_mode = a.w_mode = cuda::Fp8ScaleMode::kOuterVector;
-          a.out = out16;
-          a.out_dtype = DType::kBF16;
-          a.m = m;
-          a.n = n;
-          a.k = k;
-          BENCH_CHECK(cuda::LaunchGemmFp8Wgmma(a, num_sms, wgmma_ws, wgmma_bytes, {}, s));
+          BENCH_CHECK(cuda::LaunchGemmFp8Wgmma(wgmma_args(m, w[i % copies]), num_sms, wgmma_ws, wgmma_bytes, {}, s));
         };
         const int calls = std::max(copies, 8);
         const double wgmma = GraphMicrosPerCall(s, calls, args.reps, wg);
@@ -205,31 +209,22 @@ int Main(int argc, char** argv) {
           unsigned long long* timing = nullptr;
           BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&timing), 4 * num_sms * sizeof(unsigned long long)));
           for (int r = 0; r < 8; ++r) {
-            cuda::Fp8GemmArgs a;
-            a.x = x;
-            a.w = w[r % copies];
-            a.x_scale = x_scale;
-            a.w_scale = w_scale;
-            a.x_mode = a.w_mode = cuda::Fp8ScaleMode::kOuterVector;
-            a.out = out16;
-            a.out_dtype = DType::kBF16;
-            a.m = m;
-            a.n = n;
-            a.k = k;
             cuda::GemmFp8WgmmaOptions o;
             o.block_times = r == 7 ? timing : nullptr;
-            BENCH_CHECK(cuda::LaunchGemmFp8Wgmma(a, num_sms, wgmma_ws, wgmma_bytes, o, s));
+            BENCH_CHECK(cuda::LaunchGemmFp8Wgmma(wgmma_args(m, w[r % copies]), num_sms, wgmma_ws, wgmma_bytes, o, s));
           }
           std::vector<unsigned long long> t(4 * num_sms);
           BENCH_CUDA(cudaMemcpyAsync(t.data(), timing, t.size() * 8, cudaMemcpyDeviceToHost, s));
           BENCH_CUDA(cudaStreamSynchronize(s));
           cudaFree(timing);
+          // The kernel's grid: one block an SM, or a block a (128-row tile, 256-column step) if fewer.
+          const int blocks = static_cast<int>(std::min<int64_t>(num_sms, (n + 127) / 128 * ((k + 255) / 256)));
           unsigned long long t0 = ~0ull;
-          for (int b = 0; b < num_sms; ++b) t0 = std::min(t0, t[4 * b]);
+          for (int b = 0; b < blocks; ++b) t0 = std::min(t0, t[4 * b]);
           std::string line = absl::StrFormat("timing %s m=%d (us from first entry; min/median/max over blocks):", shape.name, m);
           for (int i = 0; i < 4; ++i) {
             std::vector<double> v;
-            for (int b = 0; b < num_sms; ++b) v.push_back(1e-3 * static_cast<double>(t[4 * b + i] - t0));
+            for (int b = 0; b < blocks; ++b) v.push_back(1e-3 * static_cast<double>(t[4 * b + i] - t0));
             std::sort(v.begin(), v.end());
             line += absl::StrFormat(" [%s %.1f/%.1f/%.1f]", i == 0 ? "entry" : i == 1 ? "first" : i == 2 ? "last" : "exit",
                                     v.front(), v[v.size() / 2], v.back());
@@ -280,18 +275,8 @@ int Main(int argc, char** argv) {
       std::string wg = "-";
       if (m <= cuda::kGemmFp8WgmmaMaxRows) {
         wg = absl::StrFormat("%.1f", 1e3 * Median(TimeOnStream(s, 3, args.reps, [&] {
-                                   cuda::Fp8GemmArgs a;
-                                   a.x = x;
-                                   a.w = next_w();
-                                   a.x_scale = x_scale;
-                                   a.w_scale = w_scale;
-                                   a.x_mode = a.w_mode = cuda::Fp8ScaleMode::kOuterVector;
-                                   a.out = out16;
-                                   a.out_dtype = DType::kBF16;
-                                   a.m = m;
-                                   a.n = n;
-                                   a.k = k;
-                                   BENCH_CHECK(cuda::LaunchGemmFp8Wgmma(a, num_sms, wgmma_ws, wgmma_bytes, {}, s));
+                                   BENCH_CHECK(cuda::LaunchGemmFp8Wgmma(wgmma_args(m, next_w()), num_sms, wgmma_ws,
+                                                                        wgmma_bytes, {}, s));
                                  })));
       }
       const double floor_us = 1e6 * static_cast<double>(w_bytes) / bandwidth;

@@ -84,7 +84,8 @@ struct CudaBackendOptions {
   // tensor, above the few-rows GEMM's rows and up to this many (at most cuda::kGemmFp8WgmmaMaxRows:
   // 64): the warpgroup GEMM (gemm_fp8_wgmma.h) instead of cuBLASLt's FP8 GEMM. By measurement on
   // an H100 (8B FP8 step, benchmarks/RESULTS.md): batch 16 -5% against the few-rows GEMM, 32 -4%
-  // against cuBLASLt, 64 +16% (an H200: -13%, -11%, +15%). 0: cuBLASLt (LLM_GEMM_FP8_WGMMA=N).
+  // against cuBLASLt, 64 +16% (an H200: -13%, -11%, +15%); with its two-stage ring (sixteenth
+  // session) batch 48 / 64 still +0.7% / +1.0%. 0: cuBLASLt (LLM_GEMM_FP8_WGMMA=N).
   int gemm_fp8_wgmma_max_rows = 32;
   // The same for 16-bit weights; 0 by measurement (an H100 8B step at batch 8 ties cuBLASLt, at 32
   // and 64 it is 5-12% slower: benchmarks/RESULTS.md). LLM_GEMM_FEW_ROWS_16BIT.

@@ -208,6 +208,7 @@ int Main(int argc, char** argv) {
         {  // where one call's time goes, block by block (globaltimer), the call after 7 back to back
           unsigned long long* timing = nullptr;
           BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&timing), 4 * num_sms * sizeof(unsigned long long)));
+          BENCH_CUDA(cudaMemsetAsync(timing, 0, 4 * num_sms * sizeof(unsigned long long), s));  // blocks not launched: 0
           for (int r = 0; r < 8; ++r) {
             cuda::GemmFp8WgmmaOptions o;
             o.block_times = r == 7 ? timing : nullptr;
@@ -217,8 +218,8 @@ int Main(int argc, char** argv) {
           BENCH_CUDA(cudaMemcpyAsync(t.data(), timing, t.size() * 8, cudaMemcpyDeviceToHost, s));
           BENCH_CUDA(cudaStreamSynchronize(s));
           cudaFree(timing);
-          // The kernel's grid: one block an SM, or a block a (128-row tile, 256-column step) if fewer.
-          const int blocks = static_cast<int>(std::min<int64_t>(num_sms, (n + 127) / 128 * ((k + 255) / 256)));
+          int blocks = 0;  // the kernel's grid: the blocks that wrote their entry time
+          while (blocks < num_sms && t[4 * blocks] != 0) ++blocks;
           unsigned long long t0 = ~0ull;
           for (int b = 0; b < blocks; ++b) t0 = std::min(t0, t[4 * b]);
           std::string line = absl::StrFormat("timing %s m=%d (us from first entry; min/median/max over blocks):", shape.name, m);

@@ -22,7 +22,6 @@ constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kMinStepCols = 128;
 constexpr int kMaxTileRows = 256;
 constexpr int kSmemBudget = 220 << 10;  // of the 227 KB a block may have
-constexpr int kOneBlockAnSmBytes = 116 << 10;
 constexpr int kMaxSlotFloats = kMaxTileRows * 64;  // a block's sums of one tile: 256 x 64 (16-bit, E4M3) or 128 x 128 (int4)
 constexpr int kUnitCols = kW4Chunk * kW4UnitChunks;  // int4: columns of a unit of the layout
 constexpr int kUnitBytes = kW4TileRows * kW4UnitChunks * kW4ChunkBytes;  // a full unit of a full tile
@@ -69,10 +68,9 @@ struct FewRowsTile {
   static_assert(kStages >= 2, "two stages fit");
   static constexpr int kBarOffset = kStages * kStageBytes;  // a full barrier a stage
   static constexpr int kFlagOffset = kBarOffset + kStages * 8;
-  // More than half an SM's 228 KB, so that a block has its SM to itself: the grid is one block an
-  // SM (stream-K's equal shares assume it), and the workspace holds that many blocks' slots.
-  static constexpr int kSmemBytes = kFlagOffset + 16 > kOneBlockAnSmBytes ? kFlagOffset + 16 : kOneBlockAnSmBytes;
-  static_assert(kSmemBytes > (114 << 10), "one block an SM");
+  // A block has its SM to itself (stream_k.cuh): the grid is one block an SM, and the workspace
+  // holds that many blocks' slots.
+  static constexpr int kSmemBytes = StreamKBlockSmemBytes(kFlagOffset + 16);
   // A straddling tile's float32 sums, in fragment order: [warp][m16 tile][n8 tile][lane][4].
   static constexpr int kSlotFloats = kTileRows * kTokens;
   static_assert(kSlotFloats <= kMaxSlotFloats, "the workspace's slots hold a tile's sums");

@@ -47,9 +47,8 @@ struct WgmmaTile {
   static_assert(kStages * kStageBytes <= kSmemBudget, "the stages fit");
   static constexpr int kBarOffset = kStages * kStageBytes;  // full barriers, then empty ones
   static constexpr int kFlagOffset = kBarOffset + 2 * kStages * 8;
-  // Room to align the base to 1024, and more than half an SM's 228 KB, so that a block has its SM
-  // to itself: the grid is one block an SM (stream-K's equal shares assume it).
-  static constexpr int kSmemBytes = kFlagOffset + 16 + 1024 > (116 << 10) ? kFlagOffset + 16 + 1024 : (116 << 10);
+  // And room to align the base to 1024; a block has its SM to itself (stream_k.cuh).
+  static constexpr int kSmemBytes = StreamKBlockSmemBytes(kFlagOffset + 16 + 1024);
   static constexpr int kAcc = kTokens / 2;                    // sums a thread holds a 64-row MMA
   static constexpr int kSlotFloats = kTileRows * kTokens;     // a straddling tile's sums
   static_assert(kSlotFloats <= kMaxSlotFloats, "the workspace's slots hold a tile's sums");

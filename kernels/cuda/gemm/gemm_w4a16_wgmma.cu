@@ -48,7 +48,8 @@ struct W4WgmmaTile {
   static_assert(kStages >= 3, "a pipeline of three stages fits");
   static constexpr int kBarOffset = kStages * kStageBytes;  // full barriers, then empty ones
   static constexpr int kFlagOffset = kBarOffset + 2 * kStages * 8;
-  static constexpr int kSmemBytes = kFlagOffset + 16 + 1024;  // and room to align the base to 1024
+  // And room to align the base to 1024; a block has its SM to itself (stream_k.cuh).
+  static constexpr int kSmemBytes = StreamKBlockSmemBytes(kFlagOffset + 16 + 1024);
   static constexpr int kAcc = kTokens / 2;                    // sums a thread holds
   static constexpr int kSlotFloats = kTileRows * kTokens;     // a straddling tile's sums
   static_assert(kSlotFloats <= kMaxSlotFloats, "the workspace's slots hold a tile's sums");

@@ -12,6 +12,11 @@
 
 namespace llm::cuda {
 
+// Dynamic shared memory a block of a one-block-an-SM stream-K grid asks for, given the `used`
+// bytes it needs: at least more than half of an SM's 228 KB, so that no SM ever holds two of the
+// grid's blocks (the equal shares assume a block an SM), whatever the ring takes.
+constexpr int StreamKBlockSmemBytes(int used) { return used > (116 << 10) ? used : (116 << 10); }
+
 // Bytes of the tile counters at the workspace's front (they are zero between calls).
 inline size_t StreamKCountersBytes(int num_sms) {
   return (static_cast<size_t>(num_sms) * sizeof(unsigned) + 255) / 256 * 256;

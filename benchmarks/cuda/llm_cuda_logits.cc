@@ -4,7 +4,7 @@
 // (CUDA graphs), so both paths are checked.
 // Usage: [mpirun -np TP*PP] llm_cuda_logits --model DIR --tokens IDS.i32 --out LOGITS.f32
 //            [--dtype bf16|fp16|fp32] [--device cuda|cpu] [--decode N] [--chunk C] [--tp T --pp P]
-//            [--gpu-memory-fraction F]
+//            [--gpu-memory-fraction F] [--quantization fp8|int4] [--kv-cache-dtype auto|bf16|fp8]
 // Under mpirun each rank loads its TP x PP shard (device = local rank, NCCL on the GPU, MPI on the
 // CPU) and the steps pass through the stages; the last stage's first TP rank writes the file, so
 // tensor/pipeline-parallel runs can be compared with a single-GPU one.
@@ -19,7 +19,9 @@
 #include "engine/distributed/engine_group.h"
 #include "engine/distributed/pipeline_executor.h"
 #include "engine/model/checkpoint.h"
+#include "engine/kv_cache/kv_cache.h"
 #include "engine/model/config.h"
+#include "engine/model/weights.h"
 #include "engine/runtime/model_runner.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
@@ -39,6 +41,7 @@ void Check(const absl::Status& s) {
 int main(int argc, char** argv) {
   using namespace llm;
   std::string model, tokens_path, out_path, dtype_name = "bf16", device_name = "cuda";
+  std::string quantization, kv_cache_dtype = "auto";  // online quantization of a bf16 checkpoint
   int decode = 0, chunk = 512, tp = 1, pp = 1;
   double gpu_memory_fraction = 0.9;  // of the device for the arena (the caller may hold some of it)
   for (int i = 1; i < argc; ++i) {
@@ -55,6 +58,8 @@ int main(int argc, char** argv) {
     else if (k == "--tp") tp = std::stoi(v);
     else if (k == "--pp") pp = std::stoi(v);
     else if (k == "--gpu-memory-fraction") gpu_memory_fraction = std::stod(v);
+    else if (k == "--quantization") quantization = v;
+    else if (k == "--kv-cache-dtype") kv_cache_dtype = v;
     else Die("unknown flag " + k);
   }
   if (model.empty() || tokens_path.empty() || out_path.empty()) Die("need --model, --tokens and --out");
@@ -85,6 +90,10 @@ int main(int argc, char** argv) {
   Check(dtype.status());
   auto device = ParseDeviceKind(device_name);
   Check(device.status());
+  auto online_quantization = ParseOnlineQuantization(quantization);
+  Check(online_quantization.status());
+  auto kv_dtype = ParseKvCacheDType(kv_cache_dtype);
+  Check(kv_dtype.status());
   auto layers = StageLayers(static_cast<int>(config->num_layers), pp, t.pp_stage(), {});
   Check(layers.status());
   BackendOptions bo;
@@ -104,6 +113,8 @@ int main(int argc, char** argv) {
   ro.block_size = 16;
   ro.max_context = (t_total + 15) / 16 * 16;
   ro.num_kv_blocks = ro.max_context / 16 + 1;
+  ro.load.quantization = *online_quantization;
+  ro.kv_cache_dtype = *kv_dtype;
   ro.shard.tp_rank = t.tp_rank();
   ro.shard.tp_size = t.tp_size();
   ro.shard.first_layer = layers->begin;

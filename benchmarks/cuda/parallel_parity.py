@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Tensor/pipeline-parallel parity on the GPU machine: TP2, PP2 (and TP4, TP2xPP2 with 4 GPUs)
-against one GPU, teacher-forced, in bf16 (and fp32 as a control).
+against one GPU, teacher-forced, in bf16 (and fp32 as a control); with --fp8 also FP8 weights and an FP8
+KV cache (online quantization of the bf16 checkpoint, each rank quantizing its own shard).
 
 For each model, `llm_cuda_logits` computes the logits of every position (prefill in chunks, the
 last --decode tokens one per step through the CUDA-graph decode path) on one GPU, then under
@@ -11,8 +12,8 @@ Models: the repository's trained model (launch/model) over its held-out text (re
 distributions: a top-1 bar is meaningful there), the fixtures (random tiny models, reported), and
 --extra DIRS (e.g. the 4-layer Llama-3-8B-shaped model hf_parity.py saves).
 
-Exit status 1 when a layout's top-1 agreement with one GPU in bf16 is under --min-top1 (0.99) on
-the trained model, or its fp32 relative error exceeds 1e-4 on any model.
+Exit status 1 when a layout's top-1 agreement with one GPU in bf16 (or FP8) is under --min-top1
+(0.99) on the trained model, or its fp32 relative error exceeds 1e-4 on any model.
 
   python3 benchmarks/cuda/parallel_parity.py --binary .device/bin/llm_cuda_logits --out parity.md
 """
@@ -28,10 +29,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def run(binary, model, tokens_path, out_path, dtype, decode, tp, pp):
+# What each compared format passes to llm_cuda_logits.
+FORMAT_FLAGS = {
+    "bf16": ["--dtype", "bf16"],
+    "fp32": ["--dtype", "fp32"],
+    "fp8": ["--dtype", "bf16", "--quantization", "fp8", "--kv-cache-dtype", "fp8"],
+}
+
+
+def run(binary, model, tokens_path, out_path, fmt, decode, tp, pp):
     n = tp * pp
-    cmd = [binary, "--model", model, "--tokens", tokens_path, "--out", out_path, "--dtype", dtype, "--decode",
-           str(decode), "--chunk", "64", "--tp", str(tp), "--pp", str(pp)]
+    cmd = [binary, "--model", model, "--tokens", tokens_path, "--out", out_path] + FORMAT_FLAGS[fmt] + [
+        "--decode", str(decode), "--chunk", "64", "--tp", str(tp), "--pp", str(pp)]
     if n > 1:
         env = ["-x", "NCCL_NVLS_ENABLE=0", "-x", "LD_LIBRARY_PATH"]
         if "LLM_CUSTOM_ALLREDUCE" in os.environ:
@@ -82,8 +91,10 @@ def main():
     ap.add_argument("--llama3-layers", type=int, default=0,
                     help="also build (with transformers, random weights) and compare the first N layers of the "
                          "Llama-3-8B shape")
+    ap.add_argument("--fp8", action="store_true", help="also compare FP8 weights + FP8 KV cache")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    formats = ["bf16", "fp32"] + (["fp8"] if args.fp8 else [])
     gpus = args.gpus
     if gpus == 0:
         gpus = int(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU "))
@@ -107,36 +118,38 @@ def main():
         trained = assembled
     if os.path.exists(os.path.join(trained, "heldout_reference.json")):
         ids = json.load(open(os.path.join(trained, "heldout_reference.json")))["token_ids"]
-        models.append(("launch/model (trained, held-out text)", trained, np.array(ids, dtype=np.int32), True))
+        models.append(("launch/model (trained, held-out text)", trained, np.array(ids, dtype=np.int32), True, True))
     rng = np.random.default_rng(0)
     for name in ("llama-tiny", "llama3-tiny-bf16", "qwen2-tiny", "qwen3-tiny-fp16"):
         d = os.path.join(ROOT, "tests", "data", "models", name)
         vocab = json.load(open(os.path.join(d, "config.json")))["vocab_size"]
-        models.append((f"{name} (random weights)", d, rng.integers(0, vocab, 160).astype(np.int32), False))
+        # The fixtures stay in bf16/fp32: FP8 is compared on the real shapes and the trained model.
+        models.append((f"{name} (random weights)", d, rng.integers(0, vocab, 160).astype(np.int32), False, False))
     if args.llama3_layers > 0:
         models.append((f"Llama-3-8B shape, {args.llama3_layers} layers (random weights)",
                        make_llama3_shape(args.llama3_layers, os.path.join(args.workdir, "llama3_shape")),
-                       rng.integers(0, 128256, 256).astype(np.int32), False))
+                       rng.integers(0, 128256, 256).astype(np.int32), False, True))
     for extra in args.extra:
         name, _, d = extra.rpartition("=")
         if not os.path.exists(os.path.join(d, "config.json")):
             print(f"skipping {d}: no config.json")
             continue
         vocab = json.load(open(os.path.join(d, "config.json")))["vocab_size"]
-        models.append((name or d, d, rng.integers(0, vocab, 320).astype(np.int32), False))
+        models.append((name or d, d, rng.integers(0, vocab, 320).astype(np.int32), False, True))
 
     rows, failures = [], []
-    for label, d, ids, gate in models:
+    for label, d, ids, gate, fp8_ok in models:
+        model_formats = [f for f in formats if f != "fp8" or fp8_ok]
         tok = os.path.join(args.workdir, "tokens.i32")
         ids.tofile(tok)
         decode = min(args.decode, len(ids) - 1)
         ref = {}
-        for dtype in ("bf16", "fp32"):
+        for dtype in model_formats:
             path = os.path.join(args.workdir, f"tp1_{dtype}.f32")
             run(args.binary, d, tok, path, dtype, decode, 1, 1)
             ref[dtype] = np.fromfile(path, dtype=np.float32).reshape(len(ids), -1)
         for tp, pp in layouts:
-            for dtype in ("bf16", "fp32"):
+            for dtype in model_formats:
                 path = os.path.join(args.workdir, f"tp{tp}_pp{pp}_{dtype}.f32")
                 line = run(args.binary, d, tok, path, dtype, decode, tp, pp)
                 got = np.fromfile(path, dtype=np.float32).reshape(len(ids), -1)
@@ -145,7 +158,7 @@ def main():
                 ok = True
                 if dtype == "fp32" and max_err > 1e-4:
                     ok = False
-                if dtype == "bf16" and gate and top1 < args.min_top1:
+                if dtype in ("bf16", "fp8") and gate and top1 < args.min_top1:
                     ok = False
                 rows.append((label, f"TP{tp} x PP{pp}", dtype, top1, max_err, mean_err, top1_fp32, max_fp32, ok))
                 print(f"{label:42s} TP{tp}xPP{pp} {dtype}: top-1 vs 1 GPU {100 * top1:.2f}%  rel err max {max_err:.3g}"
@@ -154,7 +167,7 @@ def main():
                 if not ok:
                     failures.append(f"{label} TP{tp}xPP{pp} {dtype}")
 
-    lines = ["| model | layout | dtype | top-1 vs 1 GPU (same dtype) | max rel err | mean rel err | "
+    lines = ["| model | layout | format | top-1 vs 1 GPU (same format) | max rel err | mean rel err | "
              "top-1 vs 1 GPU fp32 | max rel err vs fp32 | pass |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for label, layout, dtype, top1, max_err, mean_err, top1_fp32, max_fp32, ok in rows:
         lines.append(f"| {label} | {layout} | {dtype} | {100 * top1:.2f}% | {max_err:.3g} | {mean_err:.3g} | "

@@ -37,18 +37,6 @@ model_flags=(--model "$MODEL" --device "$DEVICE" --tp "$TP" --pp "$PP" --threads
 serve_flags=(--host 127.0.0.1 --port 0 --http-port -1 --metrics-port -1)
 common=(--connections 4 --progress-interval 10 --seed 3 --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN")
 
-# wait_device_free: on a GPU, until no process holds it (a stopped server's memory is released
-# when its last process is gone; the next server sizes its KV cache from what is free).
-wait_device_free() {
-  [[ $DEVICE == cuda ]] || return 0
-  local i
-  for i in $(seq 1 120); do
-    [[ -z $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2> /dev/null) ]] && return 0
-    sleep 0.5
-  done
-  log "the GPU is still in use: $(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader)"
-}
-
 # measure MODE: single-stream and saturated runs against the server just started.
 measure() {
   local mode=$1

@@ -60,6 +60,18 @@ wait_serving() {
   log "serving on $SERVER_ADDR"
 }
 
+# wait_device_free: with DEVICE=cuda, until no process holds it (a stopped server's memory is released
+# when its last process is gone; the next server sizes its KV cache from what is free).
+wait_device_free() {
+  [[ ${DEVICE:-} == cuda ]] || return 0
+  local i
+  for i in $(seq 1 120); do
+    [[ -z $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2> /dev/null) ]] && return 0
+    sleep 0.5
+  done
+  log "the GPU is still in use: $(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader)"
+}
+
 # stop_server: drains the server (its signal), waits up to 60 s, then kills it.
 stop_server() {
   [[ -n $SERVER_PID ]] || return 0

@@ -12,8 +12,9 @@ Models: the repository's trained model (launch/model) over its held-out text (re
 distributions: a top-1 bar is meaningful there), the fixtures (random tiny models, reported), and
 --extra DIRS (e.g. the 4-layer Llama-3-8B-shaped model hf_parity.py saves).
 
-Exit status 1 when a layout's top-1 agreement with one GPU in bf16 (or FP8) is under --min-top1
-(0.99) on the trained model, or its fp32 relative error exceeds 1e-4 on any model.
+Exit status 1 when a layout's top-1 agreement with one GPU in bf16 is under --min-top1 (0.99) on
+the trained model, its FP8 top-1 against fp32 is more than a point under one GPU's FP8, or its
+fp32 relative error exceeds 1e-4 on any model.
 
   python3 benchmarks/cuda/parallel_parity.py --binary .device/bin/llm_cuda_logits --out parity.md
 """
@@ -158,7 +159,12 @@ def main():
                 ok = True
                 if dtype == "fp32" and max_err > 1e-4:
                     ok = False
-                if dtype in ("bf16", "fp8") and gate and top1 < args.min_top1:
+                if dtype == "bf16" and gate and top1 < args.min_top1:
+                    ok = False
+                # FP8 rounds each activation to 3 mantissa bits with a per-token scale taken over the
+                # rank's own columns, so a TP layout is a different rounding of the same model, not the
+                # same one: it must be as accurate as one GPU's FP8 (top-1 against fp32 within a point).
+                if dtype == "fp8" and gate and top1_fp32 < compare(ref["fp8"], ref["fp32"])[0] - 0.01:
                     ok = False
                 rows.append((label, f"TP{tp} x PP{pp}", dtype, top1, max_err, mean_err, top1_fp32, max_fp32, ok))
                 print(f"{label:42s} TP{tp}xPP{pp} {dtype}: top-1 vs 1 GPU {100 * top1:.2f}%  rel err max {max_err:.3g}"

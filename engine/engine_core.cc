@@ -199,7 +199,8 @@ void EngineCore::LaunchSteps() {
       // scheduler counted it pending already): its draw depends on that alone.
       const absl::Span<const int32_t> tokens = seq->tokens;
       rows_.push_back({&seq->request.sampling, static_cast<uint64_t>(seq->scheduled_completion_tokens() - 1),
-                       tokens.first(seq->prompt_len), tokens.subspan(seq->prompt_len), s.pending_input_index});
+                       tokens.first(seq->prompt_len), tokens.subspan(seq->prompt_len), s.pending_input_index,
+                       seq->request.logit_bias});
       step.sampled.push_back(seq->id);
     }
     const absl::Time t1 = absl::Now();

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -179,6 +180,7 @@ struct SampleRow {
   // step and is still only on the device, as this step's input token at this index (the step's
   // resolved token ids, SampleArgs::input_tokens). Penalties count it as an output token.
   int32_t pending_input_index = -1;
+  absl::Span<const LogitBias> logit_bias;  // distinct tokens, in the vocabulary
 };
 
 // Sampling runs on the backend's stream like every other op, so that a step's tokens can feed
@@ -244,6 +246,9 @@ inline absl::Status ValidateSampleRows(const Tensor& logits, absl::Span<const Sa
     if (!(p.temperature >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 && p.min_p <= 1 && p.top_k >= 0 &&
           p.repetition_penalty > 0 && p.num_top_logprobs >= 0 && p.num_top_logprobs <= kMaxTopLogprobs))
       return absl::InvalidArgumentError("Sample: sampling parameters out of range");
+    for (const LogitBias& b : row.logit_bias)
+      if (b.token < 0 || b.token >= logits.dim(1) || !std::isfinite(b.bias))
+        return absl::InvalidArgumentError("Sample: logit bias out of range");
   }
   return absl::OkStatus();
 }

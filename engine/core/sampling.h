@@ -8,6 +8,10 @@
 namespace llm {
 
 inline constexpr int kMaxTopLogprobs = 20;
+// logit_bias (OpenAI's): at most this many tokens a request, each bias within +-kMaxLogitBias.
+// The bound keeps the per-step host work of packing a batch's entries small (512 rows x 1024).
+inline constexpr int kMaxLogitBiasTokens = 1024;
+inline constexpr float kMaxLogitBias = 100.0f;
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy
@@ -19,6 +23,14 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // over output tokens
   uint64_t seed = 0;
   int32_t num_top_logprobs = 0;  // 0..kMaxTopLogprobs
+};
+
+// An additive bias on one token's logit, applied before the penalties, temperature and
+// truncation (greedy decoding takes the argmax of the biased logits). Log-probabilities stay those
+// of the raw logits.
+struct LogitBias {
+  int32_t token = 0;
+  float bias = 0.0f;
 };
 
 struct TokenLogprob {

@@ -45,6 +45,7 @@ void EncodeStepMessage(const StepPlan& plan, absl::Span<const SampleRow> rows, s
     const bool tokens = NeedsTokens(*r.params);
     w.PutVector<int32_t>(tokens ? r.prompt_tokens : absl::Span<const int32_t>());
     w.PutVector<int32_t>(tokens ? r.output_tokens : absl::Span<const int32_t>());
+    w.PutVector<LogitBias>(r.logit_bias);
   }
 }
 
@@ -62,16 +63,18 @@ absl::Status DecodeStepMessage(const std::string& bytes, StepMessage& m) {
   m.prompt_tokens.resize(num_rows);
   m.output_tokens.resize(num_rows);
   m.pending_input_index.resize(num_rows);
+  m.logit_bias.resize(num_rows);
   for (uint32_t i = 0; i < num_rows; ++i) {
     if (!(r.Get(m.params[i]) && r.Get(m.steps[i]) && r.Get(m.pending_input_index[i]) &&
           r.GetVector(m.prompt_tokens[i]) &&
-          r.GetVector(m.output_tokens[i])))
+          r.GetVector(m.output_tokens[i]) && r.GetVector(m.logit_bias[i])))
       return absl::DataLossError("malformed step message rows");
   }
   if (!r.done()) return absl::DataLossError("trailing bytes in step message");
   m.rows.resize(num_rows);
   for (uint32_t i = 0; i < num_rows; ++i)
-    m.rows[i] = {&m.params[i], m.steps[i], m.prompt_tokens[i], m.output_tokens[i], m.pending_input_index[i]};
+    m.rows[i] = {&m.params[i],        m.steps[i], m.prompt_tokens[i], m.output_tokens[i],
+                 m.pending_input_index[i], m.logit_bias[i]};
   return absl::OkStatus();
 }
 

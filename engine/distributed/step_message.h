@@ -1,5 +1,6 @@
 // StepMessage: what the scheduling rank broadcasts to every rank each step: the StepPlan and,
-// for the sampling stage, the sample rows (parameters, RNG step, the tokens penalties look at).
+// for the sampling stage, the sample rows (parameters, RNG step, the tokens penalties look at, the
+// logit biases).
 // A flat little-endian byte string; an empty message tells the workers to stop.
 #pragma once
 
@@ -21,6 +22,7 @@ struct StepMessage {
   std::vector<std::vector<int32_t>> prompt_tokens;
   std::vector<std::vector<int32_t>> output_tokens;
   std::vector<int32_t> pending_input_index;
+  std::vector<std::vector<LogitBias>> logit_bias;
   std::vector<SampleRow> rows;  // built by Decode, pointing into the vectors above
 };
 

@@ -78,6 +78,8 @@ void FillSampling(const v1::SamplingParams& in, int32_t top_logprobs, const Gene
   s.num_top_logprobs = top_logprobs;
   out.has_seed = in.has_seed();
   s.seed = in.seed();
+  out.logit_bias.clear();
+  for (const auto& [token, bias] : in.logit_bias()) out.logit_bias.push_back({token, bias});
 }
 
 absl::Status FillStopping(const v1::StoppingCriteria& in, GenerateRequest& out) {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
 #include "nlohmann/json.hpp"
@@ -162,8 +163,18 @@ std::map<std::string, FieldParser, std::less<>> CommonFields() {
     r.set_request_id(user);
     return absl::OkStatus();
   };
-  f["logit_bias"] = [](const Json& v, OpenAiRequest&, v1::GenerateRequest&) {
-    return Unsupported(v, "logit_bias", "logit biases are not implemented");
+  // {"token id": bias}: the keys are token ids written as decimal strings (JSON keys are strings).
+  f["logit_bias"] = [](const Json& v, OpenAiRequest&, v1::GenerateRequest& r) -> absl::Status {
+    if (!v.is_object()) return Bad("'logit_bias' must be an object of token id -> bias");
+    auto& biases = *r.mutable_sampling()->mutable_logit_bias();
+    for (const auto& [key, value] : v.items()) {
+      int32_t token = 0;
+      if (!absl::SimpleAtoi(key, &token) || absl::StrCat(token) != key)
+        return Bad("'logit_bias' keys must be token ids (decimal integers), got '", key, "'");
+      ASSIGN_OR_RETURN(double bias, Number(value, "logit_bias"));
+      biases[token] = static_cast<float>(bias);
+    }
+    return absl::OkStatus();
   };
   // vLLM's extensions.
   f["top_k"] = [](const Json& v, OpenAiRequest&, v1::GenerateRequest& r) -> absl::Status {

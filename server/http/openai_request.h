@@ -4,10 +4,10 @@
 //
 // Every field is either honoured or refused: a field this server does not implement is a 400
 // naming it, unless it holds the value that means "not used" (null, false, [] or {}; e.g.
-// "logit_bias": {}, "tools": [], "response_format": {"type": "text"}), because clients such as
+// "tools": [], "response_format": {"type": "text"}), because clients such as
 // LangChain send those on every call. Fields (see README "OpenAI-compatible HTTP API"):
 //   both:        model, max_tokens, temperature, top_p, n, stream, stream_options.include_usage,
-//                stop, seed, presence_penalty, frequency_penalty, user, and vLLM's top_k, min_p,
+//                stop, seed, presence_penalty, frequency_penalty, logit_bias, user, and vLLM's top_k, min_p,
 //                repetition_penalty, ignore_eos, min_tokens, stop_token_ids, skip_special_tokens
 //                (true only: the engine always skips them), priority
 //   completions: prompt (string, token ids, or a list of either: one choice set per prompt),

@@ -14,19 +14,22 @@ namespace {
 constexpr int kVocab = 12;
 const float kLogits[kVocab] = {2.0f, 1.5f, 1.4f, 0.3f, -0.5f, 3.1f, 0.0f, -2.0f, 1.0f, 2.2f, -1.0f, 0.7f};
 
-// Expected probabilities in float64, following the documented pipeline.
-std::vector<double> Expected(const SamplingParams& p) {
+// Expected probabilities in float64, following the documented pipeline, over kLogits with the
+// given biases added.
+std::vector<double> Expected(const SamplingParams& p, absl::Span<const LogitBias> biases = {}) {
+  std::vector<double> logits(kLogits, kLogits + kVocab);
+  for (const LogitBias& b : biases) logits[b.token] += b.bias;
   std::vector<int> order(kVocab);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [](int a, int b) { return kLogits[a] > kLogits[b]; });
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
   int keep = (p.top_k > 0 && p.top_k < kVocab) ? p.top_k : kVocab;
   std::vector<double> prob(kVocab, 0.0);
   double z = 0;
-  for (int i = 0; i < keep; ++i) z += std::exp((kLogits[order[i]] - kLogits[order[0]]) / p.temperature);
+  for (int i = 0; i < keep; ++i) z += std::exp((logits[order[i]] - logits[order[0]]) / p.temperature);
   if (p.top_p < 1.0f) {
     double cum = 0;
     for (int i = 0; i < keep; ++i) {
-      cum += std::exp((kLogits[order[i]] - kLogits[order[0]]) / p.temperature);
+      cum += std::exp((logits[order[i]] - logits[order[0]]) / p.temperature);
       if (cum >= p.top_p * z) {
         keep = i + 1;
         break;
@@ -35,7 +38,7 @@ std::vector<double> Expected(const SamplingParams& p) {
   }
   double total = 0;
   for (int i = 0; i < keep; ++i) {
-    const double w = std::exp((kLogits[order[i]] - kLogits[order[0]]) / p.temperature);
+    const double w = std::exp((logits[order[i]] - logits[order[0]]) / p.temperature);
     if (w < p.min_p) continue;  // relative to the top token's weight of 1
     prob[order[i]] = w;
     total += w;
@@ -44,14 +47,15 @@ std::vector<double> Expected(const SamplingParams& p) {
   return prob;
 }
 
-std::vector<int> Histogram(CpuBackend& backend, SamplingParams p, int draws, std::vector<int32_t> output = {}) {
+std::vector<int> Histogram(CpuBackend& backend, SamplingParams p, int draws, std::vector<int32_t> output = {},
+                           std::vector<LogitBias> biases = {}) {
   Buffer buf = AllocateHost(kVocab * sizeof(float));
   Tensor logits = buf.View(DType::kF32, {1, kVocab});
   std::copy(kLogits, kLogits + kVocab, logits.data_as<float>());
   std::vector<int> counts(kVocab, 0);
   for (int i = 0; i < draws; ++i) {
     p.seed = 1000003ull * i + 17;
-    SampleRow row{&p, static_cast<uint64_t>(i % 7), {}, output};
+    SampleRow row{&p, static_cast<uint64_t>(i % 7), {}, output, -1, biases};
     SampleResult result;
     EXPECT_TRUE(backend.Sample(logits, {&row, 1}, {&result, 1}).ok());
     ++counts[result.token];
@@ -144,6 +148,44 @@ TEST_F(CpuSamplerTest, PenaltiesChangeTheArgmaxAsDefined) {
   EXPECT_NEAR(r.logprob, -std::log(z), 1e-5);
 }
 
+// OpenAI's logit_bias: added to the logits before temperature and truncation.
+TEST_F(CpuSamplerTest, LogitBiasShiftsTheDistribution) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 8;
+  const std::vector<LogitBias> biases = {{5, -2.0f}, {7, 3.5f}, {0, 0.5f}};
+  ExpectMatches(Histogram(backend_, p, 20000, {}, biases), Expected(p, biases), 20000);
+}
+
+// Greedy decoding takes the biased argmax; the bias comes before the repetition penalty (vLLM's
+// order); the reported logprob is the raw distribution's.
+TEST_F(CpuSamplerTest, LogitBiasInGreedyDecodingAndBeforePenalties) {
+  Buffer buf = AllocateHost(kVocab * sizeof(float));
+  Tensor logits = buf.View(DType::kF32, {1, kVocab});
+  std::copy(kLogits, kLogits + kVocab, logits.data_as<float>());
+  SamplingParams p;
+  p.temperature = 0.0f;
+  SampleResult r;
+  const std::vector<LogitBias> force = {{7, 100.0f}}, ban = {{5, -100.0f}};
+  SampleRow forced{&p, 0, {}, {}, -1, force};
+  ASSERT_TRUE(backend_.Sample(logits, {&forced, 1}, {&r, 1}).ok());
+  EXPECT_EQ(r.token, 7);
+  double z = 0;
+  for (float x : kLogits) z += std::exp(static_cast<double>(x) - 3.1);
+  EXPECT_NEAR(r.logprob, -2.0 - 3.1 - std::log(z), 1e-5);  // logit of token 7 is -2.0
+  SampleRow banned{&p, 0, {}, {}, -1, ban};
+  ASSERT_TRUE(backend_.Sample(logits, {&banned, 1}, {&r, 1}).ok());
+  EXPECT_EQ(r.token, 9);
+  // Token 9: (2.2 + 2.0) / 1.5 = 2.8 < 3.1, so token 5 wins; penalizing first would give
+  // 2.2 / 1.5 + 2.0 = 3.47 and token 9.
+  p.repetition_penalty = 1.5f;
+  const std::vector<int32_t> prompt = {9};
+  const std::vector<LogitBias> lift = {{9, 2.0f}};
+  SampleRow ordered{&p, 0, prompt, {}, -1, lift};
+  ASSERT_TRUE(backend_.Sample(logits, {&ordered, 1}, {&r, 1}).ok());
+  EXPECT_EQ(r.token, 5);
+}
+
 TEST_F(CpuSamplerTest, RejectsOutOfRangeParameters) {
   Buffer buf = AllocateHost(kVocab * sizeof(float));
   Tensor logits = buf.View(DType::kF32, {1, kVocab});
@@ -152,6 +194,10 @@ TEST_F(CpuSamplerTest, RejectsOutOfRangeParameters) {
   SampleRow row{&p, 0, {}, {}};
   SampleResult r;
   EXPECT_EQ(backend_.Sample(logits, {&row, 1}, {&r, 1}).code(), absl::StatusCode::kInvalidArgument);
+  SamplingParams ok;
+  const std::vector<LogitBias> outside = {{kVocab, 1.0f}};
+  SampleRow biased{&ok, 0, {}, {}, -1, outside};
+  EXPECT_EQ(backend_.Sample(logits, {&biased, 1}, {&r, 1}).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

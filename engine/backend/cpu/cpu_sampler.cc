@@ -1,5 +1,6 @@
 // The sampling pipeline, in the order Hugging Face's logits processors apply it:
-// penalties -> (greedy argmax | temperature -> top-k -> top-p -> min-p -> draw).
+// logit bias -> penalties -> (greedy argmax | temperature -> top-k -> top-p -> min-p -> draw)
+// (the bias first, as vLLM applies it).
 // The draw uses uniform(seed, step) (kernels/core/philox.h), so it is reproducible per request.
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@ namespace {
 
 void ApplyPenalties(const SampleRow& row, float* x, SamplerScratch& s, int64_t vocab) {
   const SamplingParams& p = *row.params;
+  for (const LogitBias& b : row.logit_bias) x[b.token] += b.bias;
   if (p.repetition_penalty != 1.0f) {
     // Each distinct token once: mark visited in `counts`, then clear the marks.
     auto penalize = [&](absl::Span<const int32_t> tokens) {

@@ -147,8 +147,8 @@ struct CudaBackend::Impl {
   DeviceMem sample_work, sample_params, sample_entries, sample_results;
   std::array<HostMem, kSampleSlots> host_params, host_entries, host_results;
   std::array<int32_t, kSampleSlots> slot_rows{};
-  std::vector<int32_t> marks;  // per-vocab scratch for de-duplicating penalty tokens
-  std::vector<cuda::SamplerPenaltyEntry> entries;  // reused: no allocation per step
+  std::vector<int32_t> marks;  // per-vocab scratch for de-duplicating a row's token entries
+  std::vector<cuda::SamplerTokenEntry> entries;  // reused: no allocation per step
 
   // Op timing.
   bool timing = false;
@@ -722,8 +722,8 @@ absl::Status CudaBackend::PrepareSampler(int32_t max_rows, int64_t vocab) {
       s.sample_params.Ensure(arena, max_rows * sizeof(cuda::SamplerRowParams), "the sampler's parameters"));
   RETURN_IF_ERROR(
       s.sample_results.Ensure(arena, max_rows * sizeof(cuda::SamplerRowResult), "the sampler's results"));
-  const size_t entries = static_cast<size_t>(max_rows) * 1024 * sizeof(cuda::SamplerPenaltyEntry);
-  RETURN_IF_ERROR(s.sample_entries.Ensure(arena, entries, "the sampler's penalty entries"));
+  const size_t entries = static_cast<size_t>(max_rows) * 1024 * sizeof(cuda::SamplerTokenEntry);
+  RETURN_IF_ERROR(s.sample_entries.Ensure(arena, entries, "the sampler's token entries"));
   for (int slot = 0; slot < kSampleSlots; ++slot) {
     RETURN_IF_ERROR(s.host_params[slot].Ensure(max_rows * sizeof(cuda::SamplerRowParams)));
     RETURN_IF_ERROR(s.host_results[slot].Ensure(max_rows * sizeof(cuda::SamplerRowResult)));
@@ -753,9 +753,9 @@ absl::Status CudaBackend::EnqueueSample(const SampleArgs& a) {
   // Grows only past what PrepareSampler reserved. The slot's pinned buffers are free: the caller
   // read (or dropped) the slot's previous results, so the stream has passed their copies.
   RETURN_IF_ERROR(PrepareSampler(n, vocab));
-  // Host side: per-row parameters and the distinct penalized tokens of each row.
+  // Host side: per-row parameters and the distinct biased or penalized tokens of each row.
   auto* hp = static_cast<cuda::SamplerRowParams*>(s.host_params[a.slot].ptr);
-  std::vector<cuda::SamplerPenaltyEntry>& entries = s.entries;
+  std::vector<cuda::SamplerTokenEntry>& entries = s.entries;
   entries.clear();
   // Rows that only take their argmax need no more than one block each: the sampler's clusters
   // (several blocks a row) serve the passes of sampling, penalties and log-probabilities.
@@ -763,7 +763,7 @@ absl::Status CudaBackend::EnqueueSample(const SampleArgs& a) {
   for (int32_t r = 0; r < n; ++r) {
     const SampleRow& row = rows[r];
     const SamplingParams& p = *row.params;
-    argmax_only = argmax_only && p.temperature <= 0.0f && p.num_top_logprobs == 0 &&
+    argmax_only = argmax_only && p.temperature <= 0.0f && p.num_top_logprobs == 0 && row.logit_bias.empty() &&
                   p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
     cuda::SamplerRowParams& q = hp[r];
     q = cuda::SamplerRowParams{};
@@ -780,29 +780,34 @@ absl::Status CudaBackend::EnqueueSample(const SampleArgs& a) {
     q.pending_input_index = row.pending_input_index;
     if (row.pending_input_index >= a.input_tokens.numel())
       return absl::InvalidArgumentError("Sample: pending input index out of range");
-    q.penalty_begin = q.penalty_end = static_cast<int32_t>(entries.size());
+    q.entry_begin = q.entry_end = static_cast<int32_t>(entries.size());
     const bool rep = p.repetition_penalty != 1.0f, pf = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-    if (!rep && !pf) continue;
+    if (!rep && !pf && row.logit_bias.empty()) continue;
     // marks[t]: 0 unseen, else 1 + index of t's entry.
-    auto add = [&](int32_t t, bool output) {
-      if (t < 0 || t >= vocab) return;
+    auto entry = [&](int32_t t) -> cuda::SamplerTokenEntry& {
       if (s.marks[t] == 0) {
         s.marks[t] = static_cast<int32_t>(entries.size()) + 1;
-        entries.push_back({t, 0});
+        entries.push_back({t, 0, 0.0f, 0});
       }
-      if (output) ++entries[s.marks[t] - 1].output_count;
+      return entries[s.marks[t] - 1];
     };
+    for (const LogitBias& b : row.logit_bias) entry(b.token).bias += b.bias;  // in range: ValidateSampleRows
     if (rep)
-      for (int32_t t : row.prompt_tokens) add(t, false);
-    for (int32_t t : row.output_tokens) add(t, true);
-    for (size_t e = q.penalty_begin; e < entries.size(); ++e) s.marks[entries[e].token] = 0;
-    if (!pf)  // only the repetition penalty: counts must not subtract anything
-      for (size_t e = q.penalty_begin; e < entries.size(); ++e) entries[e].output_count = 0;
-    q.penalty_end = static_cast<int32_t>(entries.size());
+      for (int32_t t : row.prompt_tokens)
+        if (t >= 0 && t < vocab) entry(t).seen = 1;
+    if (rep || pf)
+      for (int32_t t : row.output_tokens) {
+        if (t < 0 || t >= vocab) continue;
+        cuda::SamplerTokenEntry& e = entry(t);
+        e.seen = 1;
+        if (pf) ++e.output_count;  // with the repetition penalty alone, counts subtract nothing
+      }
+    for (size_t e = q.entry_begin; e < entries.size(); ++e) s.marks[entries[e].token] = 0;
+    q.entry_end = static_cast<int32_t>(entries.size());
   }
-  const size_t entry_bytes = entries.size() * sizeof(cuda::SamplerPenaltyEntry);
+  const size_t entry_bytes = entries.size() * sizeof(cuda::SamplerTokenEntry);
   RETURN_IF_ERROR(
-      s.sample_entries.Ensure(*s.arena, std::max<size_t>(entry_bytes, 1), "the sampler's penalty entries"));
+      s.sample_entries.Ensure(*s.arena, std::max<size_t>(entry_bytes, 1), "the sampler's token entries"));
   RETURN_IF_ERROR(s.host_entries[a.slot].Ensure(std::max<size_t>(entry_bytes, 1)));
   if (entry_bytes) std::memcpy(s.host_entries[a.slot].ptr, entries.data(), entry_bytes);
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.sample_params.ptr(), s.host_params[a.slot].ptr,
@@ -814,7 +819,7 @@ absl::Status CudaBackend::EnqueueSample(const SampleArgs& a) {
     OpScope scope(*impl_, "Sample", static_cast<double>(n) * vocab * 4.0, 0);
     RETURN_IF_ERROR(cuda::LaunchSampler(
         a.logits.data_as<const float>(), n, vocab, static_cast<const cuda::SamplerRowParams*>(s.sample_params.ptr()),
-        static_cast<const cuda::SamplerPenaltyEntry*>(s.sample_entries.ptr()),
+        static_cast<const cuda::SamplerTokenEntry*>(s.sample_entries.ptr()),
         pending ? a.input_tokens.data_as<const int32_t>() : nullptr, static_cast<float*>(s.sample_work.ptr()),
         static_cast<cuda::SamplerRowResult*>(s.sample_results.ptr()),
         a.sampled_tokens.empty() ? nullptr : a.sampled_tokens.data_as<int32_t>(), s.stream,

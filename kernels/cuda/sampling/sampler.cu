@@ -408,7 +408,7 @@ __device__ int NthAtSelectedKey(int vocab, Match match, u64 nth, Shared& sh, con
 template <bool kStreamAhead>
 __global__ void __launch_bounds__(kThreads)
     SamplerKernel(const float* __restrict__ logits, int vocab, const SamplerRowParams* __restrict__ params,
-                  const SamplerPenaltyEntry* __restrict__ entries, const int32_t* __restrict__ input_tokens,
+                  const SamplerTokenEntry* __restrict__ entries, const int32_t* __restrict__ input_tokens,
                   float* __restrict__ work, SamplerRowResult* __restrict__ results,
                   int32_t* __restrict__ tokens_out, int stat_chunks, int parts) {
   __shared__ Shared sh;
@@ -445,33 +445,34 @@ __global__ void __launch_bounds__(kThreads)
   const float log_z = raw_max + logf(stats.s);
   const int raw_argmax = stats.bi;
 
-  // Penalties on a working copy. A pending output token (the previous step's sample, known only
-  // here) adds one to its entry's output count, or is a new entry of count one.
+  // Logit biases and penalties on a working copy. A pending output token (the previous step's
+  // sample, known only here) adds one to its entry's output count and makes it seen, or is a new
+  // entry of count one.
   const bool penalized =
       P.repetition_penalty != 1.0f || P.presence_penalty != 0.0f || P.frequency_penalty != 0.0f;
   const int pending = penalized && P.pending_input_index >= 0 ? input_tokens[P.pending_input_index] : -1;
-  const bool has_pen = P.penalty_end > P.penalty_begin || (pending >= 0 && pending < vocab);
+  const bool has_pen = P.entry_end > P.entry_begin || (pending >= 0 && pending < vocab);
   const float* src = raw;
   if (has_pen) {
     float* x = work + static_cast<int64_t>(row) * vocab;
     for (int i = part.first_id(); i < vocab; i += part.id_step()) x[i] = raw[i];
     if (tid == 0) sh.found = 0;
     part.Sync();  // the whole copy written before the penalties change it
-    auto penalize = [&](int token, int output_count) {
-      float v = x[token];
-      if (P.repetition_penalty != 1.0f) v = v > 0.0f ? v / P.repetition_penalty : v * P.repetition_penalty;
+    auto adjust = [&](int token, float bias, bool seen, int output_count) {
+      float v = x[token] + bias;
+      if (seen && P.repetition_penalty != 1.0f) v = v > 0.0f ? v / P.repetition_penalty : v * P.repetition_penalty;
       if (output_count > 0) v -= P.frequency_penalty * static_cast<float>(output_count) + P.presence_penalty;
       x[token] = v;
     };
     if (part.rank == 0) {  // one block applies them
-      for (int e = P.penalty_begin + tid; e < P.penalty_end; e += blockDim.x) {
-        const SamplerPenaltyEntry en = entries[e];
+      for (int e = P.entry_begin + tid; e < P.entry_end; e += blockDim.x) {
+        const SamplerTokenEntry en = entries[e];
         const bool is_pending = en.token == pending;
         if (is_pending) sh.found = 1;
-        penalize(en.token, en.output_count + (is_pending ? 1 : 0));
+        adjust(en.token, en.bias, en.seen != 0 || is_pending, en.output_count + (is_pending ? 1 : 0));
       }
       __syncthreads();
-      if (tid == 0 && pending >= 0 && pending < vocab && !sh.found) penalize(pending, 1);
+      if (tid == 0 && pending >= 0 && pending < vocab && !sh.found) adjust(pending, 0.0f, true, 1);
     }
     part.Sync();
     src = x;
@@ -748,7 +749,7 @@ int SamplerRowParts(int64_t rows, int max_blocks_per_row) {
 }
 
 absl::Status LaunchSampler(const float* logits, int64_t rows, int64_t vocab, const SamplerRowParams* params,
-                           const SamplerPenaltyEntry* entries, const int32_t* input_tokens, float* work,
+                           const SamplerTokenEntry* entries, const int32_t* input_tokens, float* work,
                            SamplerRowResult* results, int32_t* tokens_out, Stream stream,
                            int max_blocks_per_row) {
   if (rows < 0 || vocab <= 0 || vocab > kSamplerMaxVocab || rows > 0x7fffffff)

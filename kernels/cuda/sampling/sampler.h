@@ -33,18 +33,21 @@ struct SamplerRowParams {
   int32_t num_top_logprobs = 0;
   uint64_t seed = 0;
   uint64_t step = 0;
-  int32_t penalty_begin = 0;  // this row's entries: [penalty_begin, penalty_end)
-  int32_t penalty_end = 0;
+  int32_t entry_begin = 0;  // this row's token entries: [entry_begin, entry_end)
+  int32_t entry_end = 0;
   // >= 0: one more output token, not among the entries: input_tokens[pending_input_index] (the
   // previous step's sample, resolved on the device). Penalties count it when they are on.
   int32_t pending_input_index = -1;
 };
 
-// One distinct token of a row's prompt or output: the repetition penalty applies to it, and the
+// One distinct token of a row whose logit changes before sampling: its logit bias is added first;
+// then, when it is in the prompt or output (`seen`), the repetition penalty applies to it, and the
 // presence/frequency penalties when output_count > 0.
-struct SamplerPenaltyEntry {
+struct SamplerTokenEntry {
   int32_t token = 0;
   int32_t output_count = 0;
+  float bias = 0.0f;
+  int32_t seen = 0;
 };
 
 struct SamplerRowResult {
@@ -55,14 +58,14 @@ struct SamplerRowResult {
   float top_logprob[kSamplerMaxTop];
 };
 
-// logits f32 [rows, vocab]; work f32 [rows, vocab] (penalized copies; rows without penalties do
-// not touch it); results [rows]; input_tokens: the step's input ids (read for rows with a
+// logits f32 [rows, vocab]; work f32 [rows, vocab] (biased and penalized copies; rows without
+// token entries or penalties do not touch it); results [rows]; input_tokens: the step's input ids (read for rows with a
 // pending_input_index; may be null otherwise); tokens_out [rows] (may be null): each row's token
 // again, densely, for the next step's input.
 // max_blocks_per_row: at most this many blocks (a thread block cluster) share a row; by default up
 // to 8 while the rows are few (1 block a row reproduces the one-SM form, e.g. to measure it).
 absl::Status LaunchSampler(const float* logits, int64_t rows, int64_t vocab, const SamplerRowParams* params,
-                           const SamplerPenaltyEntry* entries, const int32_t* input_tokens, float* work,
+                           const SamplerTokenEntry* entries, const int32_t* input_tokens, float* work,
                            SamplerRowResult* results, int32_t* tokens_out, Stream stream,
                            int max_blocks_per_row = 8);
 

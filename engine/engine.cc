@@ -96,20 +96,22 @@ absl::Status Engine::Impl::Validate(const GenerateRequest& r) const {
     return bad("top logprobs must be in [0, ", kMaxTopLogprobs, "], got ", p.num_top_logprobs);
   if (r.logit_bias.size() > static_cast<size_t>(kMaxLogitBiasTokens))
     return bad("logit_bias has ", r.logit_bias.size(), " tokens; at most ", kMaxLogitBiasTokens, " are allowed");
-  for (size_t i = 0; i < r.logit_bias.size(); ++i) {
-    const LogitBias& b = r.logit_bias[i];
+  std::vector<int32_t> biased;
+  biased.reserve(r.logit_bias.size());
+  for (const LogitBias& b : r.logit_bias) {
     if (b.token < 0 || b.token >= vocab)
       return bad("logit_bias token id ", b.token, " is outside the vocabulary [0, ", vocab, ")");
     if (!(std::fabs(b.bias) <= kMaxLogitBias))
       return bad("logit_bias of token ", b.token, " must be in [-", kMaxLogitBias, ", ", kMaxLogitBias, "], got ", b.bias);
-    if (i > 0 && r.logit_bias[i - 1].token == b.token) return bad("logit_bias names token ", b.token, " twice");
+    biased.push_back(b.token);
   }
+  std::sort(biased.begin(), biased.end());
+  if (auto twice = std::adjacent_find(biased.begin(), biased.end()); twice != biased.end())
+    return bad("logit_bias names token ", *twice, " twice");
   return absl::OkStatus();
 }
 
 absl::StatusOr<RequestId> Engine::Impl::Submit(GenerateRequest request, OutputCallback callback) {
-  std::sort(request.logit_bias.begin(), request.logit_bias.end(),
-            [](const LogitBias& a, const LogitBias& b) { return a.token < b.token; });
   RETURN_IF_ERROR(Validate(request));
   auto seq = std::make_unique<Sequence>();
   if (!request.has_seed) {

@@ -32,7 +32,7 @@ struct GenerateRequest {
   std::string client_request_id;  // echoed back; for logs
   std::vector<int32_t> prompt_tokens;
   SamplingParams sampling;        // sampling.seed is used only when has_seed
-  std::vector<LogitBias> logit_bias;  // distinct tokens (Submit sorts them by token)
+  std::vector<LogitBias> logit_bias;  // distinct tokens, any order
   bool has_seed = false;
   StopCriteria stop;
   int32_t priority = 0;           // higher runs first; FCFS within a priority

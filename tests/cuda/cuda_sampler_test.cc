@@ -1,5 +1,5 @@
 // The GPU sampler against the CPU sampler: greedy, temperature, top-k, top-p, min-p, penalties,
-// seeds and log-probabilities, on vocabularies of 1000, 32003 and 128256.
+// logit biases, seeds and log-probabilities, on vocabularies of 1000, 32003 and 128256.
 #include <algorithm>
 #include <random>
 #include <set>
@@ -84,12 +84,24 @@ TEST(CudaSamplerTest, MatchesCpuSampler) {
       const int64_t n = static_cast<int64_t>(params.size()) * reps;
       const std::vector<float> logits = Logits(rng, n, vocab, trial == 0 ? 1.0f : 3.0f);
       std::vector<std::vector<int32_t>> prompts(n), outputs(n);
+      std::vector<std::vector<LogitBias>> biases(n);
       std::vector<SampleRow> rows(n);
+      std::uniform_real_distribution<float> bias(-4.0f, 4.0f);
       for (int64_t r = 0; r < n; ++r) {
         for (int i = 0; i < 50; ++i) prompts[r].push_back(static_cast<int32_t>(rng() % vocab));
         for (int i = 0; i < 20; ++i) outputs[r].push_back(static_cast<int32_t>(rng() % std::min<int64_t>(vocab, 64)));
         outputs[r].push_back(static_cast<int32_t>(vocab + 5));  // out of range: ignored
-        rows[r] = SampleRow{&params[r % params.size()], static_cast<uint64_t>(trial * 3 + r), prompts[r], outputs[r]};
+        if ((r + trial) % 3 != 0) {
+          // Logit biases on every other row or so: distinct tokens, some of them also penalized
+          // (in the prompt or output), one of them now and then forced or banned outright.
+          std::set<int32_t> tokens(prompts[r].begin(), prompts[r].begin() + 10);
+          tokens.insert(outputs[r].begin(), outputs[r].begin() + 10);
+          while (tokens.size() < 40) tokens.insert(static_cast<int32_t>(rng() % vocab));
+          for (int32_t t : tokens) biases[r].push_back({t, bias(rng)});
+          if (r % 4 == 1) biases[r][r % biases[r].size()].bias = r % 8 == 1 ? 100.0f : -100.0f;
+        }
+        rows[r] = SampleRow{&params[r % params.size()], static_cast<uint64_t>(trial * 3 + r), prompts[r], outputs[r],
+                            -1,          biases[r]};
       }
       std::vector<SampleResult> got, want;
       h.Run(logits, vocab, rows, got, want);

@@ -204,6 +204,18 @@ TEST_P(DistributedSyntheticTest, GreedyTokensMatchFloat64Reference) {
     expected_logprob.push_back(-std::log(sum));
     context.push_back(next);
   }
+  // The same prompt with logit biases (the sampling stage must apply them): the first greedy
+  // token banned, token 29 lifted; float64 greedy decoding over the biased reference logits.
+  const std::vector<LogitBias> biases = {{expected[0], -100.0f}, {29, 2.5f}};
+  std::vector<int32_t> expected_biased, biased_context = prompt;
+  for (int i = 0; i < 10; ++i) {
+    std::vector<double> logits = testing::ReferenceLogits(model, biased_context);
+    double* last = &logits[(biased_context.size() - 1) * spec.vocab];
+    for (const LogitBias& b : biases) last[b.token] += b.bias;
+    const int32_t next = static_cast<int32_t>(std::max_element(last, last + spec.vocab) - last);
+    expected_biased.push_back(next);
+    biased_context.push_back(next);
+  }
   GenerateRequest r;
   r.prompt_tokens = prompt;
   r.sampling.temperature = 0.0f;
@@ -223,11 +235,24 @@ TEST_P(DistributedSyntheticTest, GreedyTokensMatchFloat64Reference) {
     done = out.finished;
     cv.notify_all();
   }).ok());
+  GenerateRequest biased = r;
+  biased.sampling.num_top_logprobs = 0;
+  biased.logit_bias = biases;
+  std::vector<int32_t> got_biased;
+  bool biased_done = false;
+  ASSERT_TRUE((*group)->engine()->Submit(biased, [&](RequestOutput out) {
+    std::lock_guard<std::mutex> lock(mu);
+    got_biased.insert(got_biased.end(), out.token_ids.begin(), out.token_ids.end());
+    biased_done = out.finished;
+    cv.notify_all();
+  }).ok());
   {
     std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done; }));
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done && biased_done; }));
   }
   EXPECT_EQ(got, expected);
+  EXPECT_EQ(got_biased, expected_biased);
+  EXPECT_NE(got_biased, expected) << "the biases change the output";
   ASSERT_EQ(logprobs.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(logprobs[i].token, expected[i]) << i;

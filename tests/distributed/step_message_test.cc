@@ -71,7 +71,8 @@ TEST(StepMessageTest, RoundTripAndTruncation) {
   SamplingParams greedy, penalized;
   penalized.repetition_penalty = 1.2f;
   const std::vector<int32_t> prompt = {5, 6, 7}, output = {1};
-  const std::vector<SampleRow> rows = {{&greedy, 3, prompt, output}, {&penalized, 4, prompt, output, 3}};
+  const std::vector<LogitBias> biases = {{2, -100.0f}, {7, 1.5f}};
+  const std::vector<SampleRow> rows = {{&greedy, 3, prompt, output, -1, biases}, {&penalized, 4, prompt, output, 3}};
   std::string bytes;
   EncodeStepMessage(plan, rows, bytes);
   StepMessage m;
@@ -87,6 +88,10 @@ TEST(StepMessageTest, RoundTripAndTruncation) {
   EXPECT_EQ(m.rows[1].params->repetition_penalty, 1.2f);
   EXPECT_EQ(m.rows[0].pending_input_index, -1);
   EXPECT_EQ(m.rows[1].pending_input_index, 3) << "a pending token counts for penalties on every rank";
+  ASSERT_EQ(m.rows[0].logit_bias.size(), 2u) << "every rank that samples applies the biases";
+  EXPECT_EQ(m.rows[0].logit_bias[1].token, 7);
+  EXPECT_EQ(m.rows[0].logit_bias[1].bias, 1.5f);
+  EXPECT_TRUE(m.rows[1].logit_bias.empty());
   StepMessage truncated;
   EXPECT_EQ(DecodeStepMessage(bytes.substr(0, bytes.size() - 3), truncated).code(), absl::StatusCode::kDataLoss);
 }

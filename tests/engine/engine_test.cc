@@ -204,6 +204,45 @@ TEST(EngineTest, InvalidRequestsAreRejectedWithMessages) {
   r = Greedy({1, 2}, 5);
   r.stop.stop_strings = {"x"};
   expect_invalid(r, "tokenizer");  // fixture models ship no tokenizer
+  r = Greedy({1, 2}, 5);
+  r.logit_bias = {{3, 1.0f}, {512, 1.0f}};
+  expect_invalid(r, "logit_bias token id 512 is outside the vocabulary");
+  r.logit_bias = {{3, 100.5f}};
+  expect_invalid(r, "must be in [-100, 100]");
+  r.logit_bias = {{7, 1.0f}, {3, 1.0f}, {7, -1.0f}};
+  expect_invalid(r, "names token 7 twice");
+  r.logit_bias.clear();
+  for (int32_t t = 0; t <= kMaxLogitBiasTokens; ++t) r.logit_bias.push_back({t % 512, 0.0f});
+  expect_invalid(r, "at most 1024");
+}
+
+// logit_bias against the fixture's reference logits (transformers): +100 forces a token at every
+// step; -100 on the greedy token gives the reference's second-best token.
+TEST(EngineTest, LogitBiasForcesAndBansTokens) {
+  auto built = testing::DeployLocal(Options("llama-tiny"));
+  ASSERT_TRUE(built.ok());
+  const auto p = testing::LoadFixturePrompts("llama-tiny")[1];
+  const int64_t vocab = (*built)->engine()->info().config.vocab_size;
+  const float* row = &p.prefill_logits[(p.prompt.size() - 1) * vocab];
+  int32_t second = -1;
+  for (int32_t t = 0; t < vocab; ++t)
+    if (t != p.greedy[0] && (second < 0 || row[t] > row[second])) second = t;
+  Collector c;
+  GenerateRequest forced = Greedy(p.prompt, 6);
+  forced.logit_bias = {{17, 100.0f}};
+  GenerateRequest banned = Greedy(p.prompt, 1);
+  banned.logit_bias = {{p.greedy[0], -100.0f}};
+  banned.sampling.num_top_logprobs = 1;
+  auto a = (*built)->engine()->Submit(forced, c.Callback());
+  auto b = (*built)->engine()->Submit(banned, c.Callback());
+  ASSERT_TRUE(a.ok() && b.ok());
+  c.Wait(2);
+  EXPECT_EQ(c.Get(*a).tokens, std::vector<int32_t>(6, 17));
+  ASSERT_EQ(c.Get(*b).tokens.size(), 1u);
+  EXPECT_EQ(c.Get(*b).tokens[0], second);
+  // The logprobs are the unbiased distribution's: its top token is still the greedy one.
+  ASSERT_EQ(c.Get(*b).logprobs.size(), 1u);
+  EXPECT_EQ(c.Get(*b).logprobs[0].top[0].token, p.greedy[0]);
 }
 
 TEST(EngineTest, LogprobsAreRawDistribution) {

@@ -44,8 +44,8 @@ GenerateRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
 }
 
 // Greedy and seeded requests, some with repetition/presence/frequency penalties (whose step N+1
-// must count the token step N sampled, which the host does not know yet), some with top
-// logprobs, some stopping on token ids, of many prompt and output lengths.
+// must count the token step N sampled, which the host does not know yet), some with logit biases,
+// some with top logprobs, some stopping on token ids, of many prompt and output lengths.
 std::vector<GenerateRequest> MixedRequests(const std::string& model, int count) {
   auto prompts = testing::LoadFixturePrompts(model);
   std::mt19937 rng(7);
@@ -72,6 +72,10 @@ std::vector<GenerateRequest> MixedRequests(const std::string& model, int count) 
       r.sampling.frequency_penalty = 0.4f;
     }
     if (i % 5 == 0) r.sampling.num_top_logprobs = 3;
+    if (i % 4 == 1) {
+      const int32_t lifted = static_cast<int32_t>(rng() % 300), banned = (lifted + 1 + static_cast<int32_t>(rng() % 299)) % 300;
+      r.logit_bias = {{lifted, 3.0f}, {banned, -100.0f}};
+    }
     if (i % 7 == 3) r.stop.stop_token_ids = {static_cast<int32_t>(rng() % 300), static_cast<int32_t>(rng() % 300)};
     requests.push_back(r);
   }

@@ -275,6 +275,26 @@ class OpenAiApiTest(unittest.TestCase):
         streamed = [v for e in events for c in e["choices"] if c["logprobs"] for v in c["logprobs"]["token_logprobs"]]
         self.assertEqual(streamed, lp["token_logprobs"])
 
+    def test_logit_bias_over_http_and_grpc(self):
+        body = {"prompt": [1, 5, 9, 33, 7], "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+        free = grpc_generate(self.server, "--prompt-ids", "1,5,9,33,7", "--max-tokens", "4", "--temperature", "0",
+                             "--ignore-eos")
+        first = free["token_ids"][0]
+        # Banning the first greedy token and lifting another: both APIs give the same new output.
+        biased = grpc_generate(self.server, "--prompt-ids", "1,5,9,33,7", "--max-tokens", "4", "--temperature", "0",
+                               "--ignore-eos", "--logit-bias", f"{first}:-100,42:4.5")
+        self.assertNotEqual(biased["token_ids"][0], first)
+        self.assertNotIn(first, biased["token_ids"])
+        status, plain = self.client.post("/v1/completions", dict(body, logit_bias={str(first): -100, "42": 4.5}))
+        self.assertEqual(status, 200, plain)
+        self.assertEqual(plain["choices"][0]["text"], biased["text"])
+        # +100 forces a token at every step, streamed too.
+        forced = dict(body, logit_bias={"42": 100}, stream=True)
+        status, events, _ = self.client.stream("/v1/completions", forced)
+        code, out, err = run([ARGS.client, "detokenize", "--server", self.server.grpc, "--ids", "42,42,42,42"])
+        self.assertEqual(code, 0, err)
+        self.assertEqual(stream_text(events), out[:-1])
+
     def test_chat_plain_streamed_and_rendered_prompt(self):
         messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there"}]
         body = {"model": "model", "messages": messages, "max_tokens": 16, "temperature": 0, "ignore_eos": True}
@@ -342,7 +362,11 @@ class OpenAiApiTest(unittest.TestCase):
     def test_errors_have_openai_shape_and_status(self):
         cases = [
             ("/v1/completions", None, "{not json", 400, "not valid JSON"),
-            ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 1}}, None, 400, "logit_bias"),
+            ("/v1/completions", {"prompt": "x", "logit_bias": {"five": 1}}, None, 400, "logit_bias"),
+            ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 101}}, None, 400, "logit_bias"),
+            ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 1, "05": 2}}, None, 400, "logit_bias"),
+            ("/v1/completions", {"prompt": "x", "logit_bias": {"99999999": 1}}, None, 400, "vocabulary"),
+            ("/v1/completions", {"prompt": "x", "logit_bias": [5, 1]}, None, 400, "logit_bias"),
             ("/v1/completions", {"prompt": "x", "frobnicate": 1}, None, 400, "frobnicate"),
             ("/v1/completions", {"prompt": "x", "temperature": -1}, None, 400, "temperature"),
             ("/v1/completions", {"prompt": "x", "max_tokens": 100000}, None, 400, "context"),

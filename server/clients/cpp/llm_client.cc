@@ -115,6 +115,18 @@ bool ParseIds(const std::string& text, std::vector<int32_t>* ids) {
   return true;
 }
 
+// "ID:BIAS,ID:BIAS" into the request's logit_bias map.
+bool ParseLogitBias(const std::string& text, v1::SamplingParams* sampling) {
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    const std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(part, absl::MaxSplits(':', 1));
+    int32_t id;
+    float bias;
+    if (!absl::SimpleAtoi(kv.first, &id) || !absl::SimpleAtof(kv.second, &bias)) return false;
+    (*sampling->mutable_logit_bias())[id] = bias;
+  }
+  return true;
+}
+
 std::string FinishReasonName(v1::FinishReason reason) {
   std::string name = v1::FinishReason_Name(reason);
   const std::string prefix = "FINISH_REASON_";
@@ -165,7 +177,7 @@ void Accumulate(const v1::GenerateResponse& part, v1::GenerateResponse* total) {
 int RunGenerate(int argc, char** argv) {
   FlagSet flags("generate", "Generates a continuation of a prompt on an `llm serve` server.", kProgram);
   Connection connection;
-  std::string prompt, prompt_ids, request_id, stop_ids;
+  std::string prompt, prompt_ids, request_id, stop_ids, logit_bias;
   int64_t max_tokens = 16, min_tokens = 0, top_k = 0, seed = 0, logprobs = 0, priority = 0, timeout_ms = 0;
   double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition = 1.0, presence = 0.0, frequency = 0.0;
   bool ignore_eos = false, unary = false, json = false, no_special = false;
@@ -184,6 +196,7 @@ int RunGenerate(int argc, char** argv) {
   flags.Float("presence-penalty", &presence, "penalty on tokens already generated");
   flags.Float("frequency-penalty", &frequency, "penalty per occurrence of a generated token");
   flags.Int("seed", &seed, "random seed (unset: random)");
+  flags.String("logit-bias", &logit_bias, "comma-separated ID:BIAS pairs added to those tokens' logits ([-100, 100])");
   flags.Int("logprobs", &logprobs, "top log-probabilities per token (0-20)");
   flags.StringList("stop", &stop, "stop string");
   flags.String("stop-token-ids", &stop_ids, "comma-separated token ids that end generation");
@@ -218,6 +231,7 @@ int RunGenerate(int argc, char** argv) {
   s->set_presence_penalty(static_cast<float>(presence));
   s->set_frequency_penalty(static_cast<float>(frequency));
   if (flags.IsSet("seed")) s->set_seed(static_cast<uint64_t>(seed));
+  if (!ParseLogitBias(logit_bias, s)) return Usage("--logit-bias: expected comma-separated ID:BIAS pairs");
   v1::StoppingCriteria* st = request.mutable_stopping();
   st->set_max_tokens(static_cast<int32_t>(max_tokens));
   st->set_min_tokens(static_cast<int32_t>(min_tokens));

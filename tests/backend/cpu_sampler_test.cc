@@ -47,11 +47,17 @@ std::vector<double> Expected(const SamplingParams& p, absl::Span<const LogitBias
   return prob;
 }
 
+// One row of kLogits in host memory.
+Buffer KLogitsRow() {
+  Buffer buf = AllocateHost(kVocab * sizeof(float));
+  std::copy(kLogits, kLogits + kVocab, buf.View(DType::kF32, {1, kVocab}).data_as<float>());
+  return buf;
+}
+
 std::vector<int> Histogram(CpuBackend& backend, SamplingParams p, int draws, std::vector<int32_t> output = {},
                            std::vector<LogitBias> biases = {}) {
-  Buffer buf = AllocateHost(kVocab * sizeof(float));
+  Buffer buf = KLogitsRow();
   Tensor logits = buf.View(DType::kF32, {1, kVocab});
-  std::copy(kLogits, kLogits + kVocab, logits.data_as<float>());
   std::vector<int> counts(kVocab, 0);
   for (int i = 0; i < draws; ++i) {
     p.seed = 1000003ull * i + 17;
@@ -120,9 +126,8 @@ TEST_F(CpuSamplerTest, GreedyIsArgmaxAndSeedsReproduce) {
 // Hugging Face's repetition penalty divides positive logits and multiplies negative ones, once
 // per distinct token; presence/frequency subtract per generated occurrence.
 TEST_F(CpuSamplerTest, PenaltiesChangeTheArgmaxAsDefined) {
-  Buffer buf = AllocateHost(kVocab * sizeof(float));
+  Buffer buf = KLogitsRow();
   Tensor logits = buf.View(DType::kF32, {1, kVocab});
-  std::copy(kLogits, kLogits + kVocab, logits.data_as<float>());
   SamplingParams p;
   p.temperature = 0.0f;
   p.repetition_penalty = 1.5f;  // token 5: 3.1 / 1.5 = 2.07 < 2.2 (token 9)
@@ -160,9 +165,8 @@ TEST_F(CpuSamplerTest, LogitBiasShiftsTheDistribution) {
 // Greedy decoding takes the biased argmax; the bias comes before the repetition penalty (vLLM's
 // order); the reported logprob is the raw distribution's.
 TEST_F(CpuSamplerTest, LogitBiasInGreedyDecodingAndBeforePenalties) {
-  Buffer buf = AllocateHost(kVocab * sizeof(float));
+  Buffer buf = KLogitsRow();
   Tensor logits = buf.View(DType::kF32, {1, kVocab});
-  std::copy(kLogits, kLogits + kVocab, logits.data_as<float>());
   SamplingParams p;
   p.temperature = 0.0f;
   SampleResult r;
@@ -187,7 +191,7 @@ TEST_F(CpuSamplerTest, LogitBiasInGreedyDecodingAndBeforePenalties) {
 }
 
 TEST_F(CpuSamplerTest, RejectsOutOfRangeParameters) {
-  Buffer buf = AllocateHost(kVocab * sizeof(float));
+  Buffer buf = KLogitsRow();
   Tensor logits = buf.View(DType::kF32, {1, kVocab});
   SamplingParams p;
   p.top_p = 0.0f;

@@ -73,8 +73,8 @@ absl::Status DecodeStepMessage(const std::string& bytes, StepMessage& m) {
   if (!r.done()) return absl::DataLossError("trailing bytes in step message");
   m.rows.resize(num_rows);
   for (uint32_t i = 0; i < num_rows; ++i)
-    m.rows[i] = {&m.params[i],        m.steps[i], m.prompt_tokens[i], m.output_tokens[i],
-                 m.pending_input_index[i], m.logit_bias[i]};
+    m.rows[i] = {&m.params[i], m.steps[i], m.prompt_tokens[i], m.output_tokens[i], m.pending_input_index[i],
+                 m.logit_bias[i]};
   return absl::OkStatus();
 }
 

@@ -101,7 +101,7 @@ TEST(CudaSamplerTest, MatchesCpuSampler) {
           if (r % 4 == 1) biases[r][r % biases[r].size()].bias = r % 8 == 1 ? 100.0f : -100.0f;
         }
         rows[r] = SampleRow{&params[r % params.size()], static_cast<uint64_t>(trial * 3 + r), prompts[r], outputs[r],
-                            -1,          biases[r]};
+                            -1, biases[r]};
       }
       std::vector<SampleResult> got, want;
       h.Run(logits, vocab, rows, got, want);

@@ -27,6 +27,19 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
   return ids;
 }
 
+// --logit-bias "ID:BIAS,ID:BIAS" (the engine checks the ids and ranges).
+absl::StatusOr<std::vector<LogitBias>> ParseLogitBias(const std::string& text) {
+  std::vector<LogitBias> biases;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    const std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(part, absl::MaxSplits(':', 1));
+    LogitBias b;
+    if (!absl::SimpleAtoi(kv.first, &b.token) || !absl::SimpleAtof(kv.second, &b.bias))
+      return absl::InvalidArgumentError(absl::StrCat("--logit-bias: '", std::string(part), "' is not ID:BIAS"));
+    biases.push_back(b);
+  }
+  return biases;
+}
+
 // Collects a request's outputs from the engine thread for the main thread.
 class OutputQueue {
  public:
@@ -60,7 +73,7 @@ int RunGenerate(int argc, char** argv) {
   FlagSet flags("generate", "Generates a continuation of a prompt with a local model.");
   ModelFlags model;
   model.Register(flags);
-  std::string prompt, prompt_ids;
+  std::string prompt, prompt_ids, logit_bias;
   int64_t max_tokens = 16, min_tokens = 0, top_k = 0, seed = 0, logprobs = 0;
   double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0, presence = 0.0, frequency = 0.0;
   bool ignore_eos = false, json = false, no_special = false;
@@ -78,6 +91,7 @@ int RunGenerate(int argc, char** argv) {
   flags.Float("presence-penalty", &presence, "penalty on tokens already generated");
   flags.Float("frequency-penalty", &frequency, "penalty per occurrence of a generated token");
   flags.Int("seed", &seed, "random seed (same seed, same output)");
+  flags.String("logit-bias", &logit_bias, "comma-separated ID:BIAS pairs added to those tokens' logits ([-100, 100])");
   flags.Int("logprobs", &logprobs, "top log-probabilities to report per token (0-20)");
   flags.StringList("stop", &stop, "stop string");
   flags.Bool("ignore-eos", &ignore_eos, "keep generating past the end-of-sequence token");
@@ -90,6 +104,9 @@ int RunGenerate(int argc, char** argv) {
   if (model.ModelDir().empty()) return Fail(absl::InvalidArgumentError("--model is required"), 2);
 
   GenerateRequest request;
+  auto biases = ParseLogitBias(logit_bias);
+  if (!biases.ok()) return Fail(biases.status(), 2);
+  request.logit_bias = std::move(*biases);
   if (flags.IsSet("prompt-ids")) {
     auto ids = ParseIds(prompt_ids);
     if (!ids.ok()) return Fail(ids.status(), 2);

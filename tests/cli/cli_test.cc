@@ -94,6 +94,17 @@ TEST(CliGenerateTest, TopKMinusOneIsOffAndPlainOutputKeepsIdsAndLogprobs) {
   EXPECT_EQ(LastJsonLine(plain.out)["logprobs"].size(), 6u) << plain.out;
 }
 
+// --logit-bias: +100 on a token makes greedy decoding emit it at every step.
+TEST(CliGenerateTest, LogitBiasForcesAToken) {
+  RunResult r = RunLlm(absl::StrCat("generate --model ", Model("llama-tiny"),
+                                    " --prompt-ids 1,5,9 --max-tokens 5 --temperature 0 --ignore-eos --json "
+                                    "--logit-bias 7:100,3:-2.5"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = LastJsonLine(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["token_ids"].get<std::vector<int32_t>>(), std::vector<int32_t>(5, 7));
+}
+
 TEST(CliTest, VersionEverywhere) {
   for (const char* args : {"--version", "serve --version", "generate --version", "loadtest --version"}) {
     RunResult r = RunLlm(args);
@@ -194,6 +205,8 @@ TEST(CliErrorsTest, BadUsageExitsTwoWithMessage) {
        "--quantization: unknown quantization 'int3'"},
       {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --kv-cache-dtype fp4",
        "--kv-cache-dtype: unknown KV cache dtype 'fp4'"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --logit-bias 5", "'5' is not ID:BIAS"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --logit-bias 5:200", "must be in [-100, 100]"},
       {"tokenize --text hi", "--tokenizer (or --model) is required"},
       {"tokenize --tokenizer x", "exactly one of --text"},
   };

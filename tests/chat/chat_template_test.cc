@@ -2,6 +2,7 @@
 // exactly the text and token ids of the references (tests/data/chat/references.json, made by
 // tests/data/chat/make_references.py with transformers' rendering and Hugging Face tokenizers),
 // or a template error of the same class. Also: how ChatTemplate finds a model's template.
+#include <unistd.h>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -102,7 +103,8 @@ class ModelDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("chat_model_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("chat_model_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }

@@ -3,6 +3,7 @@
 // tests/data/chat/jinja_cases.txt (every construct, filter, test and method) and random
 // expression and whitespace-control cases must give identical output, or errors of the same
 // class. jinja2 runs at test time; without python3 and jinja2 the test fails.
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -203,8 +204,8 @@ Json RunReference(const std::vector<Case>& cases) {
   Json input;
   input["cases"] = Json::array();
   for (const Case& c : cases) input["cases"].push_back({{"template", c.source}, {"context", c.context}});
-  const std::string in_path = ::testing::TempDir() + "/jinja_cases_in.json";
-  const std::string out_path = ::testing::TempDir() + "/jinja_cases_out.json";
+  const std::string in_path = ::testing::TempDir() + "/jinja_cases_in_" + std::to_string(getpid()) + ".json";
+  const std::string out_path = ::testing::TempDir() + "/jinja_cases_out_" + std::to_string(getpid()) + ".json";
   std::ofstream(in_path) << input.dump();
   const std::string cmd = std::string(LLM_PYTHON3) + " " + LLM_SOURCE_DIR + "/tests/chat/jinja_reference.py < " +
                           in_path + " > " + out_path;

@@ -1,7 +1,9 @@
 // The `llm` binary as users and other checks call it: exit codes, --json contract, error messages.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -23,8 +25,27 @@ struct RunResult {
   std::string err;  // stderr
 };
 
+// This process's own folder under the test temp dir, removed at exit: two runs of the suite on
+// one machine (two CI jobs, or a developer's run beside one) must not share files.
+const std::string& ScratchDir();
+void RemoveScratchDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(ScratchDir(), ignored);
+}
+const std::string& ScratchDir() {
+  static const std::string dir = [] {
+    std::string d = absl::StrCat(::testing::TempDir(), "/cli_test_", getpid());
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  // Registered once `dir` is constructed, so the handler runs before `dir` is destroyed.
+  static const bool cleanup_registered = std::atexit(RemoveScratchDir) == 0;
+  (void)cleanup_registered;
+  return dir;
+}
+
 RunResult RunLlm(const std::string& args) {
-  const std::string err_file = ::testing::TempDir() + "/cli_stderr.txt";
+  const std::string err_file = ScratchDir() + "/cli_stderr.txt";
   const std::string cmd = absl::StrCat(LLM_BINARY_DIR, "/bin/llm ", args, " 2>", err_file);
   RunResult r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -252,7 +273,7 @@ TEST(CliErrorsTest, MalformedConfigsExitTwoNamingTheKey) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "malformed-config";
+    const std::filesystem::path dir = std::filesystem::path(ScratchDir()) / "malformed-config";
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     nlohmann::json config = nlohmann::json::parse(std::ifstream(Model("llama-tiny") + "/config.json"));
@@ -273,7 +294,7 @@ TEST(CliErrorsTest, CorruptModelExitsOneNamingTheProblem) {
   RunResult r;
 
   // A copy of a fixture with a truncated weights file.
-  const std::string dir = ::testing::TempDir() + "/truncated-model";
+  const std::string dir = ScratchDir() + "/truncated-model";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(Model("llama-tiny") + "/config.json", dir + "/config.json");
@@ -305,7 +326,7 @@ TEST(CliTest, HelpOnEverySubcommand) {
 TEST(CliTokenizeTest, JsonlMatchesReferenceCases) {
   std::ifstream in(std::string(LLM_TEST_DATA_DIR) + "/tokenizers/llama3-cases.json");
   nlohmann::json cases = nlohmann::json::parse(in)["cases"];
-  const std::string input = ::testing::TempDir() + "/cases.jsonl";
+  const std::string input = ScratchDir() + "/cases.jsonl";
   {
     std::ofstream out(input);
     for (const auto& c : cases) out << nlohmann::json(c["text"].get<std::string>()).dump() << "\n";
@@ -327,7 +348,7 @@ TEST(CliTokenizeTest, JsonlMatchesReferenceCases) {
 // llm chat-template: the contract tests use. One JSON line with the text and ids (no BOS added
 // twice); template errors and usage errors exit 2 with the message.
 TEST(CliChatTemplateTest, RendersTextAndIdsAndReportsErrors) {
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = ScratchDir();
   const std::string tmpl = dir + "/cli_chat.jinja";
   std::ofstream(tmpl) << "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
                          "{% if add_generation_prompt %}assistant:{% endif %}";

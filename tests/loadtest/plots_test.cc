@@ -2,6 +2,7 @@
 // still written (the GPU machines have no gnuplot; their plots are drawn afterwards elsewhere).
 #include "server/loadtest/plots.h"
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 
@@ -12,7 +13,7 @@ namespace {
 
 TEST(PlotsTest, ScriptsAndDataWrittenWhenGnuplotIsMissing) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(::testing::TempDir()) / "plots_without_gnuplot";
+  const fs::path dir = fs::path(::testing::TempDir()) / ("plots_without_gnuplot_" + std::to_string(getpid()));
   fs::remove_all(dir);
   std::vector<PlotRun> runs;
   for (int level = 1; level <= 3; ++level) {
@@ -44,7 +45,7 @@ TEST(PlotsTest, ScriptsAndDataWrittenWhenGnuplotIsMissing) {
 // legends sit below the panels.
 TEST(PlotsTest, AllAtOnceAtTheRightEndAndSlaLinesLabelled) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(::testing::TempDir()) / "plots_all_at_once";
+  const fs::path dir = fs::path(::testing::TempDir()) / ("plots_all_at_once_" + std::to_string(getpid()));
   fs::remove_all(dir);
   std::vector<PlotRun> runs;
   for (double rate : {4.0, 2.0, 0.0}) {

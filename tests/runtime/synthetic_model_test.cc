@@ -2,6 +2,7 @@
 // checkpoints covering what the fixtures do not: MQA, odd and non-power-of-two sizes, head_dim
 // unrelated to hidden/heads, every bias, q/k norms, sliding windows, llama3 rope scaling, tied
 // embeddings, fp16/bf16 storage and sharded files.
+#include <unistd.h>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -61,7 +62,7 @@ class SyntheticModelTest : public ::testing::TestWithParam<Case> {};
 TEST_P(SyntheticModelTest, LogitsMatchFloat64Reference) {
   const SyntheticSpec& spec = GetParam().spec;
   const auto model = testing::MakeSynthetic(spec);
-  const std::string dir = ::testing::TempDir() + "/synthetic_" + GetParam().name;
+  const std::string dir = ::testing::TempDir() + "/synthetic_" + GetParam().name + "_" + std::to_string(getpid());
   testing::WriteCheckpoint(dir, model);
 
   auto config = LoadModelConfig(dir);

@@ -2,6 +2,7 @@
 // same tokens as Generate on the ids the template gives (rendered and encoded here with the same
 // ChatTemplate and tokenizer), and bad conversations or templates are INVALID_ARGUMENT or
 // FAILED_PRECONDITION with a message.
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 
@@ -21,7 +22,7 @@ constexpr char kTemplate[] =
     "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
 
 std::string TemplateFile() {
-  const std::string path = ::testing::TempDir() + "/chat_test_template.jinja";
+  const std::string path = ::testing::TempDir() + "/chat_test_template_" + std::to_string(getpid()) + ".jinja";
   std::ofstream(path) << kTemplate;
   return path;
 }

@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/core/dtype.h"
+#include "kernels/core/status.h"
 #include "engine/backend/backend_factory.h"
 #include "parallel/nccl_communicator.h"
 
@@ -69,6 +71,19 @@ absl::Status ModelFlags::Validate() const {
         absl::StrCat("--gpu-memory-fraction must be in (0, 1], got ", gpu_memory_fraction));
   if (comm_timeout_s < 1) return absl::InvalidArgumentError("--comm-timeout-s must be at least 1");
   if (tp < 1 || pp < 1 || tp > 4096 || pp > 4096) return absl::InvalidArgumentError("--tp and --pp must be positive");
+  if (dtype != "auto" && !ParseDType(dtype).ok())
+    return absl::InvalidArgumentError(absl::StrCat("--dtype must be auto, bf16, fp16 or fp32, got '", dtype, "'"));
+  auto in_range = [](const char* flag, int64_t v, int64_t lo, int64_t hi, const char* note) -> absl::Status {
+    if (v >= lo && v <= hi) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be in [", lo, ", ", hi, "]", note, ", got ", v));
+  };
+  RETURN_IF_ERROR(in_range("threads", threads, 0, 4096, " (0: all cores)"));
+  RETURN_IF_ERROR(in_range("max-seqs", max_seqs, 0, 65536, " (0: from the device and the KV cache)"));
+  RETURN_IF_ERROR(in_range("max-tokens-per-step", max_tokens_per_step, 0, int64_t{1} << 20, " (0: the default)"));
+  RETURN_IF_ERROR(in_range("kv-cache-blocks", kv_cache_blocks, 0, int64_t{1} << 30, " (0: from --kv-cache-fraction)"));
+  RETURN_IF_ERROR(in_range("block-size", block_size, 1, 4096, ""));
+  if (!(kv_cache_fraction > 0.0 && kv_cache_fraction <= 1.0))
+    return absl::InvalidArgumentError(absl::StrCat("--kv-cache-fraction must be in (0, 1], got ", kv_cache_fraction));
   if (max_context < 0 || max_context > kMaxContextLength)
     return absl::InvalidArgumentError(
         absl::StrCat("--max-context must be in [0, ", kMaxContextLength, "] (0: the model's), got ", max_context));

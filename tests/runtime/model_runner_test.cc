@@ -160,6 +160,30 @@ std::string ParamName(const ::testing::TestParamInfo<const char*>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureModelTest, ::testing::ValuesIn(testing::kFixtureModels), ParamName);
+
+// Options the runner cannot work with are refused with a status, never a crash (a block size of 0
+// divided by zero before this check).
+TEST(ModelRunnerOptionsTest, OutOfRangeOptionsAreRefused) {
+  const std::string dir = testing::ModelDir("llama-tiny");
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok());
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  auto refused = [&](auto mutate, const std::string& text) {
+    ModelRunnerOptions options;
+    options.limits.max_tokens = 64;
+    options.limits.max_seqs = 4;
+    options.max_context = 128;
+    mutate(options);
+    auto runner = ModelRunner::Create(*config, **ckpt, std::make_unique<CpuBackend>(1), nullptr, options);
+    ASSERT_FALSE(runner.ok()) << text;
+    EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(runner.status().message()).find(text), std::string::npos) << runner.status();
+  };
+  refused([](ModelRunnerOptions& o) { o.block_size = 0; }, "KV block size must be at least 1");
+  refused([](ModelRunnerOptions& o) { o.kv_cache_fraction = 1.5; }, "KV cache fraction must be in (0, 1]");
+  refused([](ModelRunnerOptions& o) { o.num_kv_blocks = -2; }, "KV cache blocks must be >= 0");
+}
 // Every FP8 layout, loaded as published (E4M3 weights and their scales) and computed on the
 // dequantized weights with float32 inputs and a float32 KV cache: the references' own math.
 INSTANTIATE_TEST_SUITE_P(Fp8Fixtures, FixtureModelTest, ::testing::ValuesIn(testing::kFp8FixtureModels), ParamName);

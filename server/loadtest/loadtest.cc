@@ -34,7 +34,12 @@ std::string RateLabel(double rate) {
 absl::Status Validate(const LoadtestConfig& c) {
   if (c.backend != "grpc" && c.backend != "openai" && c.backend != "openai-chat")
     return absl::InvalidArgumentError("--backend is grpc, openai or openai-chat");
-  if (c.num_requests <= 0 && c.duration <= absl::ZeroDuration())
+  if (c.num_requests < 0)
+    return absl::InvalidArgumentError(absl::StrCat("--num-requests must be >= 0 (0: as many as --duration takes), got ",
+                                                   c.num_requests));
+  if (c.connections < 1)
+    return absl::InvalidArgumentError(absl::StrCat("--connections must be at least 1, got ", c.connections));
+  if (c.num_requests == 0 && c.duration <= absl::ZeroDuration())
     return absl::InvalidArgumentError("give --num-requests or --duration");
   if (c.rates.size() > 1 && c.concurrencies.size() > 1)
     return absl::InvalidArgumentError("sweep either --rate or --concurrency, not both");

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace llm::cli {
 
@@ -126,6 +127,19 @@ std::optional<int> HandleParse(FlagSet& flags, int argc, char** argv) {
     return 0;
   }
   return std::nullopt;
+}
+
+absl::StatusOr<std::vector<std::pair<int32_t, float>>> ParseLogitBiasFlag(const std::string& text) {
+  std::vector<std::pair<int32_t, float>> biases;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    const std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(part, absl::MaxSplits(':', 1));
+    int32_t token;
+    float bias;
+    if (!absl::SimpleAtoi(kv.first, &token) || !absl::SimpleAtof(kv.second, &bias))
+      return absl::InvalidArgumentError(absl::StrCat("--logit-bias: '", std::string(part), "' is not ID:BIAS"));
+    biases.emplace_back(token, bias);
+  }
+  return biases;
 }
 
 }  // namespace llm::cli

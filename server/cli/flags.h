@@ -7,9 +7,11 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace llm::cli {
 
@@ -60,5 +62,9 @@ std::string VersionString();
 // a hint on a bad flag (exit 2).
 // Returns std::nullopt when the command should go on.
 std::optional<int> HandleParse(FlagSet& flags, int argc, char** argv);
+
+// The value of --logit-bias ("ID:BIAS,ID:BIAS"), in order, duplicates kept: token ids and their
+// ranges are the engine's to check. InvalidArgument names the piece that is not ID:BIAS.
+absl::StatusOr<std::vector<std::pair<int32_t, float>>> ParseLogitBiasFlag(const std::string& text);
 
 }  // namespace llm::cli

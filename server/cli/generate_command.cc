@@ -27,19 +27,6 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
   return ids;
 }
 
-// --logit-bias "ID:BIAS,ID:BIAS" (the engine checks the ids and ranges).
-absl::StatusOr<std::vector<LogitBias>> ParseLogitBias(const std::string& text) {
-  std::vector<LogitBias> biases;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    const std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(part, absl::MaxSplits(':', 1));
-    LogitBias b;
-    if (!absl::SimpleAtoi(kv.first, &b.token) || !absl::SimpleAtof(kv.second, &b.bias))
-      return absl::InvalidArgumentError(absl::StrCat("--logit-bias: '", std::string(part), "' is not ID:BIAS"));
-    biases.push_back(b);
-  }
-  return biases;
-}
-
 // Collects a request's outputs from the engine thread for the main thread.
 class OutputQueue {
  public:
@@ -104,9 +91,9 @@ int RunGenerate(int argc, char** argv) {
   if (model.ModelDir().empty()) return Fail(absl::InvalidArgumentError("--model is required"), 2);
 
   GenerateRequest request;
-  auto biases = ParseLogitBias(logit_bias);
+  auto biases = ParseLogitBiasFlag(logit_bias);
   if (!biases.ok()) return Fail(biases.status(), 2);
-  request.logit_bias = std::move(*biases);
+  for (const auto& [token, bias] : *biases) request.logit_bias.push_back({token, bias});
   if (flags.IsSet("prompt-ids")) {
     auto ids = ParseIds(prompt_ids);
     if (!ids.ok()) return Fail(ids.status(), 2);

@@ -5,9 +5,9 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "engine/backend/backend_factory.h"
 #include "kernels/core/dtype.h"
 #include "kernels/core/status.h"
-#include "engine/backend/backend_factory.h"
 #include "parallel/nccl_communicator.h"
 
 namespace llm::cli {

@@ -28,6 +28,7 @@ namespace {
 
 using llm::cli::FlagSet;
 using llm::cli::HandleParse;
+using llm::cli::ParseLogitBiasFlag;
 namespace v1 = llm::v1;
 
 constexpr char kProgram[] = "llm_client";
@@ -111,18 +112,6 @@ bool ParseIds(const std::string& text, std::vector<int32_t>* ids) {
     int32_t id;
     if (!absl::SimpleAtoi(part, &id)) return false;
     ids->push_back(id);
-  }
-  return true;
-}
-
-// "ID:BIAS,ID:BIAS" into the request's logit_bias map.
-bool ParseLogitBias(const std::string& text, v1::SamplingParams* sampling) {
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    const std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(part, absl::MaxSplits(':', 1));
-    int32_t id;
-    float bias;
-    if (!absl::SimpleAtoi(kv.first, &id) || !absl::SimpleAtof(kv.second, &bias)) return false;
-    (*sampling->mutable_logit_bias())[id] = bias;
   }
   return true;
 }
@@ -231,7 +220,11 @@ int RunGenerate(int argc, char** argv) {
   s->set_presence_penalty(static_cast<float>(presence));
   s->set_frequency_penalty(static_cast<float>(frequency));
   if (flags.IsSet("seed")) s->set_seed(static_cast<uint64_t>(seed));
-  if (!ParseLogitBias(logit_bias, s)) return Usage("--logit-bias: expected comma-separated ID:BIAS pairs");
+  auto biases = ParseLogitBiasFlag(logit_bias);
+  if (!biases.ok()) return Usage(std::string(biases.status().message()));
+  for (const auto& [token, bias] : *biases)  // the request's map cannot hold a token twice
+    if (!s->mutable_logit_bias()->insert({token, bias}).second)
+      return Usage(absl::StrCat("--logit-bias names token ", token, " twice"));
   v1::StoppingCriteria* st = request.mutable_stopping();
   st->set_max_tokens(static_cast<int32_t>(max_tokens));
   st->set_min_tokens(static_cast<int32_t>(min_tokens));

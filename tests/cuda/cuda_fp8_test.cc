@@ -297,10 +297,10 @@ TEST_P(CudaFp8Test, WgmmaGemmEveryRowCountAndShape) {
   gpu_->mutable_options().dtype = dtype_;
 }
 
-// The warpgroup GEMM is as accurate as cuBLASLt's FP8 GEMM: both against the CPU's W8A8
-// emulation (float32 sums of the same quantized operands) on the same inputs, K from one stage to
-// many (the tensor cores keep fewer bits than float32 while they sum E4M3 products; both kernels
-// add their MMAs' sums into float32 totals every few MMAs).
+// The warpgroup GEMM is as accurate as cuBLASLt's FP8 GEMM with promoted sums: both against the
+// CPU's W8A8 emulation (float32 sums of the same quantized operands) on the same inputs, K from
+// one stage to many (the tensor cores keep fewer bits than float32 while they sum E4M3 products;
+// both kernels add their MMAs' sums into float32 totals every few MMAs).
 TEST_P(CudaFp8Test, WgmmaAsAccurateAsCublas) {
   struct Shape3 {
     int64_t m, n, k;
@@ -322,6 +322,7 @@ TEST_P(CudaFp8Test, WgmmaAsAccurateAsCublas) {
       o.gemv_max_rows = 0;
       o.gemm_few_rows_max_rows = 0;
       o.gemm_fp8_wgmma_max_rows = wgmma ? 64 : 0;
+      o.fp8_fast_accumulation = false;
       OwnedTensor out = MakeTensor(*gpu_, dtype_, {s.m, s.n});
       gpu_->StartOpTiming();
       ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, out.t).ok());
@@ -333,6 +334,54 @@ TEST_P(CudaFp8Test, WgmmaAsAccurateAsCublas) {
     std::printf("[wgmma vs cublasLt] %lldx%lldx%lld: relative error %.3g against %.3g\n", static_cast<long long>(s.m),
                 static_cast<long long>(s.n), static_cast<long long>(s.k), err[1], err[0]);
     EXPECT_LE(err[1], 1.25 * err[0] + 1e-5) << s.m << "x" << s.n << "x" << s.k;
+  }
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
+}
+
+// cuBLASLt's fast accumulation (the default for per-channel x per-token scales: the E4M3 products
+// summed in the tensor cores over the whole K) costs a small part of what the recipe's own
+// activation rounding costs: against the CPU's float32 sums of the same quantized operands, its
+// error stays under a quarter of the distance between those sums and the float32 sums of the
+// unrounded activations, at the 8B shapes' K (4096, 14336) and row counts of prefill and large
+// decode batches.
+TEST_P(CudaFp8Test, CublasFastAccumulationCostsLittleAgainstTheActivationRounding) {
+  struct Shape3 {
+    int64_t m, n, k;
+  };
+  const Shape3 shapes[] = {{96, 1024, 4096}, {256, 512, 14336}, {600, 384, 4096}, {65, 256, 2048}};
+  const StorageFormat f = StorageFormat::Fp8(ScaleGranularity::kChannel);
+  for (const Shape3& s : shapes) {
+    const Fp8Weight q = Quantize(RandomVec(rng_, s.n * s.k, -0.5f, 0.5f), s.n, s.k, f);
+    const std::vector<float> x = Rand(s.m * s.k, -2.0f, 2.0f);
+    DeviceLinear g = Place(*gpu_, dtype_, q, s.n, s.k, {}, ActivationQuant::kDynamicPerToken, 0);
+    DeviceLinear h = Place(cpu_, DType::kF32, q, s.n, s.k, {}, ActivationQuant::kDynamicPerToken, 0);
+    OwnedTensor gx = Upload(*gpu_, dtype_, {s.m, s.k}, x), hx = Upload(cpu_, DType::kF32, {s.m, s.k}, x);
+    OwnedTensor w8a8 = MakeTensor(cpu_, DType::kF32, {s.m, s.n}), w8a16 = MakeTensor(cpu_, DType::kF32, {s.m, s.n});
+    ASSERT_TRUE(cpu_w8a8_->Linear(hx.t, h.lw, w8a8.t).ok());
+    ASSERT_TRUE(cpu_.Linear(hx.t, h.lw, w8a16.t).ok());
+    const std::vector<float> reference = Download(cpu_, w8a8.t);
+    const double activation_rounding = RelErr(Download(cpu_, w8a16.t), reference);
+    double err[2];
+    for (int fast = 0; fast < 2; ++fast) {
+      CudaBackendOptions& o = gpu_->mutable_options();
+      o.gemv_max_rows = 0;
+      o.gemm_few_rows_max_rows = 0;
+      o.gemm_fp8_wgmma_max_rows = 0;
+      o.fp8_fast_accumulation = fast != 0;
+      OwnedTensor out = MakeTensor(*gpu_, dtype_, {s.m, s.n});
+      gpu_->StartOpTiming();
+      ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, out.t).ok());
+      auto ops = gpu_->CollectOpTimings();
+      ASSERT_TRUE(ops.ok() && !ops->empty());
+      EXPECT_NE(ops->back().op.find("cublasLt"), std::string::npos) << ops->back().op;
+      err[fast] = RelErr(Download(*gpu_, out.t), reference);
+    }
+    std::printf("[fast accumulation] %lldx%lldx%lld: relative error %.3g (promoted %.3g); activation rounding %.3g\n",
+                static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), err[1], err[0],
+                activation_rounding);
+    EXPECT_LE(err[1], 0.25 * activation_rounding) << s.m << "x" << s.n << "x" << s.k;
+    EXPECT_LE(err[0], 1.05 * err[1] + 1e-6) << "promoted sums should not be the less accurate";
   }
   gpu_->mutable_options() = CudaBackendOptions{};
   gpu_->mutable_options().dtype = dtype_;

@@ -224,6 +224,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (const char* v = std::getenv("LLM_GEMM_FP8_WGMMA"); v != nullptr) impl->options.gemm_fp8_wgmma_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_FP8_FUSED_QUANT"); v != nullptr && v[0] == '0')
     impl->options.fuse_fp8_input_quant = false;
+  if (const char* v = std::getenv("LLM_FP8_FAST_ACCUM"); v != nullptr && v[0] == '0')
+    impl->options.fp8_fast_accumulation = false;
   if (const char* v = std::getenv("LLM_FUSE_GATE_UP_SILU"); v != nullptr && v[0] == '0')
     impl->options.fuse_gate_up_silu = false;
   if (const char* v = std::getenv("LLM_ATTENTION_SPLITS"); v != nullptr) impl->options.attention_splits = std::atoi(v);
@@ -524,6 +526,7 @@ LinearContext CudaBackend::linear_context() const {
   ctx.capturing = impl_->capturing;
   ctx.timing = impl_->timing;
   ctx.tuning_pass = impl_->tuning_pass;
+  ctx.fp8_fast_accumulation = impl_->options.fp8_fast_accumulation;
   return ctx;
 }
 

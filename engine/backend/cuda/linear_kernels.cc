@@ -222,9 +222,10 @@ int64_t Fp8ChunkRows(const LinearCall& c, const CublasFp8Modes& modes, const Lin
 }
 
 // The FP8 GEMM of x's rows [r0, r0 + rows), quantized into `q` (E4M3) with `scales`.
-cuda::Fp8GemmArgs Fp8ArgsFor(const LinearCall& c, const CublasFp8Modes& modes, const void* q, const float* scales,
-                             int64_t r0, int64_t rows) {
+cuda::Fp8GemmArgs Fp8ArgsFor(const LinearCall& c, const LinearContext& ctx, const CublasFp8Modes& modes, const void* q,
+                             const float* scales, int64_t r0, int64_t rows) {
   cuda::Fp8GemmArgs a;
+  a.fast_accumulation = ctx.fp8_fast_accumulation;
   a.x = q;
   a.w = c.w->weight.data();
   a.x_scale = modes.quantize == cuda::Fp8ActivationScaling::kStatic ? c.w->input_scale.data_as<const float>() : scales;
@@ -258,7 +259,7 @@ std::optional<cuda::Fp8GemmArgs> FirstFp8Chunk(const LinearCall& c, const Linear
   const int64_t rows = std::min<int64_t>(c.m, Fp8ChunkRows(c, *modes, ctx));
   if (rows < 1) return std::nullopt;
   const Fp8Chunk chunk = Fp8ChunkAt(c, ctx, rows);
-  return Fp8ArgsFor(c, *modes, chunk.q, chunk.scales, 0, rows);
+  return Fp8ArgsFor(c, ctx, *modes, chunk.q, chunk.scales, 0, rows);
 }
 
 // The call's FP8 GEMMs, planned (cuBLASLt's heuristic asked) but not run: every row at once where
@@ -483,7 +484,7 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
       RETURN_IF_ERROR(cuda::LaunchQuantizeFp8(c.act, static_cast<const char*>(c.x.data()) + r0 * c.k * in_bytes,
                                               chunk.q, chunk.scales, mc, c.k, modes->quantize, static_scale,
                                               ctx.stream, options_.programmatic_launch));
-    const cuda::Fp8GemmArgs a = Fp8ArgsFor(c, *modes, chunk.q, chunk.scales, r0, mc);
+    const cuda::Fp8GemmArgs a = Fp8ArgsFor(c, ctx, *modes, chunk.q, chunk.scales, r0, mc);
     if (choice.kernel == LinearKernel::kFp8Wgmma) {
       cuda::GemmFp8WgmmaOptions wo;
       wo.pdl = options_.programmatic_launch;

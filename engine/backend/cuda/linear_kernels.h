@@ -83,6 +83,7 @@ struct LinearContext {
   bool capturing = false;    // a graph capture is open: nothing may be timed
   bool timing = false;       // per-op timing is on: nothing may be timed either
   bool tuning_pass = false;  // Backend::SetTuningPass
+  bool fp8_fast_accumulation = false;  // CudaBackendOptions::fp8_fast_accumulation
   // kGemmFewRows's and kFp8Wgmma's float32 sums of tiles that straddle blocks (zero between calls).
   void* few_rows_workspace = nullptr;
   size_t few_rows_workspace_bytes = 0;

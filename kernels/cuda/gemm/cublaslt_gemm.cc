@@ -51,6 +51,7 @@ struct Plan {
 
 constexpr int kMaxCandidates = 32;
 constexpr int kFp8Tag = 1000;  // PlanKey's dtype slot for FP8 plans: kFp8Tag + scale modes
+constexpr int kFp8FastAccumulation = 64;  // added to an FP8 plan's modes: fast accumulation
 
 cublasLtMatmulMatrixScale_t CublasScaleMode(Fp8ScaleMode m) {
   switch (m) {
@@ -63,6 +64,14 @@ cublasLtMatmulMatrixScale_t CublasScaleMode(Fp8ScaleMode m) {
 }
 
 using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, int, bool, uint32_t, uint32_t, uint32_t, uint32_t, int64_t>;
+
+// An FP8 plan's modes: the scale modes, and fast accumulation where the scales allow it (they must
+// not change along K).
+int Fp8PlanModes(const Fp8GemmArgs& a) {
+  const bool blocked = a.w_mode == Fp8ScaleMode::kBlock128 || a.x_mode == Fp8ScaleMode::kVector128;
+  return static_cast<int>(a.x_mode) * 8 + static_cast<int>(a.w_mode) +
+         (a.fast_accumulation && !blocked ? kFp8FastAccumulation : 0);
+}
 
 }  // namespace
 
@@ -89,8 +98,8 @@ struct CublasLtGemm::Impl {
     return absl::OkStatus();
   }
 
-  // FP8 plans: the scale modes are part of the key (as x_mode * 8 + w_mode, in the dtype slot's
-  // place beside kFp8Tag).
+  // FP8 plans: the scale modes are part of the key (as x_mode * 8 + w_mode, plus
+  // kFp8FastAccumulation, in the dtype slot's place beside kFp8Tag).
   absl::StatusOr<Plan*> GetPlan(DType dtype, DType out_dtype, const void* x, const void* w, const void* bias,
                                 void* out, int64_t m, int64_t n, int64_t k, int fp8_modes = -1, int64_t ldc = 0) {
     if (ldc <= 0) ldc = n;
@@ -127,7 +136,12 @@ struct CublasLtGemm::Impl {
     if (fp8) {
       // A is the weight, B the activations (see the layouts below): the modes go with them.
       const cublasLtMatmulMatrixScale_t a_mode = CublasScaleMode(static_cast<Fp8ScaleMode>(fp8_modes % 8));
-      const cublasLtMatmulMatrixScale_t b_mode = CublasScaleMode(static_cast<Fp8ScaleMode>(fp8_modes / 8));
+      const cublasLtMatmulMatrixScale_t b_mode = CublasScaleMode(static_cast<Fp8ScaleMode>(fp8_modes / 8 % 8));
+      if (fp8_modes & kFp8FastAccumulation) {
+        const int8_t fast = 1;
+        CUBLAS_RETURN_IF_ERROR(
+            cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+      }
       CUBLAS_RETURN_IF_ERROR(
           cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
       CUBLAS_RETURN_IF_ERROR(
@@ -201,14 +215,14 @@ absl::Status CublasLtGemm::PlanFp8(const Fp8GemmArgs& a) {
       (a.out_dtype != DType::kBF16 && a.out_dtype != DType::kF16))
     return absl::UnimplementedError(absl::StrCat("Linear: no FP8 GEMM for m ", a.m, " n ", a.n, " k ", a.k, " -> ",
                                                  std::string(DTypeName(a.out_dtype))));
-  const int modes = static_cast<int>(a.x_mode) * 8 + static_cast<int>(a.w_mode);
+  const int modes = Fp8PlanModes(a);
   return impl_->GetPlan(DType::kU8, a.out_dtype, a.x, a.w, a.bias, a.out, a.m, a.n, a.k, modes).status();
 }
 
 absl::Status CublasLtGemm::RunFp8(const Fp8GemmArgs& a, Stream stream) {
   if (a.m == 0) return absl::OkStatus();
   RETURN_IF_ERROR(PlanFp8(a));
-  const int modes = static_cast<int>(a.x_mode) * 8 + static_cast<int>(a.w_mode);
+  const int modes = Fp8PlanModes(a);
   ASSIGN_OR_RETURN(Plan* plan, impl_->GetPlan(DType::kU8, a.out_dtype, a.x, a.w, a.bias, a.out, a.m, a.n, a.k, modes));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.w_scale,
                                                         sizeof(a.w_scale)));

@@ -30,6 +30,12 @@ struct Fp8GemmArgs {
   void* out = nullptr;
   DType out_dtype = DType::kBF16;
   int64_t m = 0, n = 0, k = 0;
+  // cuBLASLt: with per-tensor or per-channel x per-token scales, sum the E4M3 products in the
+  // tensor cores' accumulator over the whole K (its FAST_ACCUM) instead of promoting the partial
+  // sums to float32 registers every few K steps. Ignored for the 128-column block and group scales
+  // (their scales change along K, so those forms always promote) and by the warpgroup GEMM
+  // (which always promotes).
+  bool fast_accumulation = false;
 };
 
 }  // namespace llm::cuda

@@ -2,11 +2,11 @@
 // engine's scale modes (per-channel weight, per-token input: "outer vector") against per-tensor
 // ("scalar") scale modes, whose algorithms include split-K forms, each with cuBLASLt's default
 // accumulation (promoted to float32 every few K steps) and with its fast accumulation; and the
-// warpgroup GEMM (gemm_fp8_wgmma.cu, which takes up to 64
-// rows). Weight copies rotate so that no call finds its weight in L2. --graphs instead times
-// cuBLASLt's first pick and the warpgroup GEMM back to back in a CUDA graph (no launch gaps or
-// event overhead, as in a decode step without PDL) and prints, for one call of the warpgroup GEMM,
-// when its blocks entered, saw their first stage, finished their last MMAs and exited.
+// warpgroup GEMM (gemm_fp8_wgmma.cu, which takes up to 64 rows). Weight copies rotate so that no
+// call finds its weight in L2. --graphs instead times cuBLASLt's first pick and the warpgroup GEMM
+// back to back in a CUDA graph (no launch gaps or event overhead, as in a decode step without PDL)
+// and prints, for one call of the warpgroup GEMM, when its blocks entered, saw their first stage,
+// finished their last MMAs and exited.
 //
 //   fp8_gemm_bench [--rows 32,64,128,256,512] [--reps 20] [--candidates 16] [--only gate_up] [--graphs]
 //                  [--out FILE.md]

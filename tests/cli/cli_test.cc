@@ -238,6 +238,8 @@ TEST(CliErrorsTest, BadUsageExitsTwoWithMessage) {
       {"serve --threads -2", "--threads must be in"},
       {"serve --kv-cache-blocks -3", "--kv-cache-blocks must be in"},
       {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --dtype int8", "--dtype must be auto, bf16"},
+      {"generate --model " + Model("llama-tiny") + " --prompt-ids 1,2 --device cpu --dtype bf16",
+       "--dtype bf16: the CPU backend computes in float32 only"},
       {"loadtest --target 127.0.0.1:1 --concurrency 1 --num-requests -5", "--num-requests must be >= 0"},
       {"loadtest --target 127.0.0.1:1 --concurrency 1 --num-requests 4 --connections 0",
        "--connections must be at least 1"},

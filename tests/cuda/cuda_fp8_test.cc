@@ -18,6 +18,8 @@
 #include <numeric>
 #include <random>
 
+#include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/backend/cpu/thread_pool.h"
 #include "engine/kv_cache/kv_block_pool.h"
 #include "engine/model/dummy_weights.h"
 #include "engine/runtime/model_runner.h"
@@ -472,6 +474,54 @@ std::vector<uint8_t> Bytes(Backend& b, Tensor t) {
   EXPECT_TRUE(b.CopyToHost(v.data(), t).ok());
   EXPECT_TRUE(b.Synchronize().ok());
   return v;
+}
+
+// The GPU's per-token quantizer gives the CPU's codes and scales bit for bit for every finite
+// 16-bit input (all 65,536 patterns of the activation type, each row bounded by its own amax,
+// which the quantizers' reciprocal-and-correction division relies on: fp8.cuh's
+// Fp8ScaleDivisor), at amaxes from the minimum scale's floor to the type's largest values.
+TEST_P(CudaFp8Test, QuantizerCodesEqualTheCpusForEvery16BitValue) {
+  if (dtype_ == DType::kF32) GTEST_SKIP() << "16-bit activations only";
+  std::vector<float> values;
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    const float v = dtype_ == DType::kBF16 ? Bf16ToFloat(static_cast<uint16_t>(bits)) : Fp16ToFloat(static_cast<uint16_t>(bits));
+    if (std::isfinite(v)) values.push_back(v);
+  }
+  std::vector<float> amaxes = {kFp8MinScale * 448.0f * 0.5f, kFp8MinScale * 448.0f, kFp8MinScale * 448.0f * 2.0f,
+                               1.0f, 448.0f, 65504.0f};
+  if (dtype_ == DType::kBF16) amaxes.push_back(3.0e38f);
+  std::uniform_real_distribution<float> log_amax(-20.0f, 15.0f);
+  while (amaxes.size() < 40) amaxes.push_back(std::exp2(log_amax(rng_)));
+  for (float& a : amaxes) a = dtype_ == DType::kBF16 ? Bf16ToFloat(FloatToBf16(a)) : Fp16ToFloat(FloatToFp16(a));
+  const int64_t rows = static_cast<int64_t>(amaxes.size()), cols = (static_cast<int64_t>(values.size()) + 1 + 15) / 16 * 16;
+  std::vector<float> x(rows * cols, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x.data() + r * cols;
+    int64_t c = 0;
+    row[c++] = amaxes[r];
+    for (float v : values)
+      if (std::fabs(v) <= amaxes[r]) row[c++] = v;
+  }
+  OwnedTensor gx = Upload(*gpu_, dtype_, {rows, cols}, x);
+  OwnedTensor codes = MakeTensor(*gpu_, DType::kU8, {rows, cols}), scales = MakeTensor(*gpu_, DType::kF32, {rows});
+  ASSERT_TRUE(cuda::LaunchQuantizeFp8(dtype_, gx.t.data(), codes.t.data(), scales.t.data_as<float>(), rows, cols,
+                                      cuda::Fp8ActivationScaling::kPerToken, nullptr, gpu_->stream()).ok());
+  ThreadPool pool(2);
+  std::vector<uint8_t> want_codes(rows * cols);
+  std::vector<float> want_scales(rows);
+  cpu::QuantizeFp8Rows(pool, x.data(), want_codes.data(), want_scales.data(), rows, cols, ActivationQuant::kDynamicPerToken,
+                  0.0f);
+  const std::vector<uint8_t> got_codes = Bytes(*gpu_, codes.t);
+  const std::vector<float> got_scales = Download(*gpu_, scales.t);
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(got_scales[r], want_scales[r]) << "amax " << amaxes[r];
+    int64_t differ = 0, first = -1;
+    for (int64_t c = 0; c < cols; ++c)
+      if (got_codes[r * cols + c] != want_codes[r * cols + c] && differ++ == 0) first = c;
+    EXPECT_EQ(differ, 0) << "amax " << amaxes[r] << ": first at x = " << (first >= 0 ? x[r * cols + first] : 0.0f)
+                         << " GPU " << (first >= 0 ? int{got_codes[r * cols + first]} : 0) << " CPU "
+                         << (first >= 0 ? int{want_codes[r * cols + first]} : 0);
+  }
 }
 
 // The RMSNorm and SiLU-and-mul kernels' quantized outputs: exactly the codes and scales of the

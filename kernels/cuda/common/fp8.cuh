@@ -45,6 +45,31 @@ __device__ __forceinline__ uint8_t FloatToFp8(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
+// x / s for the values a quantizer divides by their scale, bit for bit what the division gives
+// (the CPU oracle's quantizer divides, and the GPU's codes must equal its emulation's). A dynamic
+// scale (Fp8ScaleForAmax of the values' own amax) bounds every quotient by 448, and then three
+// instructions do what the IEEE division does in ~10: q = x r with r = 1/s rounded once, then one
+// correction by the residual x - q s, which an FMA computes exactly (Markstein's theorem: with r
+// the correctly rounded reciprocal, q + (x - q s) r rounds to x / s unless the quotient overflows
+// or is subnormal, and a subnormal quotient is +-0 in E4M3 either way; cuda_fp8_test checks every
+// bf16 and fp16 input against the CPU's division: on an H100 all agreed but -0, handled below). A static (checkpoint) scale bounds nothing: divided.
+class Fp8ScaleDivisor {
+ public:
+  __device__ __forceinline__ Fp8ScaleDivisor(float s, bool dynamic) : s_(s), r_(0.0f), dynamic_(dynamic) {
+    if (dynamic) r_ = 1.0f / s;  // an IEEE division (nvcc's default -prec-div): correctly rounded
+  }
+  __device__ __forceinline__ float operator()(float x) const {
+    if (!dynamic_) return x / s_;
+    const float q = __fmul_rn(x, r_);
+    const float d = __fmaf_rn(__fmaf_rn(-q, s_, x), r_, q);
+    return x == 0.0f ? x : d;  // -0: the correction's sum (-0) + (+0) is +0; the division keeps -0
+  }
+
+ private:
+  float s_, r_;
+  bool dynamic_;
+};
+
 }  // namespace llm::cuda
 
 namespace llm::cuda {

@@ -65,13 +65,13 @@ __global__ void SiluMulKernel(const T* __restrict__ gate_up, T* __restrict__ out
       const Vec16<T> u = LoadVec(gate_up + r * 2 * f + f + c);
       Vec16<T> o;
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) o.v[e] = FromFloat<T>(Silu(ToFloat(g.v[e])) * ToFloat(u.v[e]));
+      for (int e = 0; e < kVec; ++e) o.v[e] = FromFloat<T>(SiluFor<T>(ToFloat(g.v[e])) * ToFloat(u.v[e]));
       StoreVec(out + r * f + c, o);
     }
   } else {
     for (; i < rows * f; i += stride) {
       const int64_t r = i / f, c = i % f;
-      out[i] = FromFloat<T>(Silu(ToFloat(gate_up[r * 2 * f + c])) * ToFloat(gate_up[r * 2 * f + f + c]));
+      out[i] = FromFloat<T>(SiluFor<T>(ToFloat(gate_up[r * 2 * f + c])) * ToFloat(gate_up[r * 2 * f + f + c]));
     }
   }
 }
@@ -89,7 +89,7 @@ __global__ void SiluMulFp8Kernel(const T* __restrict__ gate_up, T* __restrict__ 
   const T* g = gate_up + row * 2 * f;
   const T* u = g + f;
   T* o = out + row * f;
-  for (int64_t c = threadIdx.x; c < f; c += blockDim.x) o[c] = FromFloat<T>(Silu(ToFloat(g[c])) * ToFloat(u[c]));
+  for (int64_t c = threadIdx.x; c < f; c += blockDim.x) o[c] = FromFloat<T>(SiluFor<T>(ToFloat(g[c])) * ToFloat(u[c]));
   QuantizeStoredRowFp8<T, false>(o, row, f, quantized, scratch);
 }
 
@@ -119,7 +119,7 @@ __global__ void SiluMulFp8HeldKernel(const T* __restrict__ gate_up, T* __restric
     const int64_t c = threadIdx.x + j * blockDim.x;
     if (c < vecs) {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) gv[j].v[e] = FromFloat<T>(Silu(ToFloat(gv[j].v[e])) * ToFloat(uv[j].v[e]));
+      for (int e = 0; e < kVec; ++e) gv[j].v[e] = FromFloat<T>(SiluFor<T>(ToFloat(gv[j].v[e])) * ToFloat(uv[j].v[e]));
       if (!quantized.values_unused) StoreVec(o + c * kVec, gv[j]);
     }
   }

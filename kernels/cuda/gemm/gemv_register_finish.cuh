@@ -65,7 +65,7 @@ __device__ __forceinline__ void FinishRegisterGemvGlu(float (&acc)[M], float sca
   if (i < 4 * M) {
     const int j = i / M, m = i % M, col = blockIdx.x * 4 + j;
     if (m < m_rows && col < f)
-      out[static_cast<int64_t>(m) * f + col] = FromFloat<T>(Silu(partial[j][m]) * partial[4 + j][m]);
+      out[static_cast<int64_t>(m) * f + col] = FromFloat<T>(SiluFor<T>(partial[j][m]) * partial[4 + j][m]);
   }
 }
 

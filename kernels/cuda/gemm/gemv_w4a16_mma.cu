@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         for (int q = 0; q < wpt; ++q) us += red[(gt + half) * wpt + q][r][token];
         if (bias) gs += ToFloat(bias[col]), us += ToFloat(bias[glu_f + col]);
         const float gate = ToFloat(FromFloat<T>(gs)), up = ToFloat(FromFloat<T>(us));
-        out[static_cast<int64_t>(token) * glu_f + col] = FromFloat<T>(Silu(gate) * up);
+        out[static_cast<int64_t>(token) * glu_f + col] = FromFloat<T>(SiluFor<T>(gate) * up);
       }
       return;
     }

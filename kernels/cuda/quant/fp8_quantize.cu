@@ -83,10 +83,11 @@ __global__ void __launch_bounds__(kThreads) QuantizeFp8Kernel(const T* __restric
       if (p < pieces && p % (kGroup / 16) == 0) scales[static_cast<int64_t>(g) * m + row] = s;
     }
     if (p >= pieces) return;
+    const Fp8ScaleDivisor divide(s, kScaling != Fp8ActivationScaling::kStatic);
     uint4 out;
     uint8_t* ob = reinterpret_cast<uint8_t*>(&out);
 #pragma unroll
-    for (int e = 0; e < 16; ++e) ob[e] = FloatToFp8(w[e] / s);
+    for (int e = 0; e < 16; ++e) ob[e] = FloatToFp8(divide(w[e]));
     *reinterpret_cast<uint4*>(qr + p * 16) = out;
   };
   // Every lane of a warp runs each iteration (the group shuffles need them all).

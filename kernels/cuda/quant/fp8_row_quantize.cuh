@@ -16,11 +16,11 @@ namespace llm::cuda {
 
 // kVec code bytes of one 16-byte chunk of values, each divided by the scale (as fp8_quantize.cu).
 template <typename T>
-__device__ __forceinline__ void StoreFp8Chunk(uint8_t* codes, const Vec16<T>& v, float s) {
+__device__ __forceinline__ void StoreFp8Chunk(uint8_t* codes, const Vec16<T>& v, const Fp8ScaleDivisor& divide) {
   constexpr int kVec = Vec16<T>::kVec;
   uint8_t b[kVec];
 #pragma unroll
-  for (int e = 0; e < kVec; ++e) b[e] = FloatToFp8(ToFloat(v.v[e]) / s);
+  for (int e = 0; e < kVec; ++e) b[e] = FloatToFp8(divide(ToFloat(v.v[e])));
   if constexpr (kVec == 8) {
     uint2 out;
     out.x = b[0] | b[1] << 8 | b[2] << 16 | static_cast<uint32_t>(b[3]) << 24;
@@ -60,11 +60,12 @@ __device__ __forceinline__ void QuantizeStoredRowFp8(const T* row, int64_t row_i
     s = Fp8ScaleForAmax(BlockMax(amax, scratch));
     if (threadIdx.x == 0) q.scales[row_index] = s;
   }
+  const Fp8ScaleDivisor divide(s, static_scale == nullptr);
   for (int64_t c = threadIdx.x; c < dim / kVec; c += blockDim.x) {
     if constexpr (kVec16) {
-      StoreFp8Chunk(codes + c * kVec, LoadVec(row + c * kVec), s);
+      StoreFp8Chunk(codes + c * kVec, LoadVec(row + c * kVec), divide);
     } else {
-      codes[c] = FloatToFp8(ToFloat(row[c]) / s);
+      codes[c] = FloatToFp8(divide(ToFloat(row[c])));
     }
   }
 }
@@ -91,10 +92,11 @@ __device__ __forceinline__ void QuantizeHeldRowFp8(const Vec16<T> (&v)[kChunks],
     s = Fp8ScaleForAmax(BlockMax(amax, scratch));
     if (threadIdx.x == 0) q.scales[row_index] = s;
   }
+  const Fp8ScaleDivisor divide(s, q.static_scale == nullptr);
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
     const int64_t c = threadIdx.x + j * blockDim.x;
-    if (c < vecs) StoreFp8Chunk(codes + c * kVec, v[j], s);
+    if (c < vecs) StoreFp8Chunk(codes + c * kVec, v[j], divide);
   }
 }
 

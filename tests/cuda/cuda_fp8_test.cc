@@ -156,6 +156,26 @@ class CudaFp8Test : public ::testing::TestWithParam<DType> {
     ++kernels_seen_[kernel.substr(kernel.find(' ', kernel.find(' ') + 1) + 1)];
   }
 
+  // The GPU's W8A8 Linear of x [m, k] by `g` through the warpgroup GEMM or cuBLASLt (checked by
+  // its op label), with or without cuBLASLt's fast accumulation: its relative error against
+  // `reference`. Leaves the options changed (the caller resets them).
+  double W8A8Error(Tensor x, const DeviceLinear& g, int64_t m, int64_t n, bool wgmma, bool fast_accumulation,
+                   const std::vector<float>& reference) {
+    CudaBackendOptions& o = gpu_->mutable_options();
+    o.gemv_max_rows = 0;
+    o.gemm_few_rows_max_rows = 0;
+    o.gemm_fp8_wgmma_max_rows = wgmma ? 64 : 0;
+    o.fp8_fast_accumulation = fast_accumulation;
+    OwnedTensor out = MakeTensor(*gpu_, dtype_, {m, n});
+    gpu_->StartOpTiming();
+    EXPECT_TRUE(gpu_->Linear(x, g.lw, out.t).ok());
+    auto ops = gpu_->CollectOpTimings();
+    EXPECT_TRUE(ops.ok() && !ops->empty());
+    if (ops.ok() && !ops->empty())
+      EXPECT_NE(ops->back().op.find(wgmma ? "wgmma" : "cublasLt"), std::string::npos) << ops->back().op;
+    return RelErr(Download(*gpu_, out.t), reference);
+  }
+
   DType dtype_;
   std::unique_ptr<CudaBackend> gpu_;
   CpuBackend cpu_{0};
@@ -319,20 +339,8 @@ TEST_P(CudaFp8Test, WgmmaAsAccurateAsCublas) {
     ASSERT_TRUE(cpu_w8a8_->Linear(hx.t, h.lw, want.t).ok());
     const std::vector<float> reference = Download(cpu_, want.t);
     double err[2];
-    for (int wgmma = 0; wgmma < 2; ++wgmma) {
-      CudaBackendOptions& o = gpu_->mutable_options();
-      o.gemv_max_rows = 0;
-      o.gemm_few_rows_max_rows = 0;
-      o.gemm_fp8_wgmma_max_rows = wgmma ? 64 : 0;
-      o.fp8_fast_accumulation = false;
-      OwnedTensor out = MakeTensor(*gpu_, dtype_, {s.m, s.n});
-      gpu_->StartOpTiming();
-      ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, out.t).ok());
-      auto ops = gpu_->CollectOpTimings();
-      ASSERT_TRUE(ops.ok() && !ops->empty());
-      EXPECT_NE(ops->back().op.find(wgmma ? "wgmma" : "cublasLt"), std::string::npos) << ops->back().op;
-      err[wgmma] = RelErr(Download(*gpu_, out.t), reference);
-    }
+    for (int wgmma = 0; wgmma < 2; ++wgmma)
+      err[wgmma] = W8A8Error(gx.t, g, s.m, s.n, /*wgmma=*/wgmma != 0, /*fast_accumulation=*/false, reference);
     std::printf("[wgmma vs cublasLt] %lldx%lldx%lld: relative error %.3g against %.3g\n", static_cast<long long>(s.m),
                 static_cast<long long>(s.n), static_cast<long long>(s.k), err[1], err[0]);
     EXPECT_LE(err[1], 1.25 * err[0] + 1e-5) << s.m << "x" << s.n << "x" << s.k;
@@ -365,20 +373,8 @@ TEST_P(CudaFp8Test, CublasFastAccumulationCostsLittleAgainstTheActivationRoundin
     const std::vector<float> reference = Download(cpu_, w8a8.t);
     const double activation_rounding = RelErr(Download(cpu_, w8a16.t), reference);
     double err[2];
-    for (int fast = 0; fast < 2; ++fast) {
-      CudaBackendOptions& o = gpu_->mutable_options();
-      o.gemv_max_rows = 0;
-      o.gemm_few_rows_max_rows = 0;
-      o.gemm_fp8_wgmma_max_rows = 0;
-      o.fp8_fast_accumulation = fast != 0;
-      OwnedTensor out = MakeTensor(*gpu_, dtype_, {s.m, s.n});
-      gpu_->StartOpTiming();
-      ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, out.t).ok());
-      auto ops = gpu_->CollectOpTimings();
-      ASSERT_TRUE(ops.ok() && !ops->empty());
-      EXPECT_NE(ops->back().op.find("cublasLt"), std::string::npos) << ops->back().op;
-      err[fast] = RelErr(Download(*gpu_, out.t), reference);
-    }
+    for (int fast = 0; fast < 2; ++fast)
+      err[fast] = W8A8Error(gx.t, g, s.m, s.n, /*wgmma=*/false, /*fast_accumulation=*/fast != 0, reference);
     std::printf("[fast accumulation] %lldx%lldx%lld: relative error %.3g (promoted %.3g); activation rounding %.3g\n",
                 static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), err[1], err[0],
                 activation_rounding);

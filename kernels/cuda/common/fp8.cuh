@@ -52,7 +52,8 @@ __device__ __forceinline__ uint8_t FloatToFp8(float x) {
 // correction by the residual x - q s, which an FMA computes exactly (Markstein's theorem: with r
 // the correctly rounded reciprocal, q + (x - q s) r rounds to x / s unless the quotient overflows
 // or is subnormal, and a subnormal quotient is +-0 in E4M3 either way; cuda_fp8_test checks every
-// bf16 and fp16 input against the CPU's division: on an H100 all agreed but -0, handled below). A static (checkpoint) scale bounds nothing: divided.
+// bf16 and fp16 input against the CPU's division: on an H100 all agreed but -0, handled below).
+// A static (checkpoint) scale bounds nothing: divided.
 class Fp8ScaleDivisor {
  public:
   __device__ __forceinline__ Fp8ScaleDivisor(float s, bool dynamic) : s_(s), r_(0.0f), dynamic_(dynamic) {

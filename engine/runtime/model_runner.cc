@@ -22,7 +22,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::CreateFromWeights(cons
                                                                             Communicator* tp_comm,
                                                                             const ModelRunnerOptions& options) {
   if (backend == nullptr || weights == nullptr) return absl::InvalidArgumentError("ModelRunner: no backend or weights");
-  if (options.block_size < 1) return absl::InvalidArgumentError(absl::StrCat("KV block size must be at least 1, got ", options.block_size));
+  if (options.block_size < 1)
+    return absl::InvalidArgumentError(absl::StrCat("KV block size must be at least 1, got ", options.block_size));
   if (!(options.kv_cache_fraction > 0.0 && options.kv_cache_fraction <= 1.0))
     return absl::InvalidArgumentError(absl::StrCat("KV cache fraction must be in (0, 1], got ", options.kv_cache_fraction));
   if (options.num_kv_blocks < 0)

@@ -71,12 +71,15 @@ absl::Status ModelFlags::Validate() const {
         absl::StrCat("--gpu-memory-fraction must be in (0, 1], got ", gpu_memory_fraction));
   if (comm_timeout_s < 1) return absl::InvalidArgumentError("--comm-timeout-s must be at least 1");
   if (tp < 1 || pp < 1 || tp > 4096 || pp > 4096) return absl::InvalidArgumentError("--tp and --pp must be positive");
-  if (dtype != "auto" && !ParseDType(dtype).ok())
-    return absl::InvalidArgumentError(absl::StrCat("--dtype must be auto, bf16, fp16 or fp32, got '", dtype, "'"));
-  if (dtype != "auto" && *ParseDType(dtype) != DType::kF32 && Device() == "cpu")
-    return absl::InvalidArgumentError(absl::StrCat("--dtype ", dtype, ": the CPU backend computes in float32 only (",
-                                                   device == "auto" ? "no GPU here; " : "",
-                                                   "--dtype fp32 or auto, or --device cuda)"));
+  if (dtype != "auto") {
+    const absl::StatusOr<DType> parsed = ParseDType(dtype);
+    if (!parsed.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--dtype must be auto, bf16, fp16 or fp32, got '", dtype, "'"));
+    if (*parsed != DType::kF32 && Device() == "cpu")
+      return absl::InvalidArgumentError(absl::StrCat("--dtype ", dtype, ": the CPU backend computes in float32 only (",
+                                                     device == "auto" ? "no GPU here; " : "",
+                                                     "--dtype fp32 or auto, or --device cuda)"));
+  }
   auto in_range = [](const char* flag, int64_t v, int64_t lo, int64_t hi, const char* note) -> absl::Status {
     if (v >= lo && v <= hi) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be in [", lo, ", ", hi, "]", note, ", got ", v));

@@ -176,6 +176,20 @@ class CudaFp8Test : public ::testing::TestWithParam<DType> {
     return RelErr(Download(*gpu_, out.t), reference);
   }
 
+  // A random per-channel FP8 weight [n, k] with dynamic per-token inputs, and a random input [m, k],
+  // on both backends.
+  struct PerChannelCase {
+    DeviceLinear g, h;
+    OwnedTensor gx, hx;
+  };
+  PerChannelCase MakePerChannelCase(int64_t m, int64_t n, int64_t k) {
+    const Fp8Weight q = Quantize(RandomVec(rng_, n * k, -0.5f, 0.5f), n, k, StorageFormat::Fp8(ScaleGranularity::kChannel));
+    const std::vector<float> x = Rand(m * k, -2.0f, 2.0f);
+    return {Place(*gpu_, dtype_, q, n, k, {}, ActivationQuant::kDynamicPerToken, 0),
+            Place(cpu_, DType::kF32, q, n, k, {}, ActivationQuant::kDynamicPerToken, 0),
+            Upload(*gpu_, dtype_, {m, k}, x), Upload(cpu_, DType::kF32, {m, k}, x)};
+  }
+
   DType dtype_;
   std::unique_ptr<CudaBackend> gpu_;
   CpuBackend cpu_{0};
@@ -328,13 +342,10 @@ TEST_P(CudaFp8Test, WgmmaAsAccurateAsCublas) {
     int64_t m, n, k;
   };
   const Shape3 shapes[] = {{12, 256, 128}, {24, 1000, 320}, {32, 4096, 4096}, {17, 512, 14336}, {32, 640, 2048}};
-  const StorageFormat f = StorageFormat::Fp8(ScaleGranularity::kChannel);
   for (const Shape3& s : shapes) {
-    const Fp8Weight q = Quantize(RandomVec(rng_, s.n * s.k, -0.5f, 0.5f), s.n, s.k, f);
-    const std::vector<float> x = Rand(s.m * s.k, -2.0f, 2.0f);
-    DeviceLinear g = Place(*gpu_, dtype_, q, s.n, s.k, {}, ActivationQuant::kDynamicPerToken, 0);
-    DeviceLinear h = Place(cpu_, DType::kF32, q, s.n, s.k, {}, ActivationQuant::kDynamicPerToken, 0);
-    OwnedTensor gx = Upload(*gpu_, dtype_, {s.m, s.k}, x), hx = Upload(cpu_, DType::kF32, {s.m, s.k}, x);
+    PerChannelCase c = MakePerChannelCase(s.m, s.n, s.k);
+    DeviceLinear &g = c.g, &h = c.h;
+    OwnedTensor &gx = c.gx, &hx = c.hx;
     OwnedTensor want = MakeTensor(cpu_, DType::kF32, {s.m, s.n});
     ASSERT_TRUE(cpu_w8a8_->Linear(hx.t, h.lw, want.t).ok());
     const std::vector<float> reference = Download(cpu_, want.t);
@@ -360,13 +371,10 @@ TEST_P(CudaFp8Test, CublasFastAccumulationCostsLittleAgainstTheActivationRoundin
     int64_t m, n, k;
   };
   const Shape3 shapes[] = {{96, 1024, 4096}, {256, 512, 14336}, {600, 384, 4096}, {65, 256, 2048}};
-  const StorageFormat f = StorageFormat::Fp8(ScaleGranularity::kChannel);
   for (const Shape3& s : shapes) {
-    const Fp8Weight q = Quantize(RandomVec(rng_, s.n * s.k, -0.5f, 0.5f), s.n, s.k, f);
-    const std::vector<float> x = Rand(s.m * s.k, -2.0f, 2.0f);
-    DeviceLinear g = Place(*gpu_, dtype_, q, s.n, s.k, {}, ActivationQuant::kDynamicPerToken, 0);
-    DeviceLinear h = Place(cpu_, DType::kF32, q, s.n, s.k, {}, ActivationQuant::kDynamicPerToken, 0);
-    OwnedTensor gx = Upload(*gpu_, dtype_, {s.m, s.k}, x), hx = Upload(cpu_, DType::kF32, {s.m, s.k}, x);
+    PerChannelCase c = MakePerChannelCase(s.m, s.n, s.k);
+    DeviceLinear &g = c.g, &h = c.h;
+    OwnedTensor &gx = c.gx, &hx = c.hx;
     OwnedTensor w8a8 = MakeTensor(cpu_, DType::kF32, {s.m, s.n}), w8a16 = MakeTensor(cpu_, DType::kF32, {s.m, s.n});
     ASSERT_TRUE(cpu_w8a8_->Linear(hx.t, h.lw, w8a8.t).ok());
     ASSERT_TRUE(cpu_.Linear(hx.t, h.lw, w8a16.t).ok());

@@ -171,8 +171,9 @@ class CudaFp8Test : public ::testing::TestWithParam<DType> {
     EXPECT_TRUE(gpu_->Linear(x, g.lw, out.t).ok());
     auto ops = gpu_->CollectOpTimings();
     EXPECT_TRUE(ops.ok() && !ops->empty());
-    if (ops.ok() && !ops->empty())
+    if (ops.ok() && !ops->empty()) {
       EXPECT_NE(ops->back().op.find(wgmma ? "wgmma" : "cublasLt"), std::string::npos) << ops->back().op;
+    }
     return RelErr(Download(*gpu_, out.t), reference);
   }
 

@@ -40,6 +40,7 @@ struct Args {
   bool decode_only = false;             // --decode-only: the decode table alone (and --op-batches if given)
   bool sampling = false;                // --sampling: decode rows draw (temperature 0.8, top-p 0.95), not greedy
   bool op_batches_given = false;
+  int block_size = 16;                  // --block-size 32: tokens a KV cache block (the server's --block-size)
 };
 
 std::vector<int> ParseIntList(const std::string& list) {
@@ -66,12 +67,13 @@ Args Parse(int argc, char** argv) {
     else if (k == "--batches") a.batches = ParseIntList(next());
     else if (k == "--op-batches") a.op_batches = ParseIntList(next()), a.op_batches_given = true;
     else if (k == "--decode-only") a.decode_only = true;
+    else if (k == "--block-size") a.block_size = std::stoi(next());
     else if (k == "--sampling") a.sampling = true;
     else if (k == "--timeline") a.timeline = true;
     else {
       std::fprintf(stderr,
                    "usage: %s --model DIR [--out FILE.md] [--steps N] [--quick] [--quantization fp8|int4] "
-                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32] [--timeline] [--decode-only] [--sampling]\n",
+                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32] [--timeline] [--decode-only] [--sampling] [--block-size 16]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -84,12 +86,13 @@ struct Model {
   std::unique_ptr<ModelRunner> runner;
   CudaBackend* backend = nullptr;
   int32_t width = 0;  // block-table width
+  int block_size = 16;  // tokens a KV cache block
   double kv_element_bytes = 2.0;  // the KV cache's storage type (1 for an FP8 cache)
 };
 
 constexpr int kMaxContext = 2048;
 constexpr int kMaxBatch = 128;  // the mixed-step case's batch; --batches may ask for more
-constexpr int kSeqBlocks = 1152 / 16;  // KV blocks of each sequence but the first (SeqBlocks)
+constexpr int kSeqTokens = 1152;  // KV room of each sequence but the first (SeqBlocks)
 
 Model Build(const Args& args) {
   Model m;
@@ -117,9 +120,10 @@ Model Build(const Args& args) {
   for (int b : args.batches) max_batch = std::max(max_batch, b);
   ro.limits.max_tokens = std::max(2048, max_batch);
   ro.limits.max_seqs = max_batch;
-  ro.block_size = 16;
+  m.block_size = args.block_size;
+  ro.block_size = m.block_size;
   ro.max_context = kMaxContext;
-  ro.num_kv_blocks = kMaxContext / 16 + int64_t{max_batch - 1} * kSeqBlocks + 1;
+  ro.num_kv_blocks = kMaxContext / m.block_size + int64_t{max_batch - 1} * (kSeqTokens / m.block_size) + 1;
   ro.kv_cache_dtype = *kv_dtype;
   auto runner = ModelRunner::CreateFromWeights(m.config, std::move(*weights), std::move(*backend), nullptr, ro);
   BENCH_CHECK(runner.status());
@@ -140,14 +144,15 @@ Model Build(const Args& args) {
 }
 
 // Blocks of sequence s, disjoint from every other sequence's: sequence 0 (the 2048-token
-// prefill) a full table, the others kSeqBlocks each (the decode cases stay below 1152 tokens);
+// prefill) a full table, the others kSeqTokens' worth each (the decode cases stay below 1152 tokens);
 // table entries past a sequence's blocks are never read and point at block 0.
 std::vector<int32_t> SeqBlocks(const Model& m, int s) {
   std::vector<int32_t> b(m.width, 0);
   if (s == 0) {
     std::iota(b.begin(), b.end(), 0);
   } else {
-    std::iota(b.begin(), b.begin() + std::min(m.width, kSeqBlocks), kMaxContext / 16 + (s - 1) * kSeqBlocks);
+    const int seq_blocks = kSeqTokens / m.block_size;
+    std::iota(b.begin(), b.begin() + std::min(m.width, seq_blocks), kMaxContext / m.block_size + (s - 1) * seq_blocks);
   }
   return b;
 }
@@ -158,7 +163,7 @@ StepPlan DecodePlan(const Model& m, int batch, int position, std::mt19937& rng) 
   plan.Clear();
   for (int s = 0; s < batch; ++s) {
     const int32_t tok = static_cast<int32_t>(rng() % m.config.vocab_size);
-    plan.AddSequence({&tok, 1}, position, SeqBlocks(m, s), 16, true);
+    plan.AddSequence({&tok, 1}, position, SeqBlocks(m, s), m.block_size, true);
   }
   return plan;
 }
@@ -450,7 +455,7 @@ int main(int argc, char** argv) {
     std::mt19937 rng(5);
     std::vector<int32_t> prompt(2048);
     for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % m.config.vocab_size);
-    plan.AddSequence(prompt, 0, SeqBlocks(m, 0), 16, true);
+    plan.AddSequence(prompt, 0, SeqBlocks(m, 0), m.block_size, true);
     const auto ms = TimeOnStream(be.stream(), 2, 5, [&] { BENCH_CHECK(m.runner->Forward(plan).status()); });
     const double t = Median(ms) * 1e-3;
     const ModelConfig& c = m.config;
@@ -485,11 +490,11 @@ int main(int argc, char** argv) {
     mixed.Clear();
     for (int s = 0; s + 1 < kMaxBatch; ++s) {
       const int32_t tok = static_cast<int32_t>(rng() % m.config.vocab_size);
-      mixed.AddSequence({&tok, 1}, 512, SeqBlocks(m, s), 16, true);
+      mixed.AddSequence({&tok, 1}, 512, SeqBlocks(m, s), m.block_size, true);
     }
     std::vector<int32_t> chunk(128);
     for (int32_t& t : chunk) t = static_cast<int32_t>(rng() % m.config.vocab_size);
-    mixed.AddSequence(chunk, 0, SeqBlocks(m, kMaxBatch - 1), 16, true);
+    mixed.AddSequence(chunk, 0, SeqBlocks(m, kMaxBatch - 1), m.block_size, true);
     const double d = Median(TimeOnStream(be.stream(), 3, 10, [&] { BENCH_CHECK(m.runner->Forward(decode).status()); }));
     const double x = Median(TimeOnStream(be.stream(), 3, 10, [&] { BENCH_CHECK(m.runner->Forward(mixed).status()); }));
     const ModelConfig& c = m.config;

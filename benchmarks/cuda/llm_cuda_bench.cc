@@ -78,6 +78,11 @@ Args Parse(int argc, char** argv) {
       std::exit(2);
     }
   }
+  // The sequences' KV room (2048 tokens for the prefill, 1152 for each decode) is whole blocks.
+  if (a.block_size < 1 || a.block_size > 128 || (a.block_size & (a.block_size - 1)) != 0) {
+    std::fprintf(stderr, "%s: --block-size must be a power of two from 1 to 128 (got %d)\n", argv[0], a.block_size);
+    std::exit(2);
+  }
   return a;
 }
 

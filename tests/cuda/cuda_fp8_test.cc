@@ -514,8 +514,8 @@ TEST_P(CudaFp8Test, QuantizerCodesEqualTheCpusForEvery16BitValue) {
   ThreadPool pool(2);
   std::vector<uint8_t> want_codes(rows * cols);
   std::vector<float> want_scales(rows);
-  cpu::QuantizeFp8Rows(pool, x.data(), want_codes.data(), want_scales.data(), rows, cols, ActivationQuant::kDynamicPerToken,
-                  0.0f);
+  cpu::QuantizeFp8Rows(pool, x.data(), want_codes.data(), want_scales.data(), rows, cols,
+                       ActivationQuant::kDynamicPerToken, 0.0f);
   const std::vector<uint8_t> got_codes = Bytes(*gpu_, codes.t);
   const std::vector<float> got_scales = Download(*gpu_, scales.t);
   for (int64_t r = 0; r < rows; ++r) {

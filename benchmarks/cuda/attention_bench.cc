@@ -133,7 +133,8 @@ int Main(int argc, char** argv) {
       {"8B (32/8)", 32, 8, 1, 128},       {"8B (32/8)", 32, 8, 1, 512},      {"8B (32/8)", 32, 8, 1, 2048},
       {"8B (32/8)", 32, 8, 1, 8192},      {"8B (32/8)", 32, 8, 8, 1024},     {"8B (32/8)", 32, 8, 32, 1024},
       {"8B (32/8)", 32, 8, 128, 512},     {"8B (32/8)", 32, 8, 128, 1024},   {"8B (32/8)", 32, 8, 256, 384},
-      {"8B (32/8)", 32, 8, 256, 1536},    {"8B (32/8)", 32, 8, 512, 512},    {"TP2 rank (16/4)", 16, 4, 1, 128},
+      {"8B (32/8)", 32, 8, 256, 1536},    {"8B (32/8)", 32, 8, 512, 512},    {"8B (32/8)", 32, 8, 64, 1024},
+      {"8B (32/8)", 32, 8, 256, 1024},    {"8B (32/8)", 32, 8, 512, 1024},   {"8B (32/8)", 32, 8, 512, 2048},    {"TP2 rank (16/4)", 16, 4, 1, 128},
       {"TP2 rank (16/4)", 16, 4, 1, 512}, {"TP2 rank (16/4)", 16, 4, 16, 1024}, {"TP4 rank (8/2)", 8, 2, 1, 128},
       {"TP4 rank (8/2)", 8, 2, 1, 2048},
   };
@@ -142,9 +143,10 @@ int Main(int argc, char** argv) {
   BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
   BENCH_CUDA(cudaMemset(ws, 0, ws_bytes));  // LaunchPagedAttention: zero-filled before first use
   Table table({"shape (heads/kv)", "batch", "context", "KV MB", "floor us", "tensor-core us (default)", "% of floor",
-               "warp kernel us", "% of floor", "one pass (no split) us", "SIMT kernel us", "x trivial kernel"});
+               "warp kernel us", "% of floor", "two blocks an SM us", "three an SM us (where they fit)",
+               "one pass (no split) us", "SIMT kernel us", "x trivial kernel"});
   Table fp8_table({"shape (heads/kv)", "batch", "context", "KV MB", "floor us", "tensor-core us (default)",
-                   "% of floor", "warp kernel us", "% of floor"});
+                   "% of floor", "warp kernel us", "% of floor", "two blocks an SM us", "three an SM us"});
   std::mt19937 rng(7);
   for (const Case& c : cases) {
     if (!args.only.empty() && (std::string(c.shape) != "8B (32/8)" ||
@@ -153,8 +155,10 @@ int Main(int argc, char** argv) {
     for (const bool fp8 : {false, true}) {
       const AttentionInputs inputs(c.heads, c.kv_heads, c.batch, /*query_len=*/1, c.context, 3, rng, s, fp8);
       const cuda::PagedAttentionParams& p = inputs.params();
-      auto run = [&](int splits, bool simt = false, cuda::DecodeKernel kernel = cuda::DecodeKernel::kAuto) {
+      auto run = [&](int splits, bool simt = false, cuda::DecodeKernel kernel = cuda::DecodeKernel::kAuto,
+                     int blocks_per_sm = 0) {
         cuda::AttentionOptions o;
+        o.decode_blocks_per_sm = blocks_per_sm;
         o.num_sms = prop.multiProcessorCount;
         o.force_splits = splits;
         o.force_simt = simt;
@@ -165,6 +169,9 @@ int Main(int argc, char** argv) {
         });
       };
       const double def_us = run(0), warp_us = run(0, false, cuda::DecodeKernel::kWarp);
+      // The tensor-core kernel at two and three blocks an SM (where three fit: an FP8 cache).
+      const double two_us = run(0, false, cuda::DecodeKernel::kAuto, 2);
+      const double three_us = run(0, false, cuda::DecodeKernel::kAuto, 3);
       const double kv_bytes = 2.0 * c.batch * c.context * c.kv_heads * kHeadDim * (fp8 ? 1 : 2);
       const double floor_us = kv_bytes / copy_bw * 1e6;
       std::vector<std::string> row = {c.shape,
@@ -175,7 +182,9 @@ int Main(int argc, char** argv) {
                                       Fmt("%.2f", def_us),
                                       Fmt("%.0f%%", 100.0 * floor_us / def_us),
                                       Fmt("%.2f", warp_us),
-                                      Fmt("%.0f%%", 100.0 * floor_us / warp_us)};
+                                      Fmt("%.0f%%", 100.0 * floor_us / warp_us),
+                                      Fmt("%.2f", two_us),
+                                      Fmt("%.2f", three_us)};
       if (fp8) {
         fp8_table.Row(row);
       } else {
@@ -183,8 +192,8 @@ int Main(int argc, char** argv) {
         row.insert(row.end(), {Fmt("%.2f", one_us), Fmt("%.2f", simt_us), Fmt("%.1f", def_us / trivial_us)});
         table.Row(row);
       }
-      std::fprintf(stderr, "%s batch %d context %d%s: %.2f us (warp kernel %.2f)\n", c.shape, c.batch, c.context,
-                   fp8 ? " fp8" : "", def_us, warp_us);
+      std::fprintf(stderr, "%s batch %d context %d%s: %.2f us (warp kernel %.2f; two / three an SM %.2f / %.2f)\n",
+                   c.shape, c.batch, c.context, fp8 ? " fp8" : "", def_us, warp_us, two_us, three_us);
     }
   }
   cudaFree(ws);

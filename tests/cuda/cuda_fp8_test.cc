@@ -753,6 +753,13 @@ TEST_P(CudaFp8Test, QkvRopeWritesTheCpusE4M3) {
   }
 }
 
+std::vector<std::pair<int, int>> ManyDecodesThenPrefill() {
+  std::vector<std::pair<int, int>> seqs;
+  for (int i = 0; i < 40; ++i) seqs.push_back({1, 1 + (i * 397) % 900});
+  seqs.push_back({48, 300});
+  return seqs;
+}
+
 TEST_P(CudaFp8Test, AttentionReadsAnE4M3Cache) {
   struct Case {
     std::string name;
@@ -776,6 +783,9 @@ TEST_P(CudaFp8Test, AttentionReadsAnE4M3Cache) {
         {1, 2}, {1, 300}, {1, 301}, {1, 17}, {1, 800}, {1, 96}, {1, 97}, {1, 640}, {1, 5}, {40, 40}, {64, 300}},
        32, 8, 128},
       {"group8_hd64", {{1, 333}, {1, 48}}, 16, 2, 64},
+      // 40 decodes of 1-900 keys (320 blocks of 8 KV heads: a second wave), then a prefill behind
+      // them.
+      {"many_decodes_then_prefill", ManyDecodesThenPrefill(), 32, 8, 128},
   };
   for (const Case& c : cases) {
     const int block_size = 16;

@@ -82,6 +82,195 @@ __device__ __forceinline__ uint32_t PackHalf2Saturating(float lo, float hi) {
   return v;
 }
 
+// The pieces of a warp's key loop.
+
+// Q as the A operand from `q` (the block's first query head; `rows` of them valid, D apart: global
+// memory or a staged copy in shared memory): rows = heads (row g of the fragment; rows >= `rows`
+// and g + 8 are zero), k = head dimensions, a0 and a2 of each 16-column step.
+template <typename T, int D, bool kFp8>
+__device__ __forceinline__ void DecodeMmaLoadQ(uint32_t (&qa)[D / 16][2], const T* q, int rows, int lane) {
+  using OT = DecodeMmaOperand<T, kFp8>;
+  const int g = lane >> 2, c2 = 2 * (lane & 3);
+  const T* qrow = q + min(g, rows - 1) * static_cast<int64_t>(D);
+  auto pair = [&](int col) -> uint32_t {  // q[col], q[col + 1] as an OT pair
+    if (g >= rows) return 0u;
+    const uint32_t raw = *reinterpret_cast<const uint32_t*>(qrow + col);
+    if constexpr (std::is_same_v<T, OT>) {
+      return raw;
+    } else {
+      const T* e = reinterpret_cast<const T*>(&raw);
+      return PackHalf2Saturating(ToFloat(e[0]), ToFloat(e[1]));
+    }
+  };
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    // FP8: the slots 2t, 2t + 1, 2t + 8, 2t + 9 of a step hold its columns 4t .. 4t + 3 (as K's).
+    qa[kk][0] = pair(kk * 16 + (kFp8 ? 2 * c2 : c2));
+    qa[kk][1] = pair(kk * 16 + (kFp8 ? 2 * c2 + 2 : c2 + 8));
+  }
+}
+
+// A tile's K rows, then V rows, into `stage` by cp.async (not committed): lanes l and l + 16 hold
+// in `off` the element offset of key l's rows; keys from `valid_keys` on are zero-filled.
+template <typename T, int D, bool kFp8>
+__device__ __forceinline__ void DecodeMmaCopyTile(unsigned char* stage, const void* k_cache, const void* v_cache,
+                                                  int64_t off, int valid_keys, int lane) {
+  constexpr int kKeys = kDecodeMmaTileKeys;
+  constexpr int kRawChunks = kFp8 ? D / 16 : D / 8;  // 16-byte chunks of a cache row
+#pragma unroll
+  for (int i = 0; i < kKeys * kRawChunks / 32; ++i) {
+    const int piece = i * 32 + lane, row = piece / kRawChunks, c = piece % kRawChunks;
+    const int64_t orow = __shfl_sync(0xffffffffu, off, row);
+    const bool valid = row < valid_keys;
+    if constexpr (kFp8) {
+      const uint8_t* kc = static_cast<const uint8_t*>(k_cache);
+      const uint8_t* vc = static_cast<const uint8_t*>(v_cache);
+      uint8_t* ks = stage;
+      uint8_t* vs = stage + kKeys * D;
+      CpAsync16(ks + SwzBytes<D>(row, c), kc + orow + c * 16, valid);
+      CpAsync16(vs + SwzBytes<D>(row, c), vc + orow + c * 16, valid);
+    } else {
+      const T* kc = static_cast<const T*>(k_cache);
+      const T* vc = static_cast<const T*>(v_cache);
+      T* ks = reinterpret_cast<T*>(stage);
+      T* vs = ks + kKeys * D;
+      CpAsync16(ks + Swz<D>(row, c), kc + orow + c * 8, valid);
+      CpAsync16(vs + Swz<D>(row, c), vc + orow + c * 8, valid);
+    }
+  }
+}
+
+// One warp's online-softmax state for its query heads: head g = lane / 4 (its quad agrees on m; l
+// is the lane's share), o[dt][e] = O[g][dt * 8 + 2 * (lane % 4) + e] (FP8: see DecodeMmaTile).
+// o[dt][2..3] are the MMAs' padding rows g + 8 (their A rows are zero, so they stay zero): kept as
+// state so that each O MMA accumulates in place. With two-register accumulators every tile spent
+// ~90 register moves and zeroings on rebuilding the MMAs' four-register operands (SASS of the FP8
+// loop: 77 moves and 16 zeroing pairs against 32 MMAs; benchmarks/RESULTS.md, twentieth session).
+template <int D>
+struct DecodeMmaState {
+  float m, l;
+  float o[D / 8][4];
+  __device__ __forceinline__ void Reset() {
+    m = -INFINITY;
+    l = 0.0f;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  }
+};
+
+// The staged tile of keys k0 .. k0 + 15 (those >= end masked) into the state: S = Q K^T, the online
+// softmax (log2 domain, `scale` folded in), O += P V.
+template <typename T, int D, bool kFp8>
+__device__ __forceinline__ void DecodeMmaTile(const unsigned char* stage, const uint32_t (&qa)[D / 16][2], int k0,
+                                              int end, float scale, DecodeMmaState<D>& st, int lane) {
+  using OT = DecodeMmaOperand<T, kFp8>;
+  constexpr int kKeys = kDecodeMmaTileKeys;
+  constexpr int kTilesD = D / 8, kStepsD = D / 16;
+  // S = Q K^T: 16 keys in two n8 tiles (ldmatrix matrix mi: keys (mi & 1) * 8 .., column step
+  // kk + (mi >> 1); FP8: a 16-byte chunk of bytes is one 16-column step).
+  float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+  const int mi = lane >> 3;
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int kk = 0; kk < kStepsD; kk += 2) {
+      uint32_t r[4];
+      LdMatrixX4(r, stage + SwzBytes<D>((mi & 1) * 8 + (lane & 7), kk + (mi >> 1)));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t a[4] = {qa[kk + h][0], 0u, qa[kk + h][1], 0u};
+        MmaTraits<OT>::Mma(s[0], a, Fp8x2ToHalf2Bits(r[2 * h]), Fp8x2ToHalf2Bits(r[2 * h] >> 16));
+        MmaTraits<OT>::Mma(s[1], a, Fp8x2ToHalf2Bits(r[2 * h + 1]), Fp8x2ToHalf2Bits(r[2 * h + 1] >> 16));
+      }
+    }
+  } else {
+    const OT* k_s = reinterpret_cast<const OT*>(stage);
+#pragma unroll
+    for (int kk = 0; kk < kStepsD; ++kk) {
+      uint32_t b[4];
+      LdMatrixX4(b, k_s + Swz<D>((mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
+      const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+      MmaTraits<OT>::Mma(s[0], a, b[0], b[1]);
+      MmaTraits<OT>::Mma(s[1], a, b[2], b[3]);
+    }
+  }
+  // Online softmax for head g over this tile's keys k0 + nt * 8 + 2 * (lane % 4) + e.
+  float mx = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if (k0 + nt * 8 + 2 * (lane & 3) + e >= end) s[nt][e] = -INFINITY;
+      mx = fmaxf(mx, s[nt][e]);
+    }
+  }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float m_new = fmaxf(st.m, mx * scale);
+  const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+  const float corr = FastExp2(st.m - m_use);
+  st.m = m_new;
+  float pr[2][2];
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    pr[nt][0] = FastExp2(fmaf(s[nt][0], scale, -m_use));
+    pr[nt][1] = FastExp2(fmaf(s[nt][1], scale, -m_use));
+  }
+  st.l = st.l * corr + (pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1]);
+  if (__any_sync(0xffffffffu, corr != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < kTilesD; ++i) {
+      st.o[i][0] *= corr;
+      st.o[i][1] *= corr;
+    }
+  }
+  // O += P V: P's fragments are the A operand (keys 2t.. of n-tile 0 in a0, of n-tile 1 in a2).
+  const uint32_t a[4] = {MmaTraits<OT>::Pack(pr[0][0], pr[0][1]), 0u, MmaTraits<OT>::Pack(pr[1][0], pr[1][1]), 0u};
+  auto mma_o = [&](int nt, uint32_t b0, uint32_t b1) { MmaTraits<OT>::Mma(st.o[nt], a, b0, b1); };
+  if constexpr (kFp8) {
+    // Matrices: keys 0-7 and 8-15 of chunk cc, then of chunk cc + 1. Transposed, a lane holds
+    // bytes (2g, 2g + 1) of keys 2t and 2t + 1; the permute pairs the keys of column 2g in the
+    // low half and of 2g + 1 in the high half: n8 tiles 2cc (even columns) and 2cc + 1 (odd).
+    const uint8_t* v_s = stage + kKeys * D;
+#pragma unroll
+    for (int cc = 0; cc < D / 16; cc += 2) {
+      uint32_t r[4];
+      LdMatrixX4Trans(r, v_s + SwzBytes<D>((mi & 1) * 8 + (lane & 7), cc + (mi >> 1)));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t lo = __byte_perm(r[2 * h], 0u, 0x3120), hi = __byte_perm(r[2 * h + 1], 0u, 0x3120);
+        mma_o(2 * (cc + h), Fp8x2ToHalf2Bits(lo), Fp8x2ToHalf2Bits(hi));
+        mma_o(2 * (cc + h) + 1, Fp8x2ToHalf2Bits(lo >> 16), Fp8x2ToHalf2Bits(hi >> 16));
+      }
+    }
+  } else {
+    const OT* v_s = reinterpret_cast<const OT*>(stage) + kKeys * D;
+#pragma unroll
+    for (int dt2 = 0; dt2 < kTilesD / 2; ++dt2) {
+      uint32_t b[4];
+      LdMatrixX4Trans(b, v_s + Swz<D>((mi & 1) * 8 + (lane & 7), dt2 * 2 + (mi >> 1)));
+      mma_o(2 * dt2, b[0], b[1]);
+      mma_o(2 * dt2 + 1, b[2], b[3]);
+    }
+  }
+}
+
+// Calls f(column, value) for each of the lane's 2 * D / 8 output columns of head lane / 4, in the
+// natural column order (an FP8 tile's n8 tiles 2cc and 2cc + 1 hold columns 16cc + 2n and
+// 16cc + 2n + 1: the lane's four are 16cc + 4t .. 16cc + 4t + 3), in groups of four adjacent ones
+// (FP8) or two (16-bit): f4(first column, v0, v1, v2, v3) / f2(first column, v0, v1).
+template <int D, bool kFp8, typename F4, typename F2>
+__device__ __forceinline__ void ForEachDecodeMmaColumns(const DecodeMmaState<D>& st, int lane, F4&& f4, F2&& f2) {
+  const int c2 = 2 * (lane & 3);
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int cc = 0; cc < D / 16; ++cc)
+      f4(cc * 16 + 2 * c2, st.o[2 * cc][0], st.o[2 * cc + 1][0], st.o[2 * cc][1], st.o[2 * cc + 1][1]);
+  } else {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) f2(dt * 8 + c2, st.o[dt][0], st.o[dt][1]);
+  }
+}
+
 // grid: (num_tokens, num_kv_heads * head_tiles, splits); block: kDecodeMmaThreads. Block (t, kvh,
 // tile, z) as in AttentionDecodeKernel (same split and merge): token t == sequence t, the G query
 // heads kvh * group + tile * G + [0, G), slice z of the visible keys.
@@ -89,13 +278,9 @@ template <typename T, int G, int D, bool kFp8>
 __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
     AttentionDecodeMmaKernel(PagedAttentionParams p, DecodeSplit split) {
   static_assert(sizeof(T) == 2 && (D == 64 || D == 128) && G <= 8);
-  using OT = DecodeMmaOperand<T, kFp8>;
   using Smem = DecodeMmaSmem<T, G, D, kFp8>;
   constexpr int kStages = Smem::kStages;
   constexpr int kKeys = kDecodeMmaTileKeys;
-  constexpr int kChunks = D / 8;                      // 16-byte chunks of a 16-bit row
-  constexpr int kRawChunks = kFp8 ? D / 16 : kChunks;  // 16-byte chunks of a cache row
-  constexpr int kTilesD = D / 8, kStepsD = D / 16;
   AllowDependentLaunch();
   extern __shared__ __align__(128) unsigned char decode_mma_smem[];
 
@@ -129,58 +314,19 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
   for (int j = 0; j < kStages; ++j) first_pages[j] = tile_page(j);
   GridDependencyWait();
 
-  // Tile j of this warp into stage j % kStages: K rows, then V rows (rows past `end`: zeros).
-  using TC = std::conditional_t<kFp8, uint8_t, T>;
-  const TC* kc = static_cast<const TC*>(p.k_cache);
-  const TC* vc = static_cast<const TC*>(p.v_cache);
+  // Tile j of this warp into stage j % kStages (rows past `end`: zeros), one group a tile, empty
+  // past the warp's last.
   auto issue_tile = [&](int j, int64_t off) {
-    unsigned char* stage = warp_smem + (j % kStages) * Smem::kTileBytes;
-    const int k0 = start + (warp + j * kDecodeMmaWarps) * kKeys;
-    if (j < my_tiles) {
-#pragma unroll
-      for (int i = 0; i < kKeys * kRawChunks / 32; ++i) {
-        const int piece = i * 32 + lane, row = piece / kRawChunks, c = piece % kRawChunks;
-        const int64_t orow = __shfl_sync(0xffffffffu, off, row);
-        const bool valid = k0 + row < end;
-        if constexpr (kFp8) {
-          uint8_t* ks = stage;
-          uint8_t* vs = stage + kKeys * D;
-          CpAsync16(ks + SwzBytes<D>(row, c), kc + orow + c * 16, valid);
-          CpAsync16(vs + SwzBytes<D>(row, c), vc + orow + c * 16, valid);
-        } else {
-          T* ks = reinterpret_cast<T*>(stage);
-          T* vs = ks + kKeys * D;
-          CpAsync16(ks + Swz<D>(row, c), kc + orow + c * 8, valid);
-          CpAsync16(vs + Swz<D>(row, c), vc + orow + c * 8, valid);
-        }
-      }
-    }
-    CpAsyncCommit();  // one group a tile, empty past the warp's last
+    if (j < my_tiles)
+      DecodeMmaCopyTile<T, D, kFp8>(warp_smem + (j % kStages) * Smem::kTileBytes, p.k_cache, p.v_cache, off,
+                                    end - (start + (warp + j * kDecodeMmaWarps) * kKeys), lane);
+    CpAsyncCommit();
   };
 
-  // Q as the A operand: rows = heads (row g of the fragment; rows >= `rows` and g + 8 are zero),
-  // k = head dimensions, kept in registers for the whole loop (a0 and a2 of each 16-column step).
-  uint32_t qa[kStepsD][2];
-  {
-    const int g = lane >> 2, c2 = 2 * (lane & 3);
-    const T* q = static_cast<const T*>(p.q) + (t * p.num_heads + h0 + min(g, rows - 1)) * static_cast<int64_t>(D);
-    auto pair = [&](int col) -> uint32_t {  // q[col], q[col + 1] as an OT pair
-      if (g >= rows) return 0u;
-      const uint32_t raw = *reinterpret_cast<const uint32_t*>(q + col);
-      if constexpr (std::is_same_v<T, OT>) {
-        return raw;
-      } else {
-        const T* e = reinterpret_cast<const T*>(&raw);
-        return PackHalf2Saturating(ToFloat(e[0]), ToFloat(e[1]));
-      }
-    };
-#pragma unroll
-    for (int kk = 0; kk < kStepsD; ++kk) {
-      // FP8: the slots 2t, 2t + 1, 2t + 8, 2t + 9 of a step hold its columns 4t .. 4t + 3 (as K's).
-      qa[kk][0] = pair(kk * 16 + (kFp8 ? 2 * c2 : c2));
-      qa[kk][1] = pair(kk * 16 + (kFp8 ? 2 * c2 + 2 : c2 + 8));
-    }
-  }
+  // Q, kept in registers for the whole loop.
+  uint32_t qa[D / 16][2];
+  DecodeMmaLoadQ<T, D, kFp8>(qa, static_cast<const T*>(p.q) + (t * p.num_heads + h0) * static_cast<int64_t>(D), rows,
+                             lane);
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) issue_tile(j, tile_offset(j, first_pages[j]));
   // The entries of the next two tiles to issue: tile j + kStages - 1 (issued in iteration j) and
@@ -188,11 +334,8 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
   int page_now = first_pages[kStages - 1], page_next = tile_page(kStages);
 
   const float scale = p.scale * kLog2e * (kFp8 ? p.k_scale : 1.0f);
-  float m = -INFINITY, l = 0.0f;  // head g = lane / 4 (its quad agrees on m; l is the lane's share)
-  float o[kTilesD][2];            // O[g][dt * 8 + 2 * (lane % 4) + {0, 1}]
-#pragma unroll
-  for (int i = 0; i < kTilesD; ++i) o[i][0] = o[i][1] = 0.0f;
-
+  DecodeMmaState<D> st;
+  st.Reset();
   for (int j = 0; j < my_tiles; ++j) {
     CpAsyncWait<kStages - 2>();  // tile j has landed (this lane's copies)
     __syncwarp();                // ... and every lane's
@@ -200,100 +343,8 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
     issue_tile(j + kStages - 1, tile_offset(j + kStages - 1, page_now));
     page_now = page_next;
     page_next = tile_page(j + kStages + 1);
-
-    const unsigned char* stage = warp_smem + (j % kStages) * Smem::kTileBytes;
-    // S = Q K^T: 16 keys in two n8 tiles (ldmatrix matrix mi: keys (mi & 1) * 8 .., column step
-    // kk + (mi >> 1); FP8: a 16-byte chunk of bytes is one 16-column step).
-    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    const int mi = lane >> 3;
-    if constexpr (kFp8) {
-#pragma unroll
-      for (int kk = 0; kk < kStepsD; kk += 2) {
-        uint32_t r[4];
-        LdMatrixX4(r, stage + SwzBytes<D>((mi & 1) * 8 + (lane & 7), kk + (mi >> 1)));
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t a[4] = {qa[kk + h][0], 0u, qa[kk + h][1], 0u};
-          MmaTraits<OT>::Mma(s[0], a, Fp8x2ToHalf2Bits(r[2 * h]), Fp8x2ToHalf2Bits(r[2 * h] >> 16));
-          MmaTraits<OT>::Mma(s[1], a, Fp8x2ToHalf2Bits(r[2 * h + 1]), Fp8x2ToHalf2Bits(r[2 * h + 1] >> 16));
-        }
-      }
-    } else {
-      const OT* k_s = reinterpret_cast<const OT*>(stage);
-#pragma unroll
-      for (int kk = 0; kk < kStepsD; ++kk) {
-        uint32_t b[4];
-        LdMatrixX4(b, k_s + Swz<D>((mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
-        const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
-        MmaTraits<OT>::Mma(s[0], a, b[0], b[1]);
-        MmaTraits<OT>::Mma(s[1], a, b[2], b[3]);
-      }
-    }
-    // Online softmax for head g over this tile's keys k0 + nt * 8 + 2 * (lane % 4) + e.
-    const int k0 = start + (warp + j * kDecodeMmaWarps) * kKeys;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        if (k0 + nt * 8 + 2 * (lane & 3) + e >= end) s[nt][e] = -INFINITY;
-        mx = fmaxf(mx, s[nt][e]);
-      }
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m, mx * scale);
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    const float corr = FastExp2(m - m_use);
-    m = m_new;
-    float pr[2][2];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      pr[nt][0] = FastExp2(fmaf(s[nt][0], scale, -m_use));
-      pr[nt][1] = FastExp2(fmaf(s[nt][1], scale, -m_use));
-    }
-    l = l * corr + (pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1]);
-    if (__any_sync(0xffffffffu, corr != 1.0f)) {
-#pragma unroll
-      for (int i = 0; i < kTilesD; ++i) {
-        o[i][0] *= corr;
-        o[i][1] *= corr;
-      }
-    }
-    // O += P V: P's fragments are the A operand (keys 2t.. of n-tile 0 in a0, of n-tile 1 in a2).
-    const uint32_t a[4] = {MmaTraits<OT>::Pack(pr[0][0], pr[0][1]), 0u, MmaTraits<OT>::Pack(pr[1][0], pr[1][1]), 0u};
-    auto mma_o = [&](int nt, uint32_t b0, uint32_t b1) {
-      float c[4] = {o[nt][0], o[nt][1], 0.0f, 0.0f};
-      MmaTraits<OT>::Mma(c, a, b0, b1);
-      o[nt][0] = c[0];
-      o[nt][1] = c[1];
-    };
-    if constexpr (kFp8) {
-      // Matrices: keys 0-7 and 8-15 of chunk cc, then of chunk cc + 1. Transposed, a lane holds
-      // bytes (2g, 2g + 1) of keys 2t and 2t + 1; the permute pairs the keys of column 2g in the
-      // low half and of 2g + 1 in the high half: n8 tiles 2cc (even columns) and 2cc + 1 (odd).
-      const uint8_t* v_s = stage + kKeys * D;
-#pragma unroll
-      for (int cc = 0; cc < D / 16; cc += 2) {
-        uint32_t r[4];
-        LdMatrixX4Trans(r, v_s + SwzBytes<D>((mi & 1) * 8 + (lane & 7), cc + (mi >> 1)));
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t lo = __byte_perm(r[2 * h], 0u, 0x3120), hi = __byte_perm(r[2 * h + 1], 0u, 0x3120);
-          mma_o(2 * (cc + h), Fp8x2ToHalf2Bits(lo), Fp8x2ToHalf2Bits(hi));
-          mma_o(2 * (cc + h) + 1, Fp8x2ToHalf2Bits(lo >> 16), Fp8x2ToHalf2Bits(hi >> 16));
-        }
-      }
-    } else {
-      const OT* v_s = reinterpret_cast<const OT*>(stage) + kKeys * D;
-#pragma unroll
-      for (int dt2 = 0; dt2 < kTilesD / 2; ++dt2) {
-        uint32_t b[4];
-        LdMatrixX4Trans(b, v_s + Swz<D>((mi & 1) * 8 + (lane & 7), dt2 * 2 + (mi >> 1)));
-        mma_o(2 * dt2, b[0], b[1]);
-        mma_o(2 * dt2 + 1, b[2], b[3]);
-      }
-    }
+    DecodeMmaTile<T, D, kFp8>(warp_smem + (j % kStages) * Smem::kTileBytes, qa,
+                              start + (warp + j * kDecodeMmaWarps) * kKeys, end, scale, st, lane);
     __syncwarp();  // every lane is done with this stage before it is refilled
   }
   CpAsyncWait<0>();
@@ -304,27 +355,22 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
   float* l_w = m_w + kDecodeMmaWarps * G;
   float* acc_w = l_w + kDecodeMmaWarps * G;
   {
-    const int g = lane >> 2, c2 = 2 * (lane & 3);
+    const int g = lane >> 2;
+    float l = st.l;
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     if (g < G) {
       if ((lane & 3) == 0) {
-        m_w[warp * G + g] = m;
+        m_w[warp * G + g] = st.m;
         l_w[warp * G + g] = l;
       }
       float* acc = acc_w + (warp * G + g) * D;
-      if constexpr (kFp8) {
-        // n8 tiles 2cc and 2cc + 1 hold columns 16cc + 2n and 16cc + 2n + 1: this lane's four are
-        // 16cc + 4t .. 16cc + 4t + 3.
-#pragma unroll
-        for (int cc = 0; cc < D / 16; ++cc)
-          *reinterpret_cast<float4*>(acc + cc * 16 + 2 * c2) =
-              make_float4(o[2 * cc][0], o[2 * cc + 1][0], o[2 * cc][1], o[2 * cc + 1][1]);
-      } else {
-#pragma unroll
-        for (int dt = 0; dt < kTilesD; ++dt)
-          *reinterpret_cast<float2*>(acc + dt * 8 + c2) = make_float2(o[dt][0], o[dt][1]);
-      }
+      ForEachDecodeMmaColumns<D, kFp8>(
+          st, lane,
+          [&](int col, float v0, float v1, float v2, float v3) {
+            *reinterpret_cast<float4*>(acc + col) = make_float4(v0, v1, v2, v3);
+          },
+          [&](int col, float v0, float v1) { *reinterpret_cast<float2*>(acc + col) = make_float2(v0, v1); });
     }
   }
   __syncthreads();

@@ -127,10 +127,16 @@ DecodeSplit ChooseDecodeSplit(const PagedAttentionParams& p, const AttentionOpti
   return split;
 }
 
+// Shared memory that leaves room for no more than two blocks an SM (sm_90: 228 KB an SM, 1 KB of
+// it reserved a block).
+constexpr size_t kTwoBlocksAnSmBytes = 77 * 1024;
+
 // A decode kernel over its grid: (token, KV head x head tile, slice); it merges its own slices.
+// `two_an_sm`: its shared memory raised so that at most two blocks share an SM.
 absl::Status LaunchDecodeGrid(void (*kernel)(PagedAttentionParams, DecodeSplit), int threads, size_t smem,
                               const PagedAttentionParams& p, const AttentionOptions& options, DecodeSplit split,
-                              void* workspace, Stream stream) {
+                              void* workspace, Stream stream, bool two_an_sm = false) {
+  if (two_an_sm) smem = std::max(smem, kTwoBlocksAnSmBytes);
   CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
   PlacePartials(p, workspace, &split);
   const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
@@ -161,11 +167,19 @@ absl::Status LaunchDecodeMma(const PagedAttentionParams& p, const AttentionOptio
   DecodeSplit split = ChooseDecodeSplit(p, options, head_tiles, 2 * attention::kDecodeMmaKeysPerBlockStep, 2,
                                         attention::kDecodeMmaMaxSplits, workspace, workspace_bytes);
   constexpr int kThreads = attention::kDecodeMmaThreads;
+  // Where registers and shared memory let three blocks share an SM (an FP8 cache's smaller tiles:
+  // 162 registers, 48 KB), three pay only for grids of at least two waves of three: a smaller grid
+  // is placed unevenly (three on some SMs, one on others: the split above assumes two) or leaves
+  // a last wave mostly empty. H100, FP8 cache, 8B heads (attention_bench): three an SM took 10-12%
+  // longer at 8-64 sequences of 1k keys (64-512 blocks), 1-5% less at 128-512 sequences.
+  const int64_t blocks = p.num_tokens * p.num_kv_heads * head_tiles * split.splits;
+  const bool two_an_sm = options.decode_blocks_per_sm == 2 ||
+                         (options.decode_blocks_per_sm == 0 && blocks < 6 * int64_t{options.num_sms});
   if (p.fp8_cache)
     return LaunchDecodeGrid(AttentionDecodeMmaKernel<T, G, D, true>, kThreads, DecodeMmaSmem<T, G, D, true>::kBytes, p,
-                            options, split, workspace, stream);
+                            options, split, workspace, stream, two_an_sm);
   return LaunchDecodeGrid(AttentionDecodeMmaKernel<T, G, D, false>, kThreads, DecodeMmaSmem<T, G, D, false>::kBytes, p,
-                          options, split, workspace, stream);
+                          options, split, workspace, stream, two_an_sm);
 }
 
 template <typename T, int G>

@@ -78,6 +78,9 @@ struct AttentionOptions {
   bool force_simt = false; // never use the tensor-core prefill kernel nor the decode kernels above (tests)
   DecodeKernel decode_kernel = DecodeKernel::kAuto;
   bool pdl = false;        // decode kernels with programmatic dependent launch (launch overlaps the predecessor)
+  // Tensor-core decode kernel: at most this many blocks an SM (2, or 3 where they fit; 0: three for
+  // grids of at least two waves of three, else two). Benches.
+  int decode_blocks_per_sm = 0;
   // A mixed step's prefill attention runs on side_stream beside its decode attention, forked from
   // and joined back into the call's stream through the two events (all three owned by the caller;
   // null: one after the other). The prefill part of a serving step is often one short prompt: a

@@ -312,7 +312,6 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
   int first_pages[kStages];  // tiles 0 .. kStages - 1, loaded together (the table is no kernel's output)
 #pragma unroll
   for (int j = 0; j < kStages; ++j) first_pages[j] = tile_page(j);
-  GridDependencyWait();
 
   // Tile j of this warp into stage j % kStages (rows past `end`: zeros), one group a tile, empty
   // past the warp's last.
@@ -322,13 +321,28 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
                                     end - (start + (warp + j * kDecodeMmaWarps) * kKeys), lane);
     CpAsyncCommit();
   };
+  // The first tiles whose keys all precede the step's own key (ctx - 1, which the predecessor,
+  // QkvRope, writes) have been in the cache since earlier steps: they are copied before the
+  // dependency wait, so that under programmatic launch the block's first loads overlap the kernels
+  // before it instead of following them (the same order of copy groups either way).
+  int issued = 0;
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) {
+    const int last_key = min(start + (warp + j * kDecodeMmaWarps) * kKeys + kKeys, end) - 1;
+    if (issued == j && last_key < slice.ctx - 1) {
+      issue_tile(j, tile_offset(j, first_pages[j]));
+      ++issued;
+    }
+  }
+  GridDependencyWait();
 
   // Q, kept in registers for the whole loop.
   uint32_t qa[D / 16][2];
   DecodeMmaLoadQ<T, D, kFp8>(qa, static_cast<const T*>(p.q) + (t * p.num_heads + h0) * static_cast<int64_t>(D), rows,
                              lane);
 #pragma unroll
-  for (int j = 0; j < kStages - 1; ++j) issue_tile(j, tile_offset(j, first_pages[j]));
+  for (int j = 0; j < kStages - 1; ++j)
+    if (j >= issued) issue_tile(j, tile_offset(j, first_pages[j]));
   // The entries of the next two tiles to issue: tile j + kStages - 1 (issued in iteration j) and
   // the one after (loaded in iteration j, used in j + 1).
   int page_now = first_pages[kStages - 1], page_next = tile_page(kStages);

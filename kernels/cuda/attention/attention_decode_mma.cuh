@@ -17,11 +17,13 @@
 //
 // Memory: each warp owns its own keys (16 at a time, tiles warp, warp + W, ... of the block's
 // slice) and a ring of kStages tiles in shared memory filled by cp.async, so that kStages - 1 tiles
-// a warp (with two blocks an SM: 128-160 KB an SM) are always in flight; warps never wait for each
-// other until the merge (attention_decode_merge.cuh).
+// a warp (two blocks an SM: 64-128 KB an SM; an FP8 cache's grids of two waves of three or more:
+// three blocks) are always in flight; warps never wait for each other until the merge
+// (attention_decode_merge.cuh). A block's first tiles of keys from earlier steps are copied before
+// its grid-dependency wait: only the step's own key is written by the kernel before it.
 //
-// An FP8 cache is staged as bytes (half the shared memory a key, so twice the stages) and widened
-// exactly to f16 in registers; the MMAs then run in f16 (Q converted, saturating at 65504; P in
+// An FP8 cache is staged as bytes (half the shared memory a key) and widened exactly to f16 in
+// registers; the MMAs then run in f16 (Q converted, saturating at 65504; P in
 // [0, 1]). ldmatrix reads the byte tiles as 16-bit pairs, so the fragments come out permuted, and
 // the MMAs' freedom of order absorbs it: for S, a lane's four K slots of a 16-column step are four
 // adjacent bytes (4t..4t+3, with Q loaded in the same order); for O, the transposing ldmatrix gives

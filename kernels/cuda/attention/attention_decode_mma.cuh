@@ -256,10 +256,10 @@ __device__ __forceinline__ void DecodeMmaTile(const unsigned char* stage, const 
   }
 }
 
-// Calls f(column, value) for each of the lane's 2 * D / 8 output columns of head lane / 4, in the
-// natural column order (an FP8 tile's n8 tiles 2cc and 2cc + 1 hold columns 16cc + 2n and
-// 16cc + 2n + 1: the lane's four are 16cc + 4t .. 16cc + 4t + 3), in groups of four adjacent ones
-// (FP8) or two (16-bit): f4(first column, v0, v1, v2, v3) / f2(first column, v0, v1).
+// Hands the lane's D / 4 output values of head lane / 4 to f4(first column, v0, v1, v2, v3) in
+// groups of four adjacent columns (FP8: an FP8 tile's n8 tiles 2cc and 2cc + 1 hold columns
+// 16cc + 2n and 16cc + 2n + 1, so the lane's four are 16cc + 4t .. 16cc + 4t + 3) or to
+// f2(first column, v0, v1) in pairs (16-bit).
 template <int D, bool kFp8, typename F4, typename F2>
 __device__ __forceinline__ void ForEachDecodeMmaColumns(const DecodeMmaState<D>& st, int lane, F4&& f4, F2&& f2) {
   const int c2 = 2 * (lane & 3);

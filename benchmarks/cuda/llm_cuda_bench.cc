@@ -8,9 +8,12 @@
 //   - per-op time tables (CUDA events around each op, eager) with achieved bandwidth/FLOP rates
 //   - A/B: GEMV vs cuBLASLt for the decode linears, programmatic dependent launch on/off
 // Usage: llm_cuda_bench --model DIR (config.json) [--out FILE.md] [--steps N] [--quick]
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -43,11 +46,24 @@ struct Args {
   int block_size = 16;                  // --block-size 32: tokens a KV cache block (the server's --block-size)
 };
 
-std::vector<int> ParseIntList(const std::string& list) {
+// An integer argument of `flag`, or a usage error (exit 2) that names it, where std::stoi would
+// throw.
+int IntArg(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX) {
+    std::fprintf(stderr, "llm_cuda_bench: %s takes integers (got \"%s\")\n", flag.c_str(), text.c_str());
+    std::exit(2);
+  }
+  return static_cast<int>(v);
+}
+
+std::vector<int> ParseIntList(const std::string& flag, const std::string& list) {
   std::vector<int> v;
   for (size_t at = 0; at < list.size();) {
     const size_t end = std::min(list.find(',', at), list.size());
-    v.push_back(std::stoi(list.substr(at, end - at)));
+    v.push_back(IntArg(flag, list.substr(at, end - at)));
     at = end + 1;
   }
   return v;
@@ -60,14 +76,14 @@ Args Parse(int argc, char** argv) {
     auto next = [&] { return NextArg(argc, argv, &i); };
     if (k == "--model") a.model = next();
     else if (k == "--out") a.out = next();
-    else if (k == "--steps") a.steps = std::stoi(next());
+    else if (k == "--steps") a.steps = IntArg(k, next());
     else if (k == "--quick") a.quick = true;
     else if (k == "--quantization") a.quantization = next();
     else if (k == "--kv-cache-dtype") a.kv_cache_dtype = next();
-    else if (k == "--batches") a.batches = ParseIntList(next());
-    else if (k == "--op-batches") a.op_batches = ParseIntList(next()), a.op_batches_given = true;
+    else if (k == "--batches") a.batches = ParseIntList(k, next());
+    else if (k == "--op-batches") a.op_batches = ParseIntList(k, next()), a.op_batches_given = true;
     else if (k == "--decode-only") a.decode_only = true;
-    else if (k == "--block-size") a.block_size = std::stoi(next());
+    else if (k == "--block-size") a.block_size = IntArg(k, next());
     else if (k == "--sampling") a.sampling = true;
     else if (k == "--timeline") a.timeline = true;
     else {

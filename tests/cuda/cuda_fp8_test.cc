@@ -39,6 +39,7 @@ using testing::Download;
 using testing::MakeTensor;
 using testing::OwnedTensor;
 using testing::Poison;
+using testing::RaggedDecodes;
 using testing::RandomVec;
 using testing::RelErr;
 using testing::RoundTo;
@@ -753,9 +754,8 @@ TEST_P(CudaFp8Test, QkvRopeWritesTheCpusE4M3) {
   }
 }
 
-std::vector<std::pair<int, int>> ManyDecodesThenPrefill() {
-  std::vector<std::pair<int, int>> seqs;
-  for (int i = 0; i < 40; ++i) seqs.push_back({1, 1 + (i * 397) % 900});
+std::vector<std::pair<int, int>> RaggedDecodesThenPrefill() {
+  std::vector<std::pair<int, int>> seqs = RaggedDecodes(40);
   seqs.push_back({48, 300});
   return seqs;
 }
@@ -785,7 +785,7 @@ TEST_P(CudaFp8Test, AttentionReadsAnE4M3Cache) {
       {"group8_hd64", {{1, 333}, {1, 48}}, 16, 2, 64},
       // 40 decodes of 1-900 keys (320 blocks of 8 KV heads: a second wave), then a prefill behind
       // them.
-      {"many_decodes_then_prefill", ManyDecodesThenPrefill(), 32, 8, 128},
+      {"many_decodes_then_prefill", RaggedDecodesThenPrefill(), 32, 8, 128},
   };
   for (const Case& c : cases) {
     const int block_size = 16;

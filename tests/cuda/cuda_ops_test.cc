@@ -15,6 +15,7 @@ using testing::Download;
 using testing::MakeTensor;
 using testing::OwnedTensor;
 using testing::Poison;
+using testing::RaggedDecodes;
 using testing::RandomVec;
 using testing::RelErr;
 using testing::RoundTo;
@@ -519,13 +520,6 @@ class AttentionHarness {
   std::vector<float> k_, v_, q_;
 };
 
-// 40 one-token sequences of 1-900 keys (320 blocks of 8 KV heads: more than two an SM hold).
-std::vector<std::pair<int, int>> ManyDecodes() {
-  std::vector<std::pair<int, int>> seqs;
-  for (int i = 0; i < 40; ++i) seqs.push_back({1, 1 + (i * 397) % 900});
-  return seqs;
-}
-
 std::vector<AttnCase> AttentionCases() {
   return {
       {"decode_gqa", {{1, 1}, {1, 17}, {1, 300}, {1, 1000}}, 8, 2, 128},
@@ -569,8 +563,8 @@ std::vector<AttnCase> AttentionCases() {
       {"mha_decode", {{1, 300}, {1, 5}, {1, 1000}}, 8, 8, 128},
       {"group2_decode", {{1, 77}, {1, 600}, {1, 2048}}, 8, 4, 128},
       // More (sequence, KV head) blocks than two an SM hold (a second wave), ragged contexts.
-      {"many_decodes", ManyDecodes(), 32, 8, 128},
-      {"many_decodes_window", ManyDecodes(), 32, 8, 64, 16, 100},
+      {"many_decodes", RaggedDecodes(40), 32, 8, 128},
+      {"many_decodes_window", RaggedDecodes(40), 32, 8, 64, 16, 100},
   };
 }
 

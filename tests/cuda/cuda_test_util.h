@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
@@ -102,6 +103,14 @@ inline std::vector<float> Download(Backend& b, Tensor t) {
 inline void Poison(CudaBackend& b, Tensor t) { ASSERT_TRUE(b.FillPattern(t, 0xFFFFFFFFu).ok()); }
 
 inline std::string DTypeLabel(DType t) { return std::string(DTypeName(t)); }
+
+// (query_len, context_len) of `n` one-token sequences of 1-900 keys, ragged: with 8 KV heads, 40 of
+// them are more decode-attention blocks than two an SM hold (a second wave).
+inline std::vector<std::pair<int, int>> RaggedDecodes(int n) {
+  std::vector<std::pair<int, int>> seqs;
+  for (int i = 0; i < n; ++i) seqs.push_back({1, 1 + (i * 397) % 900});
+  return seqs;
+}
 
 inline std::unique_ptr<CudaBackend> MakeCuda(DType dtype, CudaBackendOptions options = {}) {
   options.dtype = dtype;

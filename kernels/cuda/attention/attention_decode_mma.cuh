@@ -256,23 +256,6 @@ __device__ __forceinline__ void DecodeMmaTile(const unsigned char* stage, const 
   }
 }
 
-// Hands the lane's D / 4 output values of head lane / 4 to f4(first column, v0, v1, v2, v3) in
-// groups of four adjacent columns (FP8: an FP8 tile's n8 tiles 2cc and 2cc + 1 hold columns
-// 16cc + 2n and 16cc + 2n + 1, so the lane's four are 16cc + 4t .. 16cc + 4t + 3) or to
-// f2(first column, v0, v1) in pairs (16-bit).
-template <int D, bool kFp8, typename F4, typename F2>
-__device__ __forceinline__ void ForEachDecodeMmaColumns(const DecodeMmaState<D>& st, int lane, F4&& f4, F2&& f2) {
-  const int c2 = 2 * (lane & 3);
-  if constexpr (kFp8) {
-#pragma unroll
-    for (int cc = 0; cc < D / 16; ++cc)
-      f4(cc * 16 + 2 * c2, st.o[2 * cc][0], st.o[2 * cc + 1][0], st.o[2 * cc][1], st.o[2 * cc + 1][1]);
-  } else {
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) f2(dt * 8 + c2, st.o[dt][0], st.o[dt][1]);
-  }
-}
-
 // grid: (num_tokens, num_kv_heads * head_tiles, splits); block: kDecodeMmaThreads. Block (t, kvh,
 // tile, z) as in AttentionDecodeKernel (same split and merge): token t == sequence t, the G query
 // heads kvh * group + tile * G + [0, G), slice z of the visible keys.
@@ -381,12 +364,19 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
         l_w[warp * G + g] = l;
       }
       float* acc = acc_w + (warp * G + g) * D;
-      ForEachDecodeMmaColumns<D, kFp8>(
-          st, lane,
-          [&](int col, float v0, float v1, float v2, float v3) {
-            *reinterpret_cast<float4*>(acc + col) = make_float4(v0, v1, v2, v3);
-          },
-          [&](int col, float v0, float v1) { *reinterpret_cast<float2*>(acc + col) = make_float2(v0, v1); });
+      const int c2 = 2 * (lane & 3);
+      if constexpr (kFp8) {
+        // n8 tiles 2cc and 2cc + 1 hold columns 16cc + 2n and 16cc + 2n + 1: this lane's four are
+        // 16cc + 4t .. 16cc + 4t + 3.
+#pragma unroll
+        for (int cc = 0; cc < D / 16; ++cc)
+          *reinterpret_cast<float4*>(acc + cc * 16 + 2 * c2) =
+              make_float4(st.o[2 * cc][0], st.o[2 * cc + 1][0], st.o[2 * cc][1], st.o[2 * cc + 1][1]);
+      } else {
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt)
+          *reinterpret_cast<float2*>(acc + dt * 8 + c2) = make_float2(st.o[dt][0], st.o[dt][1]);
+      }
     }
   }
   __syncthreads();

@@ -223,6 +223,10 @@ TEST_P(CudaFp8Test, LinearEveryFormatShapeAndKernel) {
           // 2 warps a row; 3: the ring GEMV forced.
           CudaBackendOptions& o = gpu_->mutable_options();
           o.gemv_max_rows = variant == 1 ? 0 : 4;
+          // (The few-rows GEMM forced to 8 rows there, and the GEMV forms to 4 in variants 2-3: by
+          // default they take those rows only on some GPUs.)
+          o.gemm_few_rows_max_rows = variant == 1 ? 8 : CudaBackendOptions::kByDevice;
+          o.fp8_gemv_max_rows = variant >= 2 ? 4 : CudaBackendOptions::kByDevice;
           o.autotune_linear = variant < 2;
           o.gemv_warps_per_row = variant == 2 ? 2 : variant == 3 ? CudaBackendOptions::kGemvRingForm : 0;
           const std::string what = absl::StrCat(s.m, "x", s.n, "x", s.k, " ", f.ToString(), " inputs ",
@@ -252,6 +256,7 @@ TEST_P(CudaFp8Test, GemvMmaEveryRowCountAndShape) {
                            {4100, 512}, {2048, 4096}, {1040, 14336}, {6144, 4096}, {129, 3584}};
   CudaBackendOptions& o = gpu_->mutable_options();
   o.gemv_max_rows = 8;
+  o.fp8_gemv_max_rows = 8;
   o.autotune_linear = false;
   o.gemv_warps_per_row = CudaBackendOptions::kGemvRingForm;
   int calls = 0;

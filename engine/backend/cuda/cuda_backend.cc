@@ -131,6 +131,7 @@ struct CudaBackend::Impl {
   cudaStream_t side_stream = nullptr;
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
   cudaDeviceProp prop{};
+  double dram_bytes_per_second = 0;  // peak, from the memory clock and bus width (LinearContext)
   // Shared with every Buffer carved from it (their deleters hold it), so it outlives them all.
   std::shared_ptr<DeviceArena> arena;
   DeviceMem gemm_workspace, attention_workspace, fp8_workspace, few_rows_workspace;
@@ -222,6 +223,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
     impl->options.tune_cublas_candidates = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS"); v != nullptr) impl->options.gemm_few_rows_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FP8_WGMMA"); v != nullptr) impl->options.gemm_fp8_wgmma_max_rows = std::atoi(v);
+  if (const char* v = std::getenv("LLM_FP8_GEMV_MAX_ROWS"); v != nullptr) impl->options.fp8_gemv_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_FP8_FUSED_QUANT"); v != nullptr && v[0] == '0')
     impl->options.fuse_fp8_input_quant = false;
   if (const char* v = std::getenv("LLM_FP8_FAST_ACCUM"); v != nullptr && v[0] == '0')
@@ -249,6 +251,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
     impl->options.gemv_ring_bytes = static_cast<size_t>(std::atoi(v)) << 10;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device_index));
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&impl->prop, options.device_index));
+  int memory_khz = 0, bus_bits = 0;
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, options.device_index));
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, options.device_index));
+  impl->dram_bytes_per_second = 2.0 * 1e3 * memory_khz * bus_bits / 8;  // two transfers a clock
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&impl->side_stream, cudaStreamNonBlocking));
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&impl->fork_event, cudaEventDisableTiming));
@@ -518,6 +524,7 @@ LinearContext CudaBackend::linear_context() const {
   ctx.stream = impl_->stream;
   ctx.num_sms = impl_->prop.multiProcessorCount;
   ctx.l2_bytes = impl_->prop.l2CacheSize;
+  ctx.dram_bytes_per_second = impl_->dram_bytes_per_second;
   ctx.gemm = impl_->gemm.get();
   ctx.fp8_workspace = impl_->fp8_workspace.ptr();
   ctx.fp8_workspace_bytes = impl_->fp8_workspace.bytes();

@@ -40,6 +40,22 @@ bool LogLinearChoice() {
 
 const void* BiasOf(const LinearCall& c) { return c.w->bias.empty() ? nullptr : c.w->bias.data(); }
 
+// The row cut-overs between the widening kernels and the warpgroup GEMMs, each the option's value
+// unless it is CudaBackendOptions::kByDevice: then by the GPU's peak DRAM bandwidth, as measured
+// (cuda_backend.h says where): an H100 SXM (3.35 TB/s) takes the first values, an H200 (4.8 TB/s)
+// the second. Between them nothing was measured; 4 TB/s splits them.
+struct RowCutovers {
+  int fp8_gemv_max, fp8_few_rows_max, fp8_wgmma_max, w4a16_wgmma_min;
+};
+RowCutovers RowCutoversFor(const CudaBackendOptions& o, const LinearContext& ctx) {
+  const bool fast_memory = ctx.dram_bytes_per_second >= 4e12;
+  auto pick = [&](int option, int slow, int fast) {
+    return option != CudaBackendOptions::kByDevice ? option : fast_memory ? fast : slow;
+  };
+  return {pick(o.fp8_gemv_max_rows, cuda::kGemvMaxRows, 1), pick(o.gemm_few_rows_max_rows, 8, 0), pick(o.gemm_fp8_wgmma_max_rows, 32, 64),
+          pick(o.gemm_w4a16_wgmma_min_rows, 33, 17)};
+}
+
 absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaBackendOptions& o,
                      const LinearContext& ctx) {
   cuda::GemvOptions go;
@@ -317,7 +333,9 @@ std::string_view LinearKernelChoice::Name() const {
 // warpgroup GEMM, cuBLASLt's FP8 GEMM where it takes the scales, else the dequantizing GEMM.
 LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearContext& ctx) const {
   const CudaBackendOptions& o = options_;
-  if (c.m <= o.gemv_max_rows && c.m <= cuda::kGemvMaxRows && cuda::GemvFp8Supported(c.act, c.k, WeightScales(*c.w))) {
+  const RowCutovers cut = RowCutoversFor(o, ctx);
+  if (c.m <= o.gemv_max_rows && c.m <= cut.fp8_gemv_max && c.m <= cuda::kGemvMaxRows &&
+      cuda::GemvFp8Supported(c.act, c.k, WeightScales(*c.w))) {
     const int wpr = o.gemv_warps_per_row;
     const bool mma_fits =
         cuda::GemvFp8MmaFits(c.act, c.m, c.n, c.k, WeightScales(*c.w), o.gemv_ring_bytes, ctx.num_sms);
@@ -336,15 +354,16 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
       return {LinearKernel::kFp8GemvRing, 0};
     return {LinearKernel::kFp8Gemv, 0};
   }
-  // 5 to 8 rows, one weight scale a row: the few-rows GEMM widening E4M3 in registers (W8A16,
-  // as the GEMV forms below it; x is not quantized even where the weight declares it), which
-  // streams W at up to 2x cuBLASLt's W8A8 rate there (benchmarks/RESULTS.md). Its W8A8 form
-  // (x quantized first, m16n8k32 E4M3 MMAs) was slower in the step and is not kept.
-  if (c.w->scale_grid().cols == 1 && FewRowsTakes(c, ctx, o.gemm_few_rows_max_rows))
+  // 5 to 8 rows where the memory is slow enough (RowCutovers), one weight scale a row: the
+  // few-rows GEMM widening E4M3 in registers (W8A16, as the GEMV forms below it; x is not
+  // quantized even where the weight declares it), which streams W at up to 2x cuBLASLt's W8A8
+  // rate there (benchmarks/RESULTS.md). Its W8A8 form (x quantized first, m16n8k32 E4M3 MMAs) was
+  // slower in the step and is not kept.
+  if (c.w->scale_grid().cols == 1 && FewRowsTakes(c, ctx, cut.fp8_few_rows_max))
     return {LinearKernel::kFp8GemmFewRows, 0};
-  // Then up to gemm_fp8_wgmma_max_rows rows, x quantized per token or tensor: the warpgroup GEMM
+  // Then up to 32 or 64 rows (RowCutovers), x quantized per token or tensor: the warpgroup GEMM
   // (W8A8), faster than both in the 8B step at 9-32 rows (benchmarks/RESULTS.md).
-  if (c.m <= o.gemm_fp8_wgmma_max_rows && Fp8WgmmaTakes(c, ctx)) return {LinearKernel::kFp8Wgmma, 0};
+  if (c.m <= cut.fp8_wgmma_max && Fp8WgmmaTakes(c, ctx)) return {LinearKernel::kFp8Wgmma, 0};
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (modes && c.out.dtype() == c.act && ctx.fp8_workspace != nullptr &&
       !fp8_cublas_refused_.count(Fp8RefusalKey(c)))
@@ -353,7 +372,7 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
 }
 
 // Int4 weights, by measurement on an H100 (benchmarks/RESULTS.md, 4-bit weights: CUDA kernels):
-// regular groups from gemm_w4a16_wgmma_min_rows rows (33) to 448 take the warpgroup GEMM (tensor
+// regular groups from 33 rows (17 on an H200: RowCutovers) to 448 take the warpgroup GEMM (tensor
 // bound there); below, from gemm_few_rows_int4_min_rows (17), the few-rows GEMM; up to
 // kGemvW4A16MmaMaxRows rows the tensor-core GEMV (the decode batches: bound by streaming the
 // codes); past those (prefill, irregular groups) slices of the weight widened to 16 bits and
@@ -363,7 +382,7 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
 LinearKernelChoice LinearKernels::ChooseW4A16(const LinearCall& c, const LinearContext& ctx) const {
   const CudaBackendOptions& o = options_;
   const int64_t kp = c.w->int4_storage_columns();
-  if (c.m >= o.gemm_w4a16_wgmma_min_rows && c.m <= o.gemm_w4a16_wgmma_max_rows &&
+  if (c.m >= RowCutoversFor(o, ctx).w4a16_wgmma_min && c.m <= o.gemm_w4a16_wgmma_max_rows &&
       ctx.few_rows_workspace_bytes >= cuda::GemmW4A16WgmmaWorkspaceBytes(ctx.num_sms) &&
       cuda::GemmW4A16WgmmaSupports(c.act, c.out.dtype(), W4Weights(*c.w), c.m, c.n, kp, c.x.data(), c.out.data()))
     return {LinearKernel::kW4A16Wgmma, 0};

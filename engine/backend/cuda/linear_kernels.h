@@ -75,6 +75,7 @@ struct LinearContext {
   CUstream_st* stream = nullptr;
   int num_sms = 0;
   int l2_bytes = 0;
+  double dram_bytes_per_second = 0;  // the GPU's peak, from its memory clock and bus width
   cuda::CublasLtGemm* gemm = nullptr;
   // kFp8CublasLt's quantized activations and their scales, a chunk of rows at a time; int4
   // act-order linears' permuted inputs.

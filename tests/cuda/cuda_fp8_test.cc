@@ -628,6 +628,12 @@ TEST_P(CudaFp8Test, NormAndSiluMulQuantizeAsTheQuantizer) {
 // inputs and a backend with the fusion off do not take a quantized input.
 TEST_P(CudaFp8Test, LinearTakesItsInputQuantizedByTheNorm) {
   const int64_t n = 768, k = 1024;
+  // The row cut-overs pinned to one GPU's (the H100's; by default they follow the GPU), so that
+  // the W8A16 rows are 1-8 whatever runs the test.
+  CudaBackendOptions& o = gpu_->mutable_options();
+  o.fp8_gemv_max_rows = 4;
+  o.gemm_few_rows_max_rows = 8;
+  o.gemm_fp8_wgmma_max_rows = 32;
   for (const StorageFormat& f : Formats()) {
     for (ActivationQuant a : {ActivationQuant::kDynamicPerToken, ActivationQuant::kStaticPerTensor,
                               ActivationQuant::kDynamicPerGroup}) {
@@ -696,6 +702,8 @@ TEST_P(CudaFp8Test, LinearTakesItsInputQuantizedByTheNorm) {
   OwnedTensor x = MakeTensor(*gpu_, dtype_, {2, k}), out = MakeTensor(*gpu_, dtype_, {2, n});
   OwnedTensor codes = MakeTensor(*gpu_, DType::kF8E4M3, {2, k}), scales = MakeTensor(*gpu_, DType::kF32, {2});
   EXPECT_FALSE(gpu_->LinearFp8Input(x.t, Fp8Input{codes.t, scales.t}, g.lw, out.t).ok());
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
 }
 
 // --- FP8 KV cache ---

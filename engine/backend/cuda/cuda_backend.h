@@ -80,21 +80,21 @@ struct CudaBackendOptions {
   static constexpr int kByDevice = -1;
   // FP8 weights: the GEMV forms up to min(gemv_max_rows, this) rows, the GEMMs above. By
   // measurement (8B FP8 step, benchmarks/RESULTS.md): on an H100 the tensor-core ring GEMV up to
-  // gemv_max_rows (no limit of its own); on an H200 the warpgroup GEMM is 7% faster at 2 rows and 18% at 3-4 (7% slower at one
-  // row), so 1 there. LLM_FP8_GEMV_MAX_ROWS=N.
+  // gemv_max_rows (no limit of its own); on an H200 the warpgroup GEMM is 7% faster at 2 rows and
+  // 18% at 3-4 (7% slower at one row), so 1 there. LLM_FP8_GEMV_MAX_ROWS=N.
   int fp8_gemv_max_rows = kByDevice;
   // FP8 weights with one scale a row, above the GEMV's rows and up to this many (at most
   // GemmFewRowsMaxRows: 64): the tensor-core GEMM for a few rows (gemm_few_rows.h, W8A16) instead of
   // the warpgroup GEMM or cuBLASLt's W8A8 GEMM. By measurement (8B FP8 step, benchmarks/RESULTS.md):
   // on an H100 batch 8 -13.5% against cuBLASLt and level with the warpgroup GEMM, so 8; on an H200
-  // the warpgroup GEMM is 18-20% faster at batch 8, so 0 there. 0: none (LLM_GEMM_FEW_ROWS=N).
+  // the warpgroup GEMM is 20% faster at batches 5 and 8, so 0 there. 0: none (LLM_GEMM_FEW_ROWS=N).
   int gemm_few_rows_max_rows = kByDevice;
   // FP8 linears that quantize x per token or per tensor (W8A8), with one weight scale a row or a
   // tensor, above the few-rows GEMM's rows and up to this many (at most cuda::kGemmFp8WgmmaMaxRows:
   // 64): the warpgroup GEMM (gemm_fp8_wgmma.h) instead of cuBLASLt's FP8 GEMM. By measurement (8B
   // FP8 step, benchmarks/RESULTS.md): on an H100 batch 16 -5% against the few-rows GEMM, 32 -4%
   // against cuBLASLt, and with its two-stage ring (sixteenth session) batch 48 / 64 still +0.7% /
-  // +1.0%, so 32; on an H200 batch 48 / 64 -4.5% / -2.8%, so 64. 0: cuBLASLt (LLM_GEMM_FP8_WGMMA=N).
+  // +1.0%, so 32; on an H200 batch 48 / 64 -2.8% / -2.6%, so 64. 0: cuBLASLt (LLM_GEMM_FP8_WGMMA=N).
   int gemm_fp8_wgmma_max_rows = kByDevice;
   // The same for 16-bit weights; 0 by measurement (an H100 8B step at batch 8 ties cuBLASLt, at 32
   // and 64 it is 5-12% slower: benchmarks/RESULTS.md). LLM_GEMM_FEW_ROWS_16BIT.
@@ -112,8 +112,8 @@ struct CudaBackendOptions {
   // batch 48 8.84 -> 6.99 ms, 64 9.52 -> 7.68, 128 15.71 -> 12.11, 256 (against the widened GEMM)
   // 28.05 -> 23.21, 320 / 384 / 448 31.92 / 35.58 / 41.95 -> 30.08 / 34.38 / 41.18 (passes of 128
   // rows, each reading the codes again: the margin shrinks); at 32 rows the few-rows GEMM stays
-  // faster (5.96 against 6.34), so 33; on an H200 the warpgroup GEMM is 2.5-2.8% faster at 24 and 32
-  // rows (5% slower at 16), so 17 there. LLM_GEMM_W4A16_WGMMA=MIN,MAX (MIN > MAX: off).
+  // faster (5.96 against 6.34), so 33; on an H200 the warpgroup GEMM is 2.6-2.8% faster at 17-32
+  // rows (8% slower at 16), so 17 there. LLM_GEMM_W4A16_WGMMA=MIN,MAX (MIN > MAX: off).
   int gemm_w4a16_wgmma_min_rows = kByDevice;
   int gemm_w4a16_wgmma_max_rows = 448;
   int gemm_few_rows_tile_rows = 0;  // 128 or 256; 0: the kernel's rule

@@ -52,8 +52,8 @@ RowCutovers RowCutoversFor(const CudaBackendOptions& o, const LinearContext& ctx
   auto pick = [&](int option, int slow, int fast) {
     return option != CudaBackendOptions::kByDevice ? option : fast_memory ? fast : slow;
   };
-  return {pick(o.fp8_gemv_max_rows, cuda::kGemvMaxRows, 1), pick(o.gemm_few_rows_max_rows, 8, 0), pick(o.gemm_fp8_wgmma_max_rows, 32, 64),
-          pick(o.gemm_w4a16_wgmma_min_rows, 33, 17)};
+  return {pick(o.fp8_gemv_max_rows, cuda::kGemvMaxRows, 1), pick(o.gemm_few_rows_max_rows, 8, 0),
+          pick(o.gemm_fp8_wgmma_max_rows, 32, 64), pick(o.gemm_w4a16_wgmma_min_rows, 33, 17)};
 }
 
 absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaBackendOptions& o,

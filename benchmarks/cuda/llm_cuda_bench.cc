@@ -206,7 +206,9 @@ SamplingParams g_decode_sampling = DecodeSampling(false);
 
 DecodeTiming RunDecode(Model& m, int batch, int ctx0, int steps, int warmup = 3) {
   std::mt19937 rng(batch * 1000 + ctx0);
-  std::vector<SampleRow> rows(batch, SampleRow{.params = &g_decode_sampling});
+  SampleRow greedy;
+  greedy.params = &g_decode_sampling;
+  std::vector<SampleRow> rows(batch, greedy);
   std::vector<SampleResult> results(batch);
   cudaStream_t stream = m.backend->stream();
   cudaEvent_t a, b;

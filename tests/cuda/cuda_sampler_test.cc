@@ -133,7 +133,9 @@ TEST(CudaSamplerTest, TopKDrawsOnlyTopK) {
     params[r].temperature = 1.0f;
     params[r].top_k = 10;
     params[r].seed = 99;
-    rows[r] = SampleRow{.params = &params[r], .step = static_cast<uint64_t>(r)};
+    rows[r] = SampleRow{};
+    rows[r].params = &params[r];
+    rows[r].step = static_cast<uint64_t>(r);
   }
   std::vector<SampleResult> got, want;
   h.Run(logits, vocab, rows, got, want);

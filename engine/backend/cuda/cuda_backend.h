@@ -74,7 +74,7 @@ struct CudaBackendOptions {
   // (LLM_TUNE_CUBLAS=0 sets that).
   int tune_cublas_max_rows = 256;
   // The row cut-overs below that are kByDevice by default depend on the GPU's DRAM bandwidth
-  // (LinearKernels resolves them: linear_kernels.cc, RowCutovers). The widening kernels (few-rows
+  // (LinearKernels resolves them: linear_kernels.cc, RowCutoversFor). The widening kernels (few-rows
   // GEMM, W8A16) are bound by their instructions, so the faster the memory, the earlier the
   // warpgroup GEMMs win: measured on an H100 (3.35 TB/s) and an H200 (4.8 TB/s).
   static constexpr int kByDevice = -1;

@@ -284,8 +284,9 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
   // iteration before its offset is needed: a load consumed at once stalled the warp on the table
   // read every tile (Nsight on an H100: 28% of the loop's stall samples), and the prologue's
   // lookups, one after the other, delayed the first copies.
+  auto tile_k0 = [&](int j) { return start + (warp + j * kDecodeMmaWarps) * kKeys; };  // tile j's first key
   auto tile_slot = [&](int j) {
-    const int key = start + (warp + j * kDecodeMmaWarps) * kKeys + (lane & (kKeys - 1));
+    const int key = tile_k0(j) + (lane & (kKeys - 1));
     return page_shift >= 0 ? LocateKey<true>(key, p.block_size, page_shift) : LocateKey<false>(key, p.block_size, 0);
   };
   auto tile_page = [&](int j) -> int {  // clamped into the table: keys past the context are never read
@@ -303,7 +304,7 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
   auto issue_tile = [&](int j, int64_t off) {
     if (j < my_tiles)
       DecodeMmaCopyTile<T, D, kFp8>(warp_smem + (j % kStages) * Smem::kTileBytes, p.k_cache, p.v_cache, off,
-                                    end - (start + (warp + j * kDecodeMmaWarps) * kKeys), lane);
+                                    end - tile_k0(j), lane);
     CpAsyncCommit();
   };
   // The first tiles whose keys all precede the step's own key (ctx - 1, which the predecessor,
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
   int issued = 0;
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) {
-    const int last_key = min(start + (warp + j * kDecodeMmaWarps) * kKeys + kKeys, end) - 1;
+    const int last_key = min(tile_k0(j) + kKeys, end) - 1;
     if (issued == j && last_key < slice.ctx - 1) {
       issue_tile(j, tile_offset(j, first_pages[j]));
       ++issued;
@@ -343,7 +344,7 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
     page_now = page_next;
     page_next = tile_page(j + kStages + 1);
     DecodeMmaTile<T, D, kFp8>(warp_smem + (j % kStages) * Smem::kTileBytes, qa,
-                              start + (warp + j * kDecodeMmaWarps) * kKeys, end, scale, st, lane);
+                              tile_k0(j), end, scale, st, lane);
     __syncwarp();  // every lane is done with this stage before it is refilled
   }
   CpAsyncWait<0>();

@@ -351,6 +351,41 @@ class Backend {
     return absl::UnimplementedError("this backend does not fuse FP8 input quantization");
   }
 
+  // --- the decode linears' RMSNorm and residual add, fused into their kernels ---
+  // Whether Linear over `rows` rows of `w` forms the RMSNorm of its input itself (RmsNormLinear)
+  // / adds its output into the residual (LinearAddInto) where the backend can: a hint for the
+  // decoder, which otherwise runs AddRmsNorm and Linear apart (fewer kernels than the fallbacks
+  // of the two ops below). Both ops work whatever these say.
+  virtual bool FusesRmsNormInto(const LinearWeight& w, int64_t rows) const { return false; }
+  virtual bool AddsIntoResidual(const LinearWeight& w, int64_t rows) const { return false; }
+  // out = Linear(RmsNorm(x, norm_weight, eps), w); with `act` not empty, act = SiluMul(out) as
+  // LinearSiluMul (which may leave `out` unwritten). Every value and rounding of the ops run apart;
+  // `normed` (x's shape) is scratch for a backend that runs them apart.
+  virtual absl::Status RmsNormLinear(Tensor x, Tensor norm_weight, float eps, Tensor normed, const LinearWeight& w,
+                                     Tensor out, Tensor act) {
+    RETURN_IF_ERROR(RmsNorm(x, norm_weight, eps, normed));
+    return act.empty() ? Linear(normed, w, out) : LinearSiluMul(normed, w, out, act);
+  }
+  // residual += Linear(x, w), the product rounded to the activation dtype before the add (the
+  // values of Linear into `delta`, then AddRmsNorm's add); `delta` is scratch for a backend that
+  // runs them apart.
+  virtual absl::Status LinearAddInto(Tensor x, const LinearWeight& w, Tensor residual, Tensor delta) {
+    RETURN_IF_ERROR(Linear(x, w, delta));
+    return Add(residual, delta);
+  }
+
+  // The attention block's projection: rope.qkv = Linear(x, w) (x normalized first where
+  // `norm_weight` is set, as RmsNormLinear, `normed` its scratch), then QkvRope(rope). A backend
+  // whose FusesQkvRope says yes runs the linear's end as QkvRope (leaving rope.qkv unwritten),
+  // with the same values.
+  virtual bool FusesQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const { return false; }
+  virtual absl::Status LinearQkvRope(Tensor x, Tensor norm_weight, float eps, Tensor normed, const LinearWeight& w,
+                                     const QkvRopeArgs& rope) {
+    RETURN_IF_ERROR(norm_weight.empty() ? Linear(x, w, rope.qkv)
+                                        : RmsNormLinear(x, norm_weight, eps, normed, w, rope.qkv, Tensor()));
+    return QkvRope(rope);
+  }
+
   // --- overlapped steps ---
   // A fence on this backend's stream (see StepFence). The default suits a host backend.
   virtual absl::StatusOr<std::unique_ptr<StepFence>> CreateFence() {

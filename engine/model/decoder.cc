@@ -123,22 +123,39 @@ absl::Status Decoder::ReduceAddRmsNorm(Tensor residual, Tensor delta, Tensor wei
   return AddRmsNormFor(residual, delta, weight, eps, normed, consumer, *quantized);
 }
 
+absl::Status Decoder::NormBefore(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor normed,
+                                 const LinearWeight& consumer, std::optional<Fp8Input>* quantized) {
+  if (!delta_pending_) return AddRmsNormFor(residual, Tensor(), weight, eps, normed, consumer, *quantized);
+  delta_pending_ = false;
+  return ReduceAddRmsNorm(residual, delta, weight, eps, normed, consumer, quantized);
+}
+
+bool Decoder::NormFusesInto(const LinearWeight& consumer, const std::optional<Fp8Input>& quantized, int32_t n) const {
+  return !delta_pending_ && !quantized && backend_.FusesRmsNormInto(consumer, n);
+}
+
+absl::Status Decoder::ResidualLinear(Tensor x, const std::optional<Fp8Input>& quantized, const LinearWeight& w,
+                                     Tensor residual, Tensor delta, int32_t n) {
+  const bool one_rank = tp_comm_ == nullptr || tp_comm_->size() == 1;
+  if (one_rank && !quantized && backend_.AddsIntoResidual(w, n)) {
+    delta_pending_ = false;
+    return backend_.LinearAddInto(x, w, residual, delta);
+  }
+  delta_pending_ = true;  // summed over the ranks and added by the next norm (or Forward)
+  return LinearOf(x, quantized, w, delta);
+}
+
 absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCacheLayer& cache, int32_t n) {
   const LayerWeights& w = weights_->layers[index];
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor residual = residual_.Rows(0, n), delta = delta_.Rows(0, n), normed = normed_.Rows(0, n);
-  // Attention block. `delta` holds the previous layer's MLP output, not yet summed over the TP
-  // ranks nor added to the residual (nothing before the first layer of a stage): its all-reduce
-  // runs here, fused with the add and the norm where the communicator can.
-  // Where the backend takes a W8A8 linear's input pre-quantized, the op before it writes it so.
+  // Attention block. Where `delta` holds the previous layer's MLP output (delta_pending_), not yet
+  // summed over the TP ranks nor added to the residual, its all-reduce runs here, fused with the
+  // add and the norm where the communicator can. Where the backend takes a W8A8 linear's input
+  // pre-quantized, the op before it writes it so; where the linear forms its input's norm itself,
+  // no norm op runs, and where its end is RoPE and the KV write, no QkvRope op.
   std::optional<Fp8Input> qkv_input = Fp8InputFor(w.qkv, n);
-  if (index == 0) {
-    RETURN_IF_ERROR(AddRmsNormFor(residual, Tensor(), w.input_norm, eps, normed, w.qkv, qkv_input));
-  } else {
-    RETURN_IF_ERROR(ReduceAddRmsNorm(residual, delta, w.input_norm, eps, normed, w.qkv, &qkv_input));
-  }
   Tensor qkv = qkv_.Rows(0, n), q = q_.Rows(0, n), attn = attn_.Rows(0, n);
-  RETURN_IF_ERROR(LinearOf(normed, qkv_input, w.qkv, qkv));
   QkvRopeArgs rope_args;
   rope_args.qkv = qkv;
   rope_args.num_heads = static_cast<int32_t>(dims_.num_heads);
@@ -152,7 +169,19 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
   rope_args.slot_mapping = meta.slot_mapping;
   rope_args.cache = cache;
   rope_args.q_out = q;
-  RETURN_IF_ERROR(backend_.QkvRope(rope_args));
+  const bool norm_fused = NormFusesInto(w.qkv, qkv_input, n);
+  if (!norm_fused) RETURN_IF_ERROR(NormBefore(residual, delta, w.input_norm, eps, normed, w.qkv, &qkv_input));
+  if (!qkv_input && backend_.FusesQkvRope(w.qkv, rope_args, n)) {  // the projection ends in RoPE
+    RETURN_IF_ERROR(backend_.LinearQkvRope(norm_fused ? residual : normed, norm_fused ? w.input_norm : Tensor(), eps,
+                                           normed, w.qkv, rope_args));
+  } else {
+    if (norm_fused) {
+      RETURN_IF_ERROR(backend_.RmsNormLinear(residual, w.input_norm, eps, normed, w.qkv, qkv, Tensor()));
+    } else {
+      RETURN_IF_ERROR(LinearOf(normed, qkv_input, w.qkv, qkv));
+    }
+    RETURN_IF_ERROR(backend_.QkvRope(rope_args));
+  }
   AttentionArgs attn_args;
   attn_args.q = q;
   attn_args.num_heads = rope_args.num_heads;
@@ -164,21 +193,25 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
   attn_args.meta = &meta;
   attn_args.out = attn;
   RETURN_IF_ERROR(backend_.Attention(attn_args));
-  RETURN_IF_ERROR(backend_.Linear(attn, w.o_proj, delta));
+  RETURN_IF_ERROR(ResidualLinear(attn, std::nullopt, w.o_proj, residual, delta, n));
   // MLP block.
   std::optional<Fp8Input> gate_up_input = Fp8InputFor(w.gate_up, n);
-  RETURN_IF_ERROR(ReduceAddRmsNorm(residual, delta, w.post_attention_norm, eps, normed, w.gate_up, &gate_up_input));
   Tensor gate_up = gate_up_.Rows(0, n), act = act_.Rows(0, n);
   const std::optional<Fp8Input> down_input = Fp8InputFor(w.down, n);
-  if (!gate_up_input && !down_input) {  // the backend may fuse the two (decode's GEMVs do)
-    RETURN_IF_ERROR(backend_.LinearSiluMul(normed, w.gate_up, gate_up, act));
+  if (!down_input && NormFusesInto(w.gate_up, gate_up_input, n)) {
+    RETURN_IF_ERROR(backend_.RmsNormLinear(residual, w.post_attention_norm, eps, normed, w.gate_up, gate_up, act));
   } else {
-    RETURN_IF_ERROR(LinearOf(normed, gate_up_input, w.gate_up, gate_up));
-    RETURN_IF_ERROR(down_input ? backend_.SiluMulFp8(gate_up, act, w.down, *down_input)
-                               : backend_.SiluMul(gate_up, act));
+    RETURN_IF_ERROR(NormBefore(residual, delta, w.post_attention_norm, eps, normed, w.gate_up, &gate_up_input));
+    if (!gate_up_input && !down_input) {  // the backend may fuse the two (decode's GEMVs do)
+      RETURN_IF_ERROR(backend_.LinearSiluMul(normed, w.gate_up, gate_up, act));
+    } else {
+      RETURN_IF_ERROR(LinearOf(normed, gate_up_input, w.gate_up, gate_up));
+      RETURN_IF_ERROR(down_input ? backend_.SiluMulFp8(gate_up, act, w.down, *down_input)
+                                 : backend_.SiluMul(gate_up, act));
+    }
   }
-  // Left unreduced: the next layer's ReduceAddRmsNorm (or Forward, after the last layer) sums it.
-  return LinearOf(act, down_input, w.down, delta);
+  // Where left pending: the next layer's norm (or Forward, after the last layer) sums it.
+  return ResidualLinear(act, down_input, w.down, residual, delta, n);
 }
 
 absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<const KvCacheLayer> cache) {
@@ -195,23 +228,31 @@ absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<con
     RETURN_IF_ERROR(backend_.Embedding(weights_->embedding, meta.token_ids, dims_.vocab_offset, residual));
     RETURN_IF_ERROR(AllReduce(residual));  // vocab-parallel: each rank holds some rows
   }
+  delta_pending_ = false;  // a stage's input is its whole residual stream
   for (int64_t l = 0; l < static_cast<int64_t>(weights_->layers.size()); ++l)
     RETURN_IF_ERROR(Layer(l, meta, cache[l], n));
-  RETURN_IF_ERROR(AllReduce(delta_.Rows(0, n)));  // the last layer's MLP output
+  const bool pending = delta_pending_;  // the last layer's MLP output, where not added yet
+  if (pending) RETURN_IF_ERROR(AllReduce(delta_.Rows(0, n)));
 
   if (!dims_.is_last_stage) {
-    RETURN_IF_ERROR(backend_.Add(residual, delta_.Rows(0, n)));
+    if (pending) RETURN_IF_ERROR(backend_.Add(residual, delta_.Rows(0, n)));
     return residual;
   }
   // Last stage: only the rows that produce logits go through the final norm and the LM head.
   const int32_t rows = meta.num_logit_rows;
   Tensor last_residual = last_residual_.Rows(0, rows), last_delta = last_delta_.Rows(0, rows);
   Tensor last_normed = last_normed_.Rows(0, rows), logits = logits_.Rows(0, rows);
+  const float eps = static_cast<float>(config_.rms_norm_eps);
   RETURN_IF_ERROR(backend_.GatherRows(residual, meta.logit_rows, last_residual));
-  RETURN_IF_ERROR(backend_.GatherRows(delta_.Rows(0, n), meta.logit_rows, last_delta));
-  RETURN_IF_ERROR(backend_.AddRmsNorm(last_residual, last_delta, weights_->final_norm,
-                                      static_cast<float>(config_.rms_norm_eps), last_normed));
-  RETURN_IF_ERROR(backend_.Linear(last_normed, weights_->lm_head, logits));
+  if (!pending && backend_.FusesRmsNormInto(weights_->lm_head, rows)) {
+    RETURN_IF_ERROR(
+        backend_.RmsNormLinear(last_residual, weights_->final_norm, eps, last_normed, weights_->lm_head, logits, Tensor()));
+  } else {
+    if (pending) RETURN_IF_ERROR(backend_.GatherRows(delta_.Rows(0, n), meta.logit_rows, last_delta));
+    RETURN_IF_ERROR(backend_.AddRmsNorm(last_residual, pending ? last_delta : Tensor(), weights_->final_norm, eps,
+                                        last_normed));
+    RETURN_IF_ERROR(backend_.Linear(last_normed, weights_->lm_head, logits));
+  }
   if (tp_comm_ == nullptr || tp_comm_->size() == 1) return logits;
   return GatherVocabShards(logits, rows);
 }

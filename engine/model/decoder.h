@@ -71,6 +71,17 @@ class Decoder {
   std::optional<Fp8Input> Fp8InputFor(const LinearWeight& w, int32_t n) const;
   // Linear, or LinearFp8Input where x's quantized form was written.
   absl::Status LinearOf(Tensor x, const std::optional<Fp8Input>& quantized, const LinearWeight& w, Tensor out);
+  // The norm before `consumer` where it runs as its own op: normed = RMSNorm(residual, with the
+  // pending delta added (and summed over the TP ranks) first), as ReduceAddRmsNorm.
+  absl::Status NormBefore(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor normed,
+                          const LinearWeight& consumer, std::optional<Fp8Input>* quantized);
+  // Whether `consumer` may form its input's norm itself (Backend::RmsNormLinear): nothing pending
+  // and no FP8 input quantized by the norm.
+  bool NormFusesInto(const LinearWeight& consumer, const std::optional<Fp8Input>& quantized, int32_t n) const;
+  // The o / down projection: its output added into the residual by the linear itself where the
+  // backend does that (one rank: nothing to sum first), else written to `delta`, pending.
+  absl::Status ResidualLinear(Tensor x, const std::optional<Fp8Input>& quantized, const LinearWeight& w,
+                              Tensor residual, Tensor delta, int32_t n);
   absl::Status Layer(int64_t index, const StepMetadata& meta, const KvCacheLayer& cache, int32_t tokens);
 
   const ModelConfig config_;
@@ -89,6 +100,10 @@ class Decoder {
   // FP8 models whose linears take their input pre-quantized (Fp8Input): one buffer of E4M3 codes
   // (max_tokens x the widest such input, flat) and per-token scales, reused by every linear.
   Tensor fp8_codes_, fp8_scales_;
+  // During Forward: whether delta_ holds the last o / down projection's output, not yet added to
+  // the residual (nor summed over the TP ranks); else the residual holds everything (the first
+  // layer of a stage, or the linear added into it: ResidualLinear).
+  bool delta_pending_ = false;
   // Tensor parallelism: all-gathered shards [tp * logit_rows, vocab_local], the row orders that
   // interleave them, and the full logits [logit_rows, tp * vocab_local]. The orders for every
   // row count up to max_seqs are uploaded once at creation (gather_orders_, see GatherOrder), so

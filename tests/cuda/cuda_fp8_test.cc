@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/thread_pool.h"
@@ -430,6 +431,52 @@ TEST_P(CudaFp8Test, LinearSiluMulFusedInTheGemv) {
       }
 }
 
+// The decode GEMV forms its input's RMSNorm itself and adds its output into the residual
+// (Backend::RmsNormLinear, LinearAddInto): the register FP8 GEMV (the rule's pick at one row; at 2
+// and 4 rows forced, one and two warps a row), every scale granularity, K from 512 (fewer norm
+// threads than the block's) to 8192 (two chunks a norm thread), with and without the gate/up
+// form: bit for bit what the norm kernel then Linear (Linear then Add) give, and near the CPU's
+// float32. Rows whose kernel is another (the tensor-core ring at 2 rows by the rule, 9 rows) and
+// inputs too large to stage (4 rows of 8192) run the ops apart.
+TEST_P(CudaFp8Test, NormAndResidualFusedInTheGemv) {
+  struct Case {
+    int64_t n, k, m;
+    int wpr;  // > 0: the register GEMV forced with wpr warps a row; 0: the rules
+    bool glu, norm_fused, add_fused;
+  };
+  const Case cases[] = {{768, 1024, 1, 0, false, true, true},    {256, 512, 1, 0, false, true, true},
+                        {512, 8192, 1, 0, false, true, true},    {3584, 4096, 1, 0, true, true, true},
+                        {512, 4096, 2, 1, false, true, true},    {512, 4096, 4, 2, false, true, true},
+                        {1024, 2048, 4, 1, true, true, true},    {512, 8192, 4, 1, false, false, true},
+                        {768, 1024, 2, 0, false, false, false},  {768, 1024, 9, 0, false, false, false}};
+  CudaBackendOptions& o = gpu_->mutable_options();
+  o.fp8_gemv_max_rows = 4;  // the H100's cut-overs, whatever runs the test
+  o.gemm_few_rows_max_rows = 8;
+  o.gemm_fp8_wgmma_max_rows = 32;
+  const float eps = 1e-5f;
+  for (const Case& c : cases)
+    for (const StorageFormat& format : Formats()) {
+      o.autotune_linear = c.wpr == 0;
+      o.gemv_warps_per_row = c.wpr;
+      const Fp8Weight q = Quantize(RandomVec(rng_, c.n * c.k, -0.5f, 0.5f), c.n, c.k, format);
+      const std::vector<float> x = Rand(c.m * c.k, -3.0f, 3.0f), bias = Rand(c.n), nw = Rand(c.k, 0.5f, 1.5f);
+      DeviceLinear g = Place(*gpu_, dtype_, q, c.n, c.k, bias, ActivationQuant::kNone, 1.0f);
+      DeviceLinear h = Place(cpu_, DType::kF32, q, c.n, c.k, bias, ActivationQuant::kNone, 1.0f);
+      OwnedTensor gx = Upload(*gpu_, dtype_, {c.m, c.k}, x), hx = Upload(cpu_, DType::kF32, {c.m, c.k}, x);
+      OwnedTensor gn = Upload(*gpu_, dtype_, {c.k}, nw), hn = Upload(cpu_, DType::kF32, {c.k}, nw);
+      const std::string what = absl::StrCat("m ", c.m, " N ", c.n, " K ", c.k, " wpr ", c.wpr, c.glu ? " gate/up " : " ",
+                                            format.ToString());
+      const std::vector<float> got =
+          testing::CheckFusedNormAndResidual(*gpu_, gx.t, gn.t, eps, g.lw, c.m, c.glu, c.norm_fused,
+                                             c.add_fused, what);
+      const int64_t out_cols = c.glu ? c.n / 2 : c.n;
+      OwnedTensor hnormed = MakeTensor(cpu_, DType::kF32, {c.m, c.k}), hout = MakeTensor(cpu_, DType::kF32, {c.m, c.n});
+      OwnedTensor hact = MakeTensor(cpu_, DType::kF32, {c.m, out_cols});
+      ASSERT_TRUE(cpu_.RmsNormLinear(hx.t, hn.t, eps, hnormed.t, h.lw, hout.t, c.glu ? hact.t : Tensor()).ok());
+      EXPECT_LE(RelErr(got, Download(cpu_, (c.glu ? hact : hout).t)), 2 * Tolerance(dtype_)) << what;
+    }
+}
+
 TEST_P(CudaFp8Test, LinearInRowChunks) {
   CudaBackendOptions o;
   o.fp8_workspace_bytes = 64 << 10;  // 40 rows of 1536 columns a chunk
@@ -764,6 +811,38 @@ TEST_P(CudaFp8Test, QkvRopeWritesTheCpusE4M3) {
     }
     EXPECT_LT(neighbours, static_cast<int>(gkb.size() / 100)) << "head_dim " << head_dim;
     EXPECT_LE(RelErr(Download(*gpu_, gq.t), Download(cpu_, hq.t)), Tolerance(dtype_));
+  }
+}
+
+// The QKV projection's end as RoPE and the KV write (Backend::LinearQkvRope): the FP8 register
+// GEMV at one row by the rule (and forced at 2 and 4, one warp a row), with and without its
+// input's norm, 16-bit and E4M3 caches, head_dim 64 and 128, a token whose slot is skipped: the
+// query, the K and V caches bit for bit what the linear then QkvRope write. Q/K norms (Qwen3)
+// and other rows run apart.
+TEST_P(CudaFp8Test, QkvRopeFusedInTheGemv) {
+  struct Case {
+    int m, head_dim, wpr;
+    bool norm, fp8_cache, qk_norm, fused;
+  };
+  const Case cases[] = {{1, 128, 0, true, true, false, true},   {1, 128, 0, false, false, false, true},
+                        {1, 64, 0, true, false, false, true},   {2, 128, 1, true, true, false, true},
+                        {4, 64, 1, false, true, false, true},   {1, 128, 0, true, true, true, false},
+                        {2, 128, 0, true, false, false, false}, {12, 128, 0, false, true, false, false}};
+  CudaBackendOptions& o = gpu_->mutable_options();
+  o.fp8_gemv_max_rows = 4;  // the H100's cut-overs, whatever runs the test
+  o.gemm_few_rows_max_rows = 8;
+  o.gemm_fp8_wgmma_max_rows = 32;
+  const int heads = 8, kv_heads = 2, k = 1024;
+  for (const Case& c : cases) {
+    o.autotune_linear = c.wpr == 0;
+    o.gemv_warps_per_row = c.wpr;
+    const int64_t n = int64_t{heads + 2 * kv_heads} * c.head_dim;
+    const Fp8Weight qw = Quantize(RandomVec(rng_, n * k, -0.5f, 0.5f), n, k, StorageFormat::Fp8(ScaleGranularity::kChannel));
+    DeviceLinear g = Place(*gpu_, dtype_, qw, n, k, Rand(n), ActivationQuant::kNone, 1.0f);
+    testing::QkvRopeCase rc{c.m, heads, kv_heads, c.head_dim, c.norm, c.fp8_cache, c.qk_norm};
+    testing::CheckFusedQkvRope(*gpu_, rng_, g.lw, rc, c.fused,
+                               absl::StrCat("m ", c.m, " head_dim ", c.head_dim, " wpr ", c.wpr, c.norm ? " norm" : "",
+                                            c.fp8_cache ? " e4m3 cache" : "", c.qk_norm ? " q/k norms" : ""));
   }
 }
 

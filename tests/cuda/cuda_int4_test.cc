@@ -277,6 +277,75 @@ TEST_P(CudaInt4Test, LinearSiluMulFusedInTheGemv) {
     }
 }
 
+// The decode GEMV forms its input's RMSNorm itself and adds its output into the residual
+// (Backend::RmsNormLinear, LinearAddInto): the int4 tensor-core GEMV's register form at 1-8 rows,
+// regular and irregular weights (N not a multiple of 16, groups of 32, one group; the norm staged
+// after the chunk groups), with and without zeros, with and without the gate/up form: bit for bit
+// what the norm kernel then Linear (Linear then Add) give, and near the CPU's float32. Act-order
+// weights (x permuted first), 16 rows, and norms too large to stage (8 rows of 4096) run apart.
+TEST_P(CudaInt4Test, NormAndResidualFusedInTheGemv) {
+  struct Case {
+    int64_t n, k, group, m;
+    bool zeros, act_order, glu, norm_fused, add_fused;
+  };
+  const Case cases[] = {{512, 4096, 128, 1, true, false, false, true, true},
+                        {200, 1024, 128, 3, true, false, false, true, true},
+                        {256, 512, 32, 8, false, false, false, true, true},
+                        {384, 384, 0, 2, true, false, false, true, true},
+                        {3584, 1024, 128, 1, true, false, true, true, true},
+                        {512, 4096, 128, 4, false, false, false, true, true},
+                        {512, 4096, 128, 8, true, false, false, false, true},
+                        {256, 320, 0, 1, true, true, false, false, false},
+                        {256, 1024, 128, 16, true, false, false, false, false}};
+  const float eps = 1e-6f;
+  for (const Case& c : cases) {
+    const HostInt4 w = MakeInt4(rng_, c.n, c.k, c.group, c.zeros, c.act_order);
+    const std::vector<float> x = Rand(c.m * c.k, -3.0f, 3.0f), bias = Rand(c.n), nw = Rand(c.k, 0.5f, 1.5f);
+    DeviceInt4 g = Place(*gpu_, dtype_, DType::kF16, w, bias);
+    DeviceInt4 h = Place(cpu_, DType::kF32, DType::kF32, w, bias);
+    OwnedTensor gx = Upload(*gpu_, dtype_, {c.m, c.k}, x), hx = Upload(cpu_, DType::kF32, {c.m, c.k}, x);
+    OwnedTensor gn = Upload(*gpu_, dtype_, {c.k}, nw), hn = Upload(cpu_, DType::kF32, {c.k}, nw);
+    const std::string what = "m " + std::to_string(c.m) + " N " + std::to_string(c.n) + " K " + std::to_string(c.k) +
+                             " group " + std::to_string(c.group) + (c.zeros ? " zeros" : "") +
+                             (c.act_order ? " act-order" : "") + (c.glu ? " gate/up" : "");
+    const std::vector<float> got =
+        testing::CheckFusedNormAndResidual(*gpu_, gx.t, gn.t, eps, g.lw, c.m, c.glu, c.norm_fused, c.add_fused, what);
+    const int64_t out_cols = c.glu ? c.n / 2 : c.n;
+    OwnedTensor hnormed = MakeTensor(cpu_, DType::kF32, {c.m, c.k}), hout = MakeTensor(cpu_, DType::kF32, {c.m, c.n});
+    OwnedTensor hact = MakeTensor(cpu_, DType::kF32, {c.m, out_cols});
+    ASSERT_TRUE(cpu_.RmsNormLinear(hx.t, hn.t, eps, hnormed.t, h.lw, hout.t, c.glu ? hact.t : Tensor()).ok());
+    EXPECT_LE(RelErr(got, Download(cpu_, (c.glu ? hact : hout).t)), 2 * Tolerance(dtype_)) << what;
+  }
+}
+
+// The QKV projection's end as RoPE and the KV write (Backend::LinearQkvRope) in the int4
+// tensor-core GEMV's register form (a block's tiles pair whole halves of heads): 1-8 rows, with and
+// without its input's norm, 16-bit and E4M3 caches, head_dim 64 and 128: the query and caches bit
+// for bit what the linear then QkvRope write. Q/K norms, act-order weights, 16 rows and splits of K
+// whose blocks would not hold whole halves of heads (64 x 512: four tiles a block, two a half head)
+// run apart.
+TEST_P(CudaInt4Test, QkvRopeFusedInTheGemv) {
+  struct Case {
+    int m, head_dim, k;
+    bool norm, fp8_cache, qk_norm, act_order, fused;
+  };
+  const Case cases[] = {{1, 128, 4096, true, true, false, false, true},  {3, 128, 1024, false, false, false, false, true},
+                        {8, 64, 4096, false, true, false, false, true},  {2, 64, 2048, true, false, false, false, true},
+                        {8, 64, 512, false, true, false, false, false},  {1, 128, 1024, true, false, true, false, false},
+                        {1, 128, 320, false, false, false, true, false}, {16, 128, 1024, false, true, false, false, false}};
+  const int heads = 8, kv_heads = 2;
+  for (const Case& c : cases) {
+    const int64_t n = int64_t{heads + 2 * kv_heads} * c.head_dim;
+    const HostInt4 w = MakeInt4(rng_, n, c.k, c.act_order ? 0 : 128, true, c.act_order);
+    DeviceInt4 g = Place(*gpu_, dtype_, DType::kF16, w, Rand(n));
+    testing::QkvRopeCase rc{c.m, heads, kv_heads, c.head_dim, c.norm, c.fp8_cache, c.qk_norm};
+    testing::CheckFusedQkvRope(*gpu_, rng_, g.lw, rc, c.fused,
+                               "m " + std::to_string(c.m) + " head_dim " + std::to_string(c.head_dim) + " K " +
+                                   std::to_string(c.k) + (c.norm ? " norm" : "") + (c.fp8_cache ? " e4m3 cache" : "") +
+                                   (c.qk_norm ? " q/k norms" : "") + (c.act_order ? " act-order" : ""));
+  }
+}
+
 TEST_P(CudaInt4Test, LinearReplayedFromAGraph) {
   for (int64_t m : {1, 2, 4, 16, 32, 128}) {
     for (bool act_order : {false, true}) {

@@ -58,6 +58,14 @@ class RecordingBackend final : public Backend {
     return Do([=, this] { return cpu_.GatherRows(x, rows, out); });
   }
   bool TakesFp8Input(const LinearWeight& w, int64_t rows) const override { return cpu_.TakesFp8Input(w, rows); }
+  // The decoder's fused norm, residual and QKV-RoPE path as on the CPU backend; the ops it then
+  // calls (Backend's RmsNormLinear, LinearAddInto and LinearQkvRope run RmsNorm, Linear, Add and
+  // QkvRope) are recorded.
+  bool FusesRmsNormInto(const LinearWeight& w, int64_t rows) const override { return cpu_.FusesRmsNormInto(w, rows); }
+  bool AddsIntoResidual(const LinearWeight& w, int64_t rows) const override { return cpu_.AddsIntoResidual(w, rows); }
+  bool FusesQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const override {
+    return cpu_.FusesQkvRope(w, rope, rows);
+  }
   absl::Status AddRmsNormFp8(Tensor r, Tensor d, Tensor w, float eps, Tensor out, const LinearWeight& consumer,
                              Fp8Input q) override {
     ++fp8_inputs_written;

@@ -27,6 +27,11 @@ struct CpuBackendOptions {
   // Take int4 weights with float16 scales only, as the CUDA backend stores them, so that the GPU's
   // storage runs through the oracle (the default, float32 scales, is exact for every checkpoint).
   bool int4_fp16_scales = false;
+  // Steps of up to this many rows take the decoder's fused norm, residual and QKV-RoPE path
+  // (Backend::FusesRmsNormInto, AddsIntoResidual, FusesQkvRope), as the CUDA GEMVs' decode steps
+  // do, so that CI runs it; the oracle still runs the ops apart (the Backend defaults), with the
+  // same values.
+  int64_t fused_norm_max_rows = 8;
 };
 
 class CpuBackend final : public Backend {
@@ -55,6 +60,15 @@ class CpuBackend final : public Backend {
   absl::Status SiluMul(Tensor gate_up, Tensor out) override;
   absl::Status GatherRows(Tensor x, Tensor rows, Tensor out) override;
   bool TakesFp8Input(const LinearWeight& w, int64_t rows) const override;
+  bool FusesRmsNormInto(const LinearWeight& w, int64_t rows) const override {
+    return rows <= options_.fused_norm_max_rows;
+  }
+  bool AddsIntoResidual(const LinearWeight& w, int64_t rows) const override {
+    return rows <= options_.fused_norm_max_rows;
+  }
+  bool FusesQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const override {
+    return rows <= options_.fused_norm_max_rows;
+  }
   absl::Status AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
                              const LinearWeight& consumer, Fp8Input quantized) override;
   absl::Status SiluMulFp8(Tensor gate_up, Tensor out, const LinearWeight& consumer, Fp8Input quantized) override;

@@ -230,6 +230,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
     impl->options.fp8_fast_accumulation = false;
   if (const char* v = std::getenv("LLM_FUSE_GATE_UP_SILU"); v != nullptr && v[0] == '0')
     impl->options.fuse_gate_up_silu = false;
+  if (const char* v = std::getenv("LLM_FUSE_DECODE_OPS"); v != nullptr && v[0] == '0') impl->options.fuse_decode_ops = false;
   if (const char* v = std::getenv("LLM_ATTENTION_SPLITS"); v != nullptr) impl->options.attention_splits = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_16BIT"); v != nullptr)
     impl->options.gemm_few_rows_16bit_max_rows = std::atoi(v);
@@ -484,6 +485,69 @@ absl::Status CudaBackend::LinearSiluMul(Tensor x, const LinearWeight& w, Tensor 
   return SiluMul(gate_up, out);
 }
 
+bool CudaBackend::LinearFuses(const LinearWeight& w, int64_t rows, bool norm, bool add,
+                              const cuda::QkvRopeParams* rope) const {
+  if (!impl_->options.fuse_decode_ops || rows <= 0) return false;
+  const DType dt = activation_dtype();
+  LinearCall call{Tensor(), &w, Tensor(nullptr, dt, {rows, w.out_features()}, device()), rows, w.out_features(),
+                  w.in_features(), dt};
+  call.rope = rope;
+  return impl_->linears->FusesChosen(call, norm, add, linear_context());
+}
+
+bool CudaBackend::FusesRmsNormInto(const LinearWeight& w, int64_t rows) const {
+  return LinearFuses(w, rows, /*norm=*/true, /*add=*/false);
+}
+
+bool CudaBackend::AddsIntoResidual(const LinearWeight& w, int64_t rows) const {
+  return LinearFuses(w, rows, /*norm=*/false, /*add=*/true);
+}
+
+absl::Status CudaBackend::RmsNormLinear(Tensor x, Tensor norm_weight, float eps, Tensor normed, const LinearWeight& w,
+                                        Tensor out, Tensor act) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("RmsNormLinear", device(), dt, {&x, &norm_weight, &normed, &act}));
+  RETURN_IF_ERROR(Expect(norm_weight.numel() == w.in_features() && normed.numel() == x.numel(), "RmsNormLinear",
+                         absl::StrCat("norm of ", norm_weight.numel(), " for a linear of ", w.in_features(),
+                                      " inputs (x ", x.shape().ToString(), ")")));
+  ASSIGN_OR_RETURN(LinearCall call, CheckLinear(x, w, out, nullptr));
+  const LinearContext ctx = linear_context();
+  ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(call, ctx));
+  call.norm = cuda::FusedRmsNorm{norm_weight.data(), eps};
+  LinearCall glu = call;
+  if (!act.empty()) {
+    RETURN_IF_ERROR(ExpectOnDevice("RmsNormLinear", device(), dt, {&out}));
+    RETURN_IF_ERROR(Expect(call.n % 2 == 0 && act.numel() * 2 == out.numel(), "RmsNormLinear",
+                           absl::StrCat("gate/up ", out.shape().ToString(), " -> act ", act.shape().ToString())));
+    glu.out = act;
+    glu.glu_cols = call.n / 2;
+  }
+  const bool glu_fused = act.empty() || (impl_->options.fuse_gate_up_silu && impl_->linears->TakesGlu(glu, choice, ctx));
+  if (!impl_->options.fuse_decode_ops || !glu_fused ||
+      !impl_->linears->Fuses(glu, choice, /*norm=*/true, /*add=*/false, ctx))
+    return Backend::RmsNormLinear(x, norm_weight, eps, normed, w, out, act);  // the ops apart
+  OpScope scope(*impl_, act.empty() ? "RmsNormLinear" : "RmsNormLinearSiluMul",
+                static_cast<double>(w.weight.bytes() + x.bytes() + glu.out.bytes() + w.bias.bytes()),
+                2.0 * call.m * call.n * call.k,
+                impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+  return impl_->linears->Run(glu, choice, ctx);
+}
+
+absl::Status CudaBackend::LinearAddInto(Tensor x, const LinearWeight& w, Tensor residual, Tensor delta) {
+  ASSIGN_OR_RETURN(LinearCall call, CheckLinear(x, w, residual, nullptr));
+  RETURN_IF_ERROR(ExpectOnDevice("LinearAddInto", device(), activation_dtype(), {&residual, &delta}));
+  const LinearContext ctx = linear_context();
+  ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(call, ctx));
+  call.add_to_out = true;
+  if (!impl_->options.fuse_decode_ops || !impl_->linears->Fuses(call, choice, /*norm=*/false, /*add=*/true, ctx))
+    return Backend::LinearAddInto(x, w, residual, delta);  // the ops apart
+  OpScope scope(*impl_, "LinearAddInto",
+                static_cast<double>(w.weight.bytes() + x.bytes() + 2 * residual.bytes() + w.bias.bytes()),
+                2.0 * call.m * call.n * call.k,
+                impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+  return impl_->linears->Run(call, choice, ctx);
+}
+
 absl::StatusOr<LinearCall> CudaBackend::CheckLinear(Tensor x, const LinearWeight& w, Tensor out,
                                                     const Fp8Input* quantized) {
   const DType dt = activation_dtype();
@@ -561,7 +625,7 @@ bool CudaBackend::SupportsKvCacheDType(DType t) const {
   return t == dt || (t == DType::kF8E4M3 && dt != DType::kF32);
 }
 
-absl::Status CudaBackend::QkvRope(const QkvRopeArgs& a) {
+absl::StatusOr<cuda::QkvRopeParams> CudaBackend::QkvRopeParamsOf(const QkvRopeArgs& a) const {
   const DType dt = activation_dtype();
   RETURN_IF_ERROR(ExpectOnDevice("QkvRope", device(), dt, {&a.qkv, &a.q_norm, &a.k_norm, &a.q_out}));
   RETURN_IF_ERROR(ExpectCache("QkvRope", device(), dt, a.cache));
@@ -599,8 +663,41 @@ absl::Status CudaBackend::QkvRope(const QkvRopeArgs& a) {
   p.fp8_cache = a.cache.k.dtype() == DType::kF8E4M3;
   p.k_scale = a.cache.k_scale;
   p.v_scale = a.cache.v_scale;
+  return p;
+}
+
+absl::Status CudaBackend::QkvRope(const QkvRopeArgs& a) {
+  ASSIGN_OR_RETURN(const cuda::QkvRopeParams p, QkvRopeParamsOf(a));
   OpScope scope(*impl_, "QkvRope", 2.0 * a.qkv.bytes(), 0);
-  return cuda::LaunchQkvRope(dt, p, impl_->stream, impl_->options.programmatic_launch);
+  return cuda::LaunchQkvRope(activation_dtype(), p, impl_->stream, impl_->options.programmatic_launch);
+}
+
+bool CudaBackend::FusesQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const {
+  const absl::StatusOr<cuda::QkvRopeParams> p = QkvRopeParamsOf(rope);
+  return p.ok() && LinearFuses(w, rows, /*norm=*/false, /*add=*/false, &*p);
+}
+
+absl::Status CudaBackend::LinearQkvRope(Tensor x, Tensor norm_weight, float eps, Tensor normed, const LinearWeight& w,
+                                        const QkvRopeArgs& rope) {
+  ASSIGN_OR_RETURN(const cuda::QkvRopeParams p, QkvRopeParamsOf(rope));
+  const bool norm = !norm_weight.empty();
+  if (norm) {
+    RETURN_IF_ERROR(ExpectOnDevice("LinearQkvRope", device(), activation_dtype(), {&norm_weight, &normed}));
+    RETURN_IF_ERROR(Expect(norm_weight.numel() == w.in_features() && normed.numel() == x.numel(), "LinearQkvRope",
+                           "norm weight or scratch mismatch"));
+  }
+  ASSIGN_OR_RETURN(LinearCall call, CheckLinear(x, w, rope.qkv, nullptr));
+  const LinearContext ctx = linear_context();
+  ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(call, ctx));
+  if (norm) call.norm = cuda::FusedRmsNorm{norm_weight.data(), eps};
+  call.rope = &p;
+  if (!impl_->options.fuse_decode_ops || !impl_->linears->Fuses(call, choice, norm, /*add=*/false, ctx))
+    return Backend::LinearQkvRope(x, norm_weight, eps, normed, w, rope);  // the ops apart
+  OpScope scope(*impl_, norm ? "RmsNormLinearQkvRope" : "LinearQkvRope",
+                static_cast<double>(w.weight.bytes() + x.bytes() + w.bias.bytes() + rope.qkv.bytes()),
+                2.0 * call.m * call.n * call.k,
+                impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+  return impl_->linears->Run(call, choice, ctx);
 }
 
 absl::Status CudaBackend::Attention(const AttentionArgs& a) {

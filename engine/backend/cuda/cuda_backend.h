@@ -12,6 +12,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/device_arena.h"
 #include "kernels/cuda/quant/fp8_quantize.h"
+#include "kernels/cuda/rope/qkv_rope.h"
 
 struct CUstream_st;
 
@@ -142,6 +143,13 @@ struct CudaBackendOptions {
   // kernel has that form (the register GEMVs of decode: 16-bit, FP8, int4): one kernel boundary
   // less a layer (LLM_FUSE_GATE_UP_SILU=0: off).
   bool fuse_gate_up_silu = true;
+  // The decode GEMVs take the ops around them where their form allows (LinearKernels::Fuses): the
+  // RMSNorm of their input (Backend::RmsNormLinear: the 16-bit and FP8 rings, the FP8 and int4
+  // register forms; the final norm too), the residual add of o_proj and down (LinearAddInto), and
+  // the FP8 register GEMV the QKV projection's RoPE and KV write (LinearQkvRope): up to three
+  // kernels, with their launches and dependency waits, less a layer, the same bits
+  // (LLM_FUSE_DECODE_OPS=0: off).
+  bool fuse_decode_ops = true;
   // Test knobs.
   bool force_simt_attention = false;
   int attention_splits = 0;  // > 0: fixed decode split count (LLM_ATTENTION_SPLITS)
@@ -193,6 +201,14 @@ class CudaBackend final : public Backend {
                              const LinearWeight& consumer, Fp8Input quantized) override;
   absl::Status SiluMulFp8(Tensor gate_up, Tensor out, const LinearWeight& consumer, Fp8Input quantized) override;
   absl::Status LinearFp8Input(Tensor x, Fp8Input quantized, const LinearWeight& w, Tensor out) override;
+  bool FusesRmsNormInto(const LinearWeight& w, int64_t rows) const override;
+  bool AddsIntoResidual(const LinearWeight& w, int64_t rows) const override;
+  absl::Status RmsNormLinear(Tensor x, Tensor norm_weight, float eps, Tensor normed, const LinearWeight& w,
+                             Tensor out, Tensor act) override;
+  absl::Status LinearAddInto(Tensor x, const LinearWeight& w, Tensor residual, Tensor delta) override;
+  bool FusesQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const override;
+  absl::Status LinearQkvRope(Tensor x, Tensor norm_weight, float eps, Tensor normed, const LinearWeight& w,
+                             const QkvRopeArgs& rope) override;
   absl::Status EnqueueSample(const SampleArgs& args) override;
   absl::Status ReadSampleResults(int slot, absl::Span<SampleResult> results) override;
   absl::Status ResolvePendingTokens(Tensor ids, Tensor sampled) override;
@@ -235,6 +251,12 @@ class CudaBackend final : public Backend {
   absl::Status RunLinear(Tensor x, const LinearWeight& w, Tensor out, const Fp8Input* quantized);
   // Linear's checks of its operands, and the call they make.
   absl::StatusOr<LinearCall> CheckLinear(Tensor x, const LinearWeight& w, Tensor out, const Fp8Input* quantized);
+  // Whether the kernel the rules pick for `rows` rows of `w` fuses a norm and/or a residual add
+  // (and, with `rope`, ends in it).
+  bool LinearFuses(const LinearWeight& w, int64_t rows, bool norm, bool add,
+                   const cuda::QkvRopeParams* rope = nullptr) const;
+  // QkvRope's checks of its arguments, and the kernel parameters they give.
+  absl::StatusOr<cuda::QkvRopeParams> QkvRopeParamsOf(const QkvRopeArgs& a) const;
   // AddRmsNorm, and with `quantized` also out quantized for `consumer` (AddRmsNormFp8).
   absl::Status RunAddRmsNorm(const char* op, Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
                              const LinearWeight* consumer, const Fp8Input* quantized);

@@ -65,6 +65,8 @@ absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaB
   go.smem_ring = choice.kernel == LinearKernel::kGemvRing;
   go.ring_bytes = o.gemv_ring_bytes;
   go.glu_cols = c.glu_cols;
+  go.norm = c.norm;
+  go.add_to_out = c.add_to_out;
   return cuda::LaunchGemv(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), BiasOf(c), c.out.data(), c.m, c.n,
                           c.k, go, ctx.stream);
 }
@@ -187,6 +189,10 @@ absl::Status RunFp8Gemv(const LinearCall& c, LinearKernelChoice choice, const Cu
   go.smem_ring = choice.kernel == LinearKernel::kFp8GemvRing || choice.kernel == LinearKernel::kFp8GemvMma;
   go.ring_bytes = o.gemv_ring_bytes;
   go.glu_cols = c.glu_cols;
+  go.norm = c.norm;
+  go.add_to_out = c.add_to_out;
+  go.rope = c.rope;
+  if (c.rope != nullptr) go.warps_per_row = 1;
   return cuda::LaunchGemvFp8(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), WeightScales(*c.w), BiasOf(c),
                              c.out.data(), c.m, c.n, c.k, go, ctx.stream,
                              /*tensor_cores=*/choice.kernel == LinearKernel::kFp8GemvMma);
@@ -449,6 +455,9 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
       cuda::GemvW4A16MmaOptions mo;
       mo.pdl = options_.programmatic_launch;
       mo.glu_cols = c.glu_cols;
+      mo.norm = c.norm;
+      mo.add_to_out = c.add_to_out;
+      mo.rope = c.rope;
       return cuda::LaunchGemvW4A16Mma(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, mo,
                                       ctx.stream);
     }
@@ -529,6 +538,21 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
   return absl::OkStatus();
 }
 
+std::optional<LinearKernelChoice> LinearKernels::RuleChoice16(const LinearCall& c, const LinearContext& ctx) const {
+  const CudaBackendOptions& o = options_;
+  if (c.m > o.gemv_max_rows || c.m > cuda::kGemvMaxRows) return std::nullopt;
+  const int wpr = o.gemv_warps_per_row;
+  if (!o.autotune_linear && wpr != 0)  // a form forced (tests, benchmarks)
+    return wpr > 0 ? LinearKernelChoice{LinearKernel::kGemv, wpr} : LinearKernelChoice{LinearKernel::kGemvRing, 0};
+  // Not timed: an isolated timing cannot see what makes the ring form win in a step, its weights
+  // streaming during the kernels before it (see CudaBackendOptions::gemv_smem_ring).
+  if (o.gemv_smem_ring && c.m <= o.gemv_ring_max_rows &&
+      cuda::GemvRingFits(c.act, c.m, c.n, c.k, o.gemv_ring_bytes, ctx.num_sms))
+    return LinearKernelChoice{LinearKernel::kGemvRing, 0};
+  if (!o.autotune_linear) return LinearKernelChoice{LinearKernel::kGemv, 0};
+  return std::nullopt;  // timed against cuBLASLt
+}
+
 absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, const LinearContext& ctx) {
   if (c.w->format.element == DType::kF8E4M3) {
     const LinearKernelChoice choice = ChooseFp8(c, ctx);
@@ -547,16 +571,8 @@ absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, co
   const CudaBackendOptions& o = options_;
   LinearKernelChoice choice{LinearKernel::kCublasLt, 0};
   if (c.m <= o.gemv_max_rows && c.m <= cuda::kGemvMaxRows) {
-    const int wpr = o.gemv_warps_per_row;
-    if (!o.autotune_linear && wpr != 0) {  // a form forced (tests, benchmarks)
-      choice = wpr > 0 ? LinearKernelChoice{LinearKernel::kGemv, wpr} : LinearKernelChoice{LinearKernel::kGemvRing, 0};
-    } else if (o.gemv_smem_ring && c.m <= o.gemv_ring_max_rows &&
-               cuda::GemvRingFits(c.act, c.m, c.n, c.k, o.gemv_ring_bytes, ctx.num_sms)) {
-      // Not timed: an isolated timing cannot see what makes the ring form win in a step, its
-      // weights streaming during the kernels before it (see CudaBackendOptions::gemv_smem_ring).
-      choice = {LinearKernel::kGemvRing, 0};
-    } else if (!o.autotune_linear) {
-      choice = {LinearKernel::kGemv, 0};
+    if (const std::optional<LinearKernelChoice> rule = RuleChoice16(c, ctx)) {
+      choice = *rule;
     } else {
       const ShapeKey key{c.m, c.n, c.k, c.out.dtype(), BiasOf(c) != nullptr};
       auto it = timed_.find(key);
@@ -601,9 +617,57 @@ bool LinearKernels::TakesGlu(const LinearCall& c, LinearKernelChoice choice, con
   }
 }
 
+bool LinearKernels::Fuses(const LinearCall& c, LinearKernelChoice choice, bool norm, bool add,
+                          const LinearContext& ctx) const {
+  if (c.rope != nullptr) {  // the FP8 register GEMV one warp a row, the int4 one with its own K split
+    if (add || c.glu_cols > 0 || c.quantized != nullptr || c.out.dtype() != c.act || c.rope->num_tokens < c.m)
+      return false;
+    if (choice.kernel == LinearKernel::kFp8Gemv)
+      return (choice.warps_per_row == 1 ||
+              (choice.warps_per_row == 0 && cuda::GemvFp8AutoWarpsPerRow(c.n, c.k, ctx.num_sms) == 1)) &&
+             cuda::GemvRopeTakes(c.n, *c.rope) &&
+             (!norm || cuda::GemvNormTakes(c.m, c.k, static_cast<int64_t>(DTypeSize(c.act))));
+    if (choice.kernel == LinearKernel::kW4A16MmaGemv)
+      return c.w->input_perm.empty() && c.w->int4_storage_columns() == c.k &&
+             cuda::GemvW4A16MmaRopeSameSums(c.m, c.n, c.k, ctx.num_sms, *c.rope) &&
+             (!norm || cuda::GemvW4A16MmaFuses(c.m, c.k, true));
+    return false;
+  }
+  if (!norm && !add) return true;
+  const bool same_out = c.out.dtype() == c.act;  // the 16-bit ring alone writes float32 logits after a norm
+  if (c.quantized != nullptr || (add && (c.glu_cols > 0 || !same_out)) || c.m < 1) return false;
+  const int64_t elem = static_cast<int64_t>(DTypeSize(c.act));
+  const bool aligned = reinterpret_cast<uintptr_t>(c.x.data()) % 16 == 0;
+  switch (choice.kernel) {
+    case LinearKernel::kFp8Gemv: return same_out && (!norm || cuda::GemvNormTakes(c.m, c.k, elem));
+    // The ring forms stage x in shared memory anyway (the launches' own plans: as Run's).
+    case LinearKernel::kFp8GemvRing:
+    case LinearKernel::kFp8GemvMma:
+      return same_out && c.glu_cols == 0 && (!norm || cuda::GemvNormWalkTakes(c.k, elem));
+    case LinearKernel::kGemvRing:
+      return c.glu_cols == 0 && aligned && reinterpret_cast<uintptr_t>(c.w->weight.data()) % 16 == 0 &&
+             cuda::GemvRingFits(c.act, c.m, c.n, c.k, options_.gemv_ring_bytes, ctx.num_sms) &&
+             (!norm || cuda::GemvNormWalkTakes(c.k, elem));
+    case LinearKernel::kW4A16MmaGemv:  // x read in input order: no act-order permutation
+      return same_out && c.w->input_perm.empty() && c.w->int4_storage_columns() == c.k &&
+             cuda::GemvW4A16MmaFuses(c.m, c.k, norm);
+    default: return false;
+  }
+}
+
+bool LinearKernels::FusesChosen(const LinearCall& c, bool norm, bool add, const LinearContext& ctx) const {
+  if (c.w->format.element == DType::kF8E4M3) return Fuses(c, ChooseFp8(c, ctx), norm, add, ctx);
+  if (c.w->format.int4()) return Fuses(c, ChooseW4A16(c, ctx), norm, add, ctx);
+  const std::optional<LinearKernelChoice> rule = RuleChoice16(c, ctx);
+  return rule && Fuses(c, *rule, norm, add, ctx);
+}
+
 absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) {
   if (c.glu_cols > 0 && !TakesGlu(c, choice, ctx))
     return absl::InternalError(absl::StrCat("Linear: the ", std::string(choice.Name()), " kernel has no gate/up form"));
+  if ((c.norm.active() || c.add_to_out || c.rope != nullptr) && !Fuses(c, choice, c.norm.active(), c.add_to_out, ctx))
+    return absl::InternalError(
+        absl::StrCat("Linear: the ", std::string(choice.Name()), " kernel fuses no norm or residual add here"));
   switch (choice.kernel) {
     case LinearKernel::kCublasLt: return RunCublas(c, ctx);
     case LinearKernel::kGemv:

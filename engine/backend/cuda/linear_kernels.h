@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -17,6 +18,8 @@
 #include "absl/status/statusor.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "kernels/cuda/norm/fused_rms_norm.h"
+#include "kernels/cuda/rope/qkv_rope.h"
 
 namespace llm {
 
@@ -68,6 +71,15 @@ struct LinearCall {
   // > 0: the gate/up call of Backend::LinearSiluMul, fused where TakesGlu says so: W [2F, K] with
   // F = glu_cols, and `out` [m, F] receives silu(gate) * up (rounded as Linear then SiluMul).
   int64_t glu_cols = 0;
+  // Set (Backend::RmsNormLinear, where Fuses says so): x holds the rows before their RMSNorm by
+  // this weight and epsilon, which the kernel forms itself with the norm kernel's roundings.
+  cuda::FusedRmsNorm norm;
+  // Backend::LinearAddInto, where Fuses says so: `out` is the residual, and receives
+  // out + (the product rounded to the activation dtype), rounded: Linear then AddRmsNorm's add.
+  bool add_to_out = false;
+  // Set (Backend::LinearQkvRope, where Fuses says so): the QKV projection's outputs go through
+  // RoPE into the query tensor and the KV cache (this QkvRope's), `out` left unwritten.
+  const cuda::QkvRopeParams* rope = nullptr;
 };
 
 // What the room needs from the backend at each call.
@@ -111,6 +123,14 @@ class LinearKernels {
   // Only where the fused kernel sums exactly as the plain one (the same split of K), so that the
   // fusion changes no output bit.
   bool TakesGlu(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx) const;
+  // Whether `choice` can run `call` with its input's RMSNorm (`norm`: with LinearCall::norm set)
+  // and/or its residual add (`add`: LinearCall::add_to_out), and with LinearCall::rope its QKV-RoPE
+  // end, in the kernel, every output bit as the ops run apart: the GEMVs of decode's few rows
+  // (the norm and add: the FP8 and int4 register forms and the rings; RoPE: the FP8 register form).
+  bool Fuses(const LinearCall& call, LinearKernelChoice choice, bool norm, bool add, const LinearContext& ctx) const;
+  // The same for the kernel Choose would pick, where a rule picks it (FP8 and int4 weights; the
+  // 16-bit GEMVs fuse nothing): whether the decoder should ask for the fused op.
+  bool FusesChosen(const LinearCall& call, bool norm, bool add, const LinearContext& ctx) const;
 
  private:
   using ShapeKey = std::tuple<int64_t, int64_t, int64_t, DType, bool>;  // m, n, k, output dtype, bias
@@ -118,6 +138,9 @@ class LinearKernels {
   absl::StatusOr<LinearKernelChoice> TimeGemvAgainstCublas(const LinearCall& call, const LinearContext& ctx);
   absl::Status TuneCublas(const LinearCall& call, const LinearContext& ctx);
   LinearKernelChoice ChooseFp8(const LinearCall& call, const LinearContext& ctx) const;
+  // A 16-bit weight's GEMV form where a rule picks it (forced, or the ring form); nullopt where the
+  // GEMV is timed against cuBLASLt or the rows are past the GEMVs.
+  std::optional<LinearKernelChoice> RuleChoice16(const LinearCall& call, const LinearContext& ctx) const;
   LinearKernelChoice ChooseW4A16(const LinearCall& call, const LinearContext& ctx) const;
   absl::Status RunW4A16(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx);
   absl::Status RunW4A16Dequant(const LinearCall& call, const LinearContext& ctx);

@@ -8,6 +8,8 @@
 #include "absl/status/status.h"
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/common/stream.h"
+#include "kernels/cuda/norm/fused_rms_norm.h"
+#include "kernels/cuda/rope/qkv_rope.h"
 
 namespace llm::cuda {
 
@@ -31,7 +33,41 @@ struct GemvOptions {
   // [2F, K] (gate rows, then up rows) and out [M, F] = silu(x·gateᵀ) * (x·upᵀ), each product
   // rounded to the input dtype first, as Linear then SiluMul would (GemvGluTakes).
   int64_t glu_cols = 0;
+  // Set: x holds the rows before their RMSNorm, which every block forms itself into shared memory
+  // (rms_norm_prologue.cuh) with the norm kernel's sums and roundings (the ring forms, which stage
+  // x anyway, and the FP8 register form up to kGemvNormMaxBytes of x: GemvNormTakes; 16-bit out,
+  // or float32 from the 16-bit ring: the final norm and the LM head).
+  FusedRmsNorm norm;
+  // out holds a residual that the product is added into, in place: out = T(out + T(x·Wᵀ + b)), the
+  // roundings of Linear then AddRmsNorm's add (the same forms, 16-bit out, not the gate/up form).
+  bool add_to_out = false;
+  // Set: W is the QKV projection of rope->num_heads + 2 num_kv_heads heads, and its outputs go
+  // through RoPE into rope->q_out and the KV cache instead of `out`, as QkvRope would write them
+  // from the 16-bit product (the FP8 register form, one warp a row: GemvRopeTakes).
+  const QkvRopeParams* rope = nullptr;
 };
+
+// Whether the register GEMV's QKV-RoPE end takes an N-row projection for `rope`: no q/k norms
+// (they need whole heads), rotation over whole heads of a multiple of 8 elements.
+inline bool GemvRopeTakes(int64_t n, const QkvRopeParams& rope) {
+  return rope.q_norm == nullptr && rope.k_norm == nullptr && rope.head_dim > 0 && rope.head_dim % 8 == 0 &&
+         rope.rotary_dim == rope.head_dim && rope.inv_freq != nullptr && rope.q_out != nullptr &&
+         n == int64_t{rope.num_heads + 2 * rope.num_kv_heads} * rope.head_dim;
+}
+
+inline constexpr int64_t kGemvNormMaxBytes = 32 << 10;
+
+// Whether the fused norm takes rows of k values of elem_bytes (whole 16-byte vectors, no longer
+// than the norm kernel's held form: its walk is the fused norm's).
+inline bool GemvNormWalkTakes(int64_t k, int64_t elem_bytes) {
+  return k > 0 && k % (16 / elem_bytes) == 0 && RmsNormHeldChunks(k * elem_bytes / 16) > 0;
+}
+// Whether a register GEMV can form the RMSNorm of its m x k input itself (GemvOptions::norm): the
+// ring forms stage x anyway; the register forms stage it for the norm alone, up to
+// kGemvNormMaxBytes.
+inline bool GemvNormTakes(int64_t m, int64_t k, int64_t elem_bytes) {
+  return m >= 1 && GemvNormWalkTakes(k, elem_bytes) && m * k * elem_bytes <= kGemvNormMaxBytes;
+}
 
 // Whether the gate/up form of F = glu_cols takes an N x K weight (N = 2F, F a multiple of 4);
 // its output is in the input dtype.

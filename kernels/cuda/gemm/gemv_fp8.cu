@@ -10,6 +10,8 @@
 #include "kernels/cuda/gemm/gemv_fp8_mma.cuh"
 #include "kernels/cuda/gemm/gemv_register_finish.cuh"
 #include "kernels/cuda/gemm/gemv_smem_ring.cuh"
+#include "kernels/cuda/norm/rms_norm_prologue.cuh"
+#include "kernels/cuda/rope/qkv_rope_epilogue.cuh"
 
 namespace llm::cuda {
 namespace {
@@ -52,16 +54,25 @@ __device__ __forceinline__ float Dot16(const float (&wf)[16], const T* x) {
 // Register form: as GemvKernel (gemv.cu): a block = kWarps / wpr output rows, the wpr warps of a
 // row each stream a contiguous slice of its 16-byte vectors (lanes strided by 16 bytes), the next
 // loads issued before the current ones are consumed, the first ones before the dependency wait.
-template <typename T, typename TOut, int M, bool kGrouped>
+// kFusable (16-bit out): the instantiation that may normalize x itself into shared memory first
+// (`norm`), add its outputs into out (`add_to_out`) or end in RoPE and the KV cache (`rope`, set
+// where rope.q_out is; one warp a row); the others read x from global memory.
+template <typename T, typename TOut, int M, bool kGrouped, bool kFusable>
 __global__ void __launch_bounds__(kWarps * 32)
     GemvFp8Kernel(const T* __restrict__ x, const uint8_t* __restrict__ w, ScaleArgs sc, const T* __restrict__ bias,
-                  TOut* __restrict__ out, int m_rows, int n, int k, int wpr, int glu_f) {
+                  TOut* __restrict__ out, int m_rows, int n, int k, int wpr, int glu_f, FusedRmsNorm norm,
+                  bool add_to_out, QkvRopeParams rope) {
   constexpr int kStep = 32 * kUnroll;
   __shared__ float partial[kWarps][M];
+  extern __shared__ __align__(16) unsigned char normed_rows[];  // kFusable with a norm: x normalized
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rows_per_block = kWarps / wpr;
-  // glu_f > 0: the gate/up form (one warp a row; gemv_register_finish.cuh).
-  const int row = glu_f > 0 ? GluGemvRow(blockIdx.x, warp, glu_f) : blockIdx.x * rows_per_block + warp / wpr;
+  const bool roped = kFusable && rope.q_out != nullptr;
+  // glu_f > 0: the gate/up form (one warp a row; gemv_register_finish.cuh); roped: rotation
+  // partners paired in a block (qkv_rope_epilogue.cuh).
+  const int row = roped      ? RopeGemvRow(blockIdx.x, warp, rope.head_dim)
+                  : glu_f > 0 ? GluGemvRow(blockIdx.x, warp, glu_f)
+                              : blockIdx.x * rows_per_block + warp / wpr;
   const int part = warp % wpr;
   const bool active = row < n;
   const int kv = k / kWVec;
@@ -77,6 +88,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (active && idx < end) cur[u] = LoadU4Streaming(wr + idx * kWVec);
   }
   GridDependencyWait();
+  if constexpr (kFusable) {
+    if (norm.weight != nullptr) {
+      __shared__ float norm_scratch[16];
+      T* xs = reinterpret_cast<T*>(normed_rows);
+      NormalizeRowsToShared<T>(x, static_cast<const T*>(norm.weight), norm.eps, m_rows, k, xs, k, norm_scratch);
+      x = xs;
+    }
+  }
 
   float acc[M];
 #pragma unroll
@@ -110,8 +129,13 @@ __global__ void __launch_bounds__(kWarps * 32)
       FinishRegisterGemvGlu(acc, row_scale, warp, lane, row, m_rows, glu_f, bias, out, partial);
       return;
     }
+    if (roped) {
+      FinishRegisterGemvRope(acc, row_scale, warp, lane, row, m_rows, bias, rope, partial);
+      return;
+    }
   }
-  FinishRegisterGemv(acc, row_scale, active, warp, lane, wpr, row, rows_per_block, m_rows, n, bias, out, partial);
+  FinishRegisterGemv(acc, row_scale, active, warp, lane, wpr, row, rows_per_block, m_rows, n, bias, out, partial,
+                     kFusable && add_to_out);
 }
 
 // Ring form: GemvRingKernel (gemv_smem_ring.cuh) with E4M3 units: each warp's lane 0 bulk-copies
@@ -123,8 +147,7 @@ template <typename T, typename TOut, int M, bool kGrouped>
 __global__ void __launch_bounds__(kRingWarps * 32, 2)
     GemvFp8RingKernel(const T* __restrict__ x, const uint8_t* __restrict__ w, ScaleArgs sc,
                       const T* __restrict__ bias, TOut* __restrict__ out, int m_rows, int n, int k,
-                      GemvRingPlan plan) {
-  constexpr int kXVec = Vec16<T>::kVec;
+                      GemvRingPlan plan, FusedRmsNorm norm, bool add_to_out) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int stages = plan.stages, split = plan.split;
@@ -145,7 +168,7 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
   auto src_of = [&](int j) { return w_block + static_cast<int64_t>(unit_of(j)) * chunk_elems; };
   const uint64_t policy = StartRing(lane, stages, my_units, bars, ring, chunk_bytes, src_of);
   GridDependencyWait();  // x is the predecessor's output
-  StageXInShared(x, xs, m_rows * (k / kXVec));
+  StageXInShared(x, xs, m_rows, k, norm);
   __syncthreads();
 
   for (int j = 0; j < my_units; ++j) {
@@ -171,7 +194,7 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
     RefillRingStage(lane, j, stages, my_units, ring + s * chunk_bytes, src_of, chunk_bytes, &bars[s], policy);
     KeepUnitSums(acc, kGrouped ? 1.0f : row_scales[0], partial, unit, lane);
   }
-  StoreRowSums<M>(partial, rows, split, m_rows, bias, row0, n, out);
+  StoreRowSums<M>(partial, rows, split, m_rows, bias, row0, n, out, add_to_out);
 }
 
 int AutoWarpsPerRow(int64_t n, int64_t k, int num_sms) {
@@ -182,30 +205,40 @@ int AutoWarpsPerRow(int64_t n, int64_t k, int num_sms) {
 
 template <typename T, typename TOut, int M, bool kGrouped>
 cudaError_t LaunchRing(const T* x, const uint8_t* w, ScaleArgs sc, const T* bias, TOut* out, int m, int n, int k,
-                       const GemvRingPlan& plan, bool pdl, cudaStream_t stream) {
+                       const GemvRingPlan& plan, const GemvOptions& o, cudaStream_t stream) {
   auto kernel = GemvFp8RingKernel<T, TOut, M, kGrouped>;
   const cudaError_t err = AllowDynamicSmem(kernel, plan.smem_bytes);
   if (err != cudaSuccess) return err;
-  return LaunchKernel(kernel, dim3(plan.blocks), dim3(kRingWarps * 32), plan.smem_bytes, stream, pdl, x, w, sc, bias,
-                      out, m, n, k, plan);
+  return LaunchKernel(kernel, dim3(plan.blocks), dim3(kRingWarps * 32), plan.smem_bytes, stream, o.pdl, x, w, sc,
+                      bias, out, m, n, k, plan, o.norm, o.add_to_out);
 }
 
 template <typename T, typename TOut, int M>
 cudaError_t LaunchMma(const T* x, const uint8_t* w, ScaleArgs sc, const T* bias, TOut* out, int m, int n, int k,
-                      const GemvFp8MmaPlan& plan, bool pdl, cudaStream_t stream) {
+                      const GemvFp8MmaPlan& plan, const GemvOptions& o, cudaStream_t stream) {
   auto kernel = GemvFp8MmaKernel<T, TOut, M>;
   const cudaError_t err = AllowDynamicSmem(kernel, plan.smem_bytes);
   if (err != cudaSuccess) return err;
-  return LaunchKernel(kernel, dim3(plan.blocks), dim3(kFp8MmaWarps * 32), plan.smem_bytes, stream, pdl, x, w, sc.scale,
-                      sc.rows_per, sc.cols, bias, out, m, n, k, plan);
+  return LaunchKernel(kernel, dim3(plan.blocks), dim3(kFp8MmaWarps * 32), plan.smem_bytes, stream, o.pdl, x, w,
+                      sc.scale, sc.rows_per, sc.cols, bias, out, m, n, k, plan, o.norm, o.add_to_out);
 }
 
 template <typename T, typename TOut, int M, bool kGrouped>
 cudaError_t LaunchRegister(const T* x, const uint8_t* w, ScaleArgs sc, const T* bias, TOut* out, int m, int n, int k,
-                           int wpr, int glu_f, bool pdl, cudaStream_t stream) {
+                           int wpr, int glu_f, const GemvOptions& o, cudaStream_t stream) {
   const dim3 grid(glu_f > 0 ? glu_f / 4 : (n + kWarps / wpr - 1) / (kWarps / wpr));
-  return LaunchKernel(GemvFp8Kernel<T, TOut, M, kGrouped>, grid, dim3(kWarps * 32), 0, stream, pdl, x, w, sc, bias,
-                      out, m, n, k, wpr, glu_f);
+  if constexpr (std::is_same_v<T, TOut>) {
+    if (o.norm.active() || o.add_to_out || o.rope != nullptr) {
+      const size_t smem = o.norm.active() ? static_cast<size_t>(m) * k * sizeof(T) : 0;
+      const cudaError_t err = AllowDynamicSmem(GemvFp8Kernel<T, TOut, M, kGrouped, true>, smem);
+      if (err != cudaSuccess) return err;
+      return LaunchKernel(GemvFp8Kernel<T, TOut, M, kGrouped, true>, grid, dim3(kWarps * 32), smem, stream, o.pdl, x,
+                          w, sc, bias, out, m, n, k, wpr, glu_f, o.norm, o.add_to_out,
+                          o.rope != nullptr ? *o.rope : QkvRopeParams{});
+    }
+  }
+  return LaunchKernel(GemvFp8Kernel<T, TOut, M, kGrouped, false>, grid, dim3(kWarps * 32), 0, stream, o.pdl, x, w, sc,
+                      bias, out, m, n, k, wpr, glu_f, FusedRmsNorm{}, false, QkvRopeParams{});
 }
 
 // The kernel instantiation for m rows (1, 2, 4 or 8 rows of x per template).
@@ -220,29 +253,30 @@ absl::Status LaunchRows(const void* xv, const void* wv, ScaleArgs sc, const void
   cudaError_t err;
   const int glu_f = static_cast<int>(o.glu_cols);
   GemvFp8MmaPlan mma_plan;
-  if (glu_f == 0 && !kGrouped && o.smem_ring && tensor_cores && PlanGemvFp8Mma(n, k, mt, o.num_sms, o.ring_bytes, &mma_plan)) {
-    err = mt == 1   ? LaunchMma<T, TOut, 1>(x, w, sc, bias, out, m, n, k, mma_plan, o.pdl, stream)
-          : mt == 2 ? LaunchMma<T, TOut, 2>(x, w, sc, bias, out, m, n, k, mma_plan, o.pdl, stream)
-          : mt == 4 ? LaunchMma<T, TOut, 4>(x, w, sc, bias, out, m, n, k, mma_plan, o.pdl, stream)
-                    : LaunchMma<T, TOut, 8>(x, w, sc, bias, out, m, n, k, mma_plan, o.pdl, stream);
+  const bool roped = o.rope != nullptr;  // the register form's end alone
+  if (!roped && glu_f == 0 && !kGrouped && o.smem_ring && tensor_cores && PlanGemvFp8Mma(n, k, mt, o.num_sms, o.ring_bytes, &mma_plan)) {
+    err = mt == 1   ? LaunchMma<T, TOut, 1>(x, w, sc, bias, out, m, n, k, mma_plan, o, stream)
+          : mt == 2 ? LaunchMma<T, TOut, 2>(x, w, sc, bias, out, m, n, k, mma_plan, o, stream)
+          : mt == 4 ? LaunchMma<T, TOut, 4>(x, w, sc, bias, out, m, n, k, mma_plan, o, stream)
+                    : LaunchMma<T, TOut, 8>(x, w, sc, bias, out, m, n, k, mma_plan, o, stream);
     CUDA_RETURN_IF_ERROR(err);
     return absl::OkStatus();
   }
   GemvRingPlan plan;
-  if (glu_f == 0 && o.smem_ring && PlanGemvRing(n, k, 1, mt, o.num_sms, o.ring_bytes, &plan, sizeof(T))) {
-    err = mt == 1   ? LaunchRing<T, TOut, 1, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o.pdl, stream)
-          : mt == 2 ? LaunchRing<T, TOut, 2, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o.pdl, stream)
-          : mt == 4 ? LaunchRing<T, TOut, 4, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o.pdl, stream)
-                    : LaunchRing<T, TOut, 8, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o.pdl, stream);
+  if (!roped && glu_f == 0 && o.smem_ring && PlanGemvRing(n, k, 1, mt, o.num_sms, o.ring_bytes, &plan, sizeof(T))) {
+    err = mt == 1   ? LaunchRing<T, TOut, 1, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o, stream)
+          : mt == 2 ? LaunchRing<T, TOut, 2, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o, stream)
+          : mt == 4 ? LaunchRing<T, TOut, 4, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o, stream)
+                    : LaunchRing<T, TOut, 8, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o, stream);
     CUDA_RETURN_IF_ERROR(err);
     return absl::OkStatus();
   }
-  const int wpr = glu_f > 0 ? 1 : o.warps_per_row > 0 ? o.warps_per_row : AutoWarpsPerRow(n, k, o.num_sms);
+  const int wpr = glu_f > 0 || roped ? 1 : o.warps_per_row > 0 ? o.warps_per_row : AutoWarpsPerRow(n, k, o.num_sms);
   if (wpr != 1 && wpr != 2 && wpr != 4 && wpr != 8) return absl::InvalidArgumentError("GemvFp8: warps_per_row");
-  err = mt == 1   ? LaunchRegister<T, TOut, 1, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o.pdl, stream)
-        : mt == 2 ? LaunchRegister<T, TOut, 2, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o.pdl, stream)
-        : mt == 4 ? LaunchRegister<T, TOut, 4, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o.pdl, stream)
-                  : LaunchRegister<T, TOut, 8, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o.pdl, stream);
+  err = mt == 1   ? LaunchRegister<T, TOut, 1, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o, stream)
+        : mt == 2 ? LaunchRegister<T, TOut, 2, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o, stream)
+        : mt == 4 ? LaunchRegister<T, TOut, 4, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o, stream)
+                  : LaunchRegister<T, TOut, 8, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o, stream);
   CUDA_RETURN_IF_ERROR(err);
   return absl::OkStatus();
 }
@@ -290,6 +324,21 @@ absl::Status LaunchGemvFp8(DType dtype, DType out_dtype, const void* x, const vo
   if (options.glu_cols != 0 && (!GemvGluTakes(options.glu_cols, n, k) || out_dtype != dtype))
     return absl::InvalidArgumentError(absl::StrCat("GemvFp8: the gate/up form takes N = 2F with F a multiple of 4 and "
                                                    "an output in the input dtype (N ", n, ", F ", options.glu_cols, ")"));
+  if (m > 0 && (options.norm.active() || options.add_to_out) &&
+      (out_dtype != dtype || (options.add_to_out && options.glu_cols != 0) ||
+       (options.norm.active() &&
+        (!GemvNormWalkTakes(k, DTypeSize(dtype)) || !Aligned16(options.norm.weight) ||
+         (!options.smem_ring && !GemvNormTakes(m, k, DTypeSize(dtype)))))))
+    return absl::InvalidArgumentError(absl::StrCat("GemvFp8: a fused norm or residual add takes an output in the input "
+                                                   "dtype, no gate/up form with the add, and for the norm an aligned "
+                                                   "weight and (register form) m * K of at most ", kGemvNormMaxBytes,
+                                                   " bytes (m ", m, ", K ", k, ")"));
+  if (options.rope != nullptr &&
+      (!GemvRopeTakes(n, *options.rope) || out_dtype != dtype || options.glu_cols != 0 || options.add_to_out ||
+       tensor_cores || options.smem_ring || (options.warps_per_row != 0 && options.warps_per_row != 1) ||
+       options.rope->num_tokens < m))
+    return absl::InvalidArgumentError(absl::StrCat("GemvFp8: the QKV-RoPE end takes the register form, one warp a "
+                                                   "row, no q/k norms and whole rotated heads (N ", n, ")"));
   if (m == 0) return absl::OkStatus();
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   if (dtype == DType::kBF16) {

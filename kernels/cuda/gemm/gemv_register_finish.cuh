@@ -1,7 +1,8 @@
 // The end the register GEMVs share (gemv.cu's bf16 GemvKernel, gemv_fp8.cu's register form):
 // each warp's M dot products of its row segment, summed over the warp (times `scale`); with one
 // warp a row, lane 0 writes the outputs; otherwise the block adds each row's `wpr` segment sums
-// in a fixed order (deterministic). Called last by the kernel.
+// in a fixed order (deterministic). Called last by the kernel. `add_to_out`: out holds a residual,
+// and receives T(out + T(sum)) (GemvOptions::add_to_out).
 #pragma once
 
 #include "kernels/cuda/common/device_utils.cuh"
@@ -12,7 +13,11 @@ template <int M, int kWarps, typename T, typename TOut>
 __device__ __forceinline__ void FinishRegisterGemv(float (&acc)[M], float scale, bool active, int warp, int lane,
                                                    int wpr, int row, int rows_per_block, int m_rows, int n,
                                                    const T* __restrict__ bias, TOut* __restrict__ out,
-                                                   float (&partial)[kWarps][M]) {
+                                                   float (&partial)[kWarps][M], bool add_to_out = false) {
+  auto store = [&](int64_t at, float s) {
+    const TOut rounded = FromFloat<TOut>(s);
+    out[at] = add_to_out ? FromFloat<TOut>(ToFloat(out[at]) + ToFloat(rounded)) : rounded;
+  };
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]) * scale;
   if (wpr == 1) {
@@ -20,7 +25,7 @@ __device__ __forceinline__ void FinishRegisterGemv(float (&acc)[M], float scale,
     const float b = bias ? ToFloat(bias[row]) : 0.0f;
 #pragma unroll
     for (int m = 0; m < M; ++m)
-      if (m < m_rows) out[static_cast<int64_t>(m) * n + row] = FromFloat<TOut>(acc[m] + b);
+      if (m < m_rows) store(static_cast<int64_t>(m) * n + row, acc[m] + b);
     return;
   }
   if (lane == 0) {
@@ -37,7 +42,7 @@ __device__ __forceinline__ void FinishRegisterGemv(float (&acc)[M], float scale,
       float s = 0.0f;
       for (int q = 0; q < wpr; ++q) s += partial[r * wpr + q][m];
       if (bias) s += ToFloat(bias[out_row]);
-      out[static_cast<int64_t>(m) * n + out_row] = FromFloat<TOut>(s);
+      store(static_cast<int64_t>(m) * n + out_row, s);
     }
   }
 }

@@ -9,7 +9,10 @@
 #include "kernels/cuda/common/dynamic_smem.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/common/mma_sync.cuh"
+#include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/w4a16_common.cuh"
+#include "kernels/cuda/norm/rms_norm_prologue.cuh"
+#include "kernels/cuda/rope/qkv_rope_epilogue.cuh"
 
 namespace llm::cuda {
 namespace {
@@ -80,11 +83,14 @@ __device__ __forceinline__ void AccumulateScaled(float (&acc)[NT][4], const floa
 // one group, groups in input order of a power of two units each (w.group_shift): the common
 // shapes, with no per-unit checks, group lookups or uniformity votes (the loop is bound by
 // instruction issue).
-template <typename T, typename TOut, int NT, int U, int kMinBlocks, bool kZeros, bool kRegular>
+//
+// kFusable (16-bit out, up to 8 rows): the instantiation that may normalize x itself into shared
+// memory first (`norm`, after the chunk groups) and add its outputs into out (`add_to_out`).
+template <typename T, typename TOut, int NT, int U, int kMinBlocks, bool kZeros, bool kRegular, bool kFusable>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     GemvW4A16MmaKernel(const T* __restrict__ x, MmaArgs w, const T* __restrict__ bias, TOut* __restrict__ out, int m,
-                       int n, int kp, int wpt, int glu_f) {
-  extern __shared__ int32_t s_group[];
+                       int n, int kp, int wpt, int glu_f, FusedRmsNorm norm, bool add_to_out, QkvRopeParams rope) {
+  extern __shared__ __align__(16) int32_t s_group[];
   __shared__ float red[kWarps][kTileRows][NT * 8];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -92,8 +98,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   // glu_f > 0 (the gate/up form): the block's first half of tiles are gate tiles, the second half
   // the up tiles of the same columns (glu_f / 16 tiles on).
   const int half = tiles_per_block / 2, block_tile = warp / wpt;
-  const int tile = glu_f > 0 ? (block_tile < half ? 0 : glu_f / kTileRows) + blockIdx.x * half + block_tile % half
-                             : blockIdx.x * tiles_per_block + block_tile;
+  // roped (kFusable with rope.q_out set: the QKV-RoPE end): the first half's tiles are rows of
+  // elements below D / 2 of a head, the second half the tiles of their rotation partners.
+  const bool roped = kFusable && rope.q_out != nullptr;
+  const int half_head_tiles = roped ? rope.head_dim / (2 * kTileRows) : 1;
+  // The gate/up and RoPE forms (at least two tiles a block): the first half's tile of this warp's pair.
+  const int first_tile = half > 0 ? blockIdx.x * half + block_tile % half : 0;
+  const int tile = roped ? first_tile / half_head_tiles * (2 * half_head_tiles) + first_tile % half_head_tiles +
+                               (block_tile < half ? 0 : half_head_tiles)
+                   : glu_f > 0 ? (block_tile < half ? 0 : glu_f / kTileRows) + first_tile
+                               : blockIdx.x * tiles_per_block + block_tile;
   const int part = warp % wpt;
   const int kv = kp / kW4Chunk;
   const int units = (kv + kUnitChunks - 1) / kUnitChunks;
@@ -165,6 +179,14 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   for (int i = 0; i < U; ++i)
     if (ub + i < ue) load_side(cur[i], ub + i);
   GridDependencyWait();  // x is the predecessor's output
+  if constexpr (kFusable) {
+    if (norm.weight != nullptr) {
+      __shared__ float norm_scratch[16];
+      T* xs = reinterpret_cast<T*>(s_group + (kRegular ? 0 : (kv + 3) / 4 * 4));
+      NormalizeRowsToShared<T>(x, static_cast<const T*>(norm.weight), norm.eps, m, kp, xs, kp, norm_scratch);
+      x = xs;
+    }
+  }
 
   float acc[NT][4];
 #pragma unroll
@@ -253,6 +275,24 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[nt][3];
   }
   __syncthreads();
+  if constexpr (kFusable && std::is_same_v<T, TOut>) {
+    if (roped) {  // each rotation pair's two sums, rounded to T, then QkvRope's arithmetic and stores
+      const int cols_per_block = half * kTileRows;
+      for (int i = threadIdx.x; i < cols_per_block * m; i += blockDim.x) {
+        const int token = i / cols_per_block, cl = i % cols_per_block;
+        const int gt = cl / kTileRows, r = cl % kTileRows;
+        const int ft = blockIdx.x * half + gt;  // the pair's first-half tile
+        const int hh = ft / half_head_tiles, e = (ft % half_head_tiles) * kTileRows + r;
+        const int row_lo = hh * rope.head_dim + e, row_hi = row_lo + rope.head_dim / 2;
+        float lo = 0.0f, hi = 0.0f;
+        for (int q = 0; q < wpt; ++q) lo += red[gt * wpt + q][r][token];
+        for (int q = 0; q < wpt; ++q) hi += red[(gt + half) * wpt + q][r][token];
+        if (bias) lo += ToFloat(bias[row_lo]), hi += ToFloat(bias[row_hi]);
+        StoreRotatedPair<T>(rope, token, hh, e, ToFloat(FromFloat<T>(lo)), ToFloat(FromFloat<T>(hi)));
+      }
+      return;
+    }
+  }
   if constexpr (std::is_same_v<T, TOut>) {
     if (glu_f > 0) {  // out[token, col] = silu(gate) * up, each rounded to T first (as SiluMul reads them)
       const int cols_per_block = half * kTileRows;
@@ -279,7 +319,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     float s = 0.0f;
     for (int q = 0; q < wpt; ++q) s += red[lt * wpt + q][r][token];
     if (bias) s += ToFloat(bias[row]);
-    out[static_cast<int64_t>(token) * n + row] = FromFloat<TOut>(s);
+    const int64_t at = static_cast<int64_t>(token) * n + row;
+    if (kFusable && add_to_out) {
+      out[at] = FromFloat<TOut>(ToFloat(out[at]) + ToFloat(FromFloat<TOut>(s)));
+    } else {
+      out[at] = FromFloat<TOut>(s);
+    }
   }
 }
 
@@ -325,17 +370,32 @@ int GluWarpsPerTile(int wpt, int64_t glu_cols) {
 
 template <typename T, typename TOut, int NT, int U, int B, bool kZeros>
 cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, int m, int n, int kp, int wpt,
-                        int glu_f, bool pdl, cudaStream_t stream) {
+                        int glu_f, const GemvW4A16MmaOptions& o, cudaStream_t stream) {
   const int tiles_per_block = kWarps / wpt;
   const int tiles = (n + kTileRows - 1) / kTileRows;
-  const dim3 grid(glu_f > 0 ? glu_f / kTileRows / (tiles_per_block / 2) : (tiles + tiles_per_block - 1) / tiles_per_block);
+  const dim3 grid(glu_f > 0 ? glu_f / kTileRows / (tiles_per_block / 2)
+                  : o.rope != nullptr ? n / 2 / kTileRows / (tiles_per_block / 2)
+                                      : (tiles + tiles_per_block - 1) / tiles_per_block);
   const bool regular = w.group_shift >= 0 && n % kTileRows == 0 && kp % (kUnitChunks * kW4Chunk) == 0;
+  // Shared memory: the chunk groups (irregular kernels), then x normalized (a fused norm).
+  const size_t groups_bytes = regular ? 0 : static_cast<size_t>(kp / kW4Chunk + 3) / 4 * 4 * sizeof(int32_t);
+  if constexpr (NT == 1 && std::is_same_v<T, TOut>) {
+    if (o.norm.active() || o.add_to_out || o.rope != nullptr) {
+      const QkvRopeParams rope = o.rope != nullptr ? *o.rope : QkvRopeParams{};
+      const size_t smem = groups_bytes + (o.norm.active() ? static_cast<size_t>(m) * kp * sizeof(T) : 0);
+      if (regular)
+        return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, true>, grid, dim3(kWarps * 32), smem,
+                            stream, o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f, o.norm, o.add_to_out, rope);
+      return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, true>, grid, dim3(kWarps * 32), smem,
+                          stream, o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f, o.norm, o.add_to_out, rope);
+    }
+  }
   if (regular)
-    return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true>, grid, dim3(kWarps * 32), 0, stream, pdl,
-                        x, w, bias, out, m, n, kp, wpt, glu_f);
-  const size_t smem = static_cast<size_t>(kp / kW4Chunk) * sizeof(int32_t);
-  return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false>, grid, dim3(kWarps * 32), smem, stream,
-                      pdl, x, w, bias, out, m, n, kp, wpt, glu_f);
+    return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false>, grid, dim3(kWarps * 32), 0, stream,
+                        o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f, FusedRmsNorm{}, false, QkvRopeParams{});
+  return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false>, grid, dim3(kWarps * 32),
+                      groups_bytes, stream, o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f, FusedRmsNorm{}, false,
+                      QkvRopeParams{});
 }
 
 // The register form's shape, by measurement on an H100 (w4a16_bench, the regular form at 1 row,
@@ -354,10 +414,10 @@ cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* o
   const int wpt = GluWarpsPerTile(o.warps_per_tile > 0 ? o.warps_per_tile : form.wpt, o.glu_cols);
   const int f = static_cast<int>(o.glu_cols);
   if constexpr (NT == 1) {
-    if (form.very_wide) return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o.pdl, stream);
-    if (form.long_rows) return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o.pdl, stream);
+    if (form.very_wide) return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
+    if (form.long_rows) return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
   }
-  return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o.pdl, stream);
+  return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
 }
 
 // --- The bulk form: the codes through shared memory ---
@@ -660,7 +720,8 @@ absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv,
   TOut* out = static_cast<TOut*>(ov);
   const int tpw = o.tiles_per_warp > 0 ? o.tiles_per_warp : m <= 8 ? 1 : 2;
   using Form = GemvW4A16MmaOptions::Form;
-  const bool bulk = o.glu_cols == 0 && (o.form == Form::kBulk || (o.form == Form::kAuto && m > 16));
+  const bool fused = o.norm.active() || o.add_to_out || o.rope != nullptr;  // the register form's alone
+  const bool bulk = !fused && o.glu_cols == 0 && (o.form == Form::kBulk || (o.form == Form::kAuto && m > 16));
   BulkPlan plan;
   if (bulk && (tpw == 1 || tpw == 2) && PlanBulk(n, kp, tpw, o, num_sms, &plan)) {
     cudaError_t err;
@@ -693,6 +754,20 @@ absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv,
 
 }  // namespace
 
+bool GemvW4A16MmaFuses(int64_t m, int64_t kp, bool norm) {
+  return m >= 1 && m <= 8 && kp > 0 && kp % kW4Chunk == 0 && (!norm || GemvNormTakes(m, kp, 2)) &&
+         kp / kW4Chunk * 4 + (norm ? m * kp * 2 : 0) <= (48 << 10);
+}
+
+bool GemvW4A16MmaRopeSameSums(int64_t m, int64_t n, int64_t kp, int num_sms, const QkvRopeParams& rope) {
+  if (m < 1 || m > 8 || kp <= 0 || kp % kW4Chunk != 0 || !GemvRopeTakes(n, rope) || rope.head_dim % (2 * kTileRows) != 0)
+    return false;
+  const int wpt = RegisterFormOf(m, n, kp, num_sms).wpt;
+  const int half = kWarps / wpt / 2;  // first-half tiles a block: whole heads' halves, whole blocks
+  const int64_t half_head_tiles = rope.head_dim / (2 * kTileRows);
+  return half >= 1 && half_head_tiles % half == 0;
+}
+
 bool GemvW4A16MmaGluSameSums(int64_t m, int64_t n, int64_t kp, int num_sms) {
   if (m < 1 || m > 16 || n % (2 * kTileRows) != 0 || kp <= 0 || kp % kW4Chunk != 0) return false;
   const int wpt = RegisterFormOf(m, n, kp, num_sms).wpt;
@@ -724,6 +799,21 @@ absl::Status LaunchGemvW4A16Mma(DType dtype, DType out_dtype, const void* x, con
     return absl::InvalidArgumentError(absl::StrCat("GemvW4A16Mma: the gate/up form takes N = 2F with F a multiple of ",
                                                    kTileRows, " and an output in the input dtype (N ", n, ", F ",
                                                    options.glu_cols, ")"));
+  if (m > 0 && options.rope != nullptr &&
+      (options.glu_cols != 0 || options.add_to_out || out_dtype != dtype || options.form == GemvW4A16MmaOptions::Form::kBulk ||
+       options.rope->num_tokens < m ||
+       !GemvW4A16MmaRopeSameSums(m, n, kp, num_sms, *options.rope) ||
+       (options.warps_per_tile != 0 && options.warps_per_tile != RegisterFormOf(m, n, kp, num_sms).wpt)))
+    return absl::InvalidArgumentError(absl::StrCat("GemvW4A16Mma: the QKV-RoPE end takes the register form's own warps "
+                                                   "a tile, up to 8 rows, no q/k norms and whole rotated heads (N ",
+                                                   n, ")"));
+  if (m > 0 && (options.norm.active() || options.add_to_out) &&
+      (out_dtype != dtype || !GemvW4A16MmaFuses(m, kp, options.norm.active()) ||
+       options.form == GemvW4A16MmaOptions::Form::kBulk || (options.add_to_out && options.glu_cols != 0) ||
+       (options.norm.active() && !Aligned16(options.norm.weight))))
+    return absl::InvalidArgumentError(absl::StrCat("GemvW4A16Mma: a fused norm or residual add takes the register form, "
+                                                   "up to 8 rows, an output in the input dtype and an aligned norm "
+                                                   "weight (m ", m, ", kp ", kp, ")"));
   if (m == 0) return absl::OkStatus();
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(kp);
   if (dtype == DType::kBF16) {

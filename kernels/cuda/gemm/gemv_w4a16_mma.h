@@ -18,6 +18,8 @@
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/common/stream.h"
 #include "kernels/cuda/gemm/w4a16_weights.h"
+#include "kernels/cuda/norm/fused_rms_norm.h"
+#include "kernels/cuda/rope/qkv_rope.h"
 
 namespace llm::cuda {
 
@@ -39,7 +41,24 @@ struct GemvW4A16MmaOptions {
   // then up rows) and out [M, F] = silu(x·gateᵀ) * (x·upᵀ), each product rounded to the input
   // dtype first, as Linear then SiluMul would.
   int64_t glu_cols = 0;
+  // The register form up to 8 rows of x, 16-bit out, as GemvOptions::norm and ::add_to_out (gemv.h):
+  // x holds the rows before their RMSNorm, which every block forms into shared memory itself, and/or
+  // out holds a residual that the product is added into (not with the gate/up form). x in input
+  // order (no act-order permutation): the norm weight is in that order.
+  FusedRmsNorm norm;
+  bool add_to_out = false;
+  // Set: the QKV projection's outputs go through RoPE into rope->q_out and the KV cache instead
+  // of `out` (as GemvOptions::rope; up to 8 rows, where GemvW4A16MmaRopeSameSums).
+  const QkvRopeParams* rope = nullptr;
 };
+
+// Whether the QKV-RoPE end (GemvW4A16MmaOptions::rope) takes an m x n x kp call with the same K
+// split as the plain call's (so that it changes no bit): a block's tiles pair whole halves of heads.
+bool GemvW4A16MmaRopeSameSums(int64_t m, int64_t n, int64_t kp, int num_sms, const QkvRopeParams& rope);
+
+// Whether the kernel can take GemvW4A16MmaOptions::norm / ::add_to_out for an m x kp input (the
+// register form, up to 8 rows; the norm: m * kp 16-bit values in at most kGemvNormMaxBytes).
+bool GemvW4A16MmaFuses(int64_t m, int64_t kp, bool norm);
 
 // Whether the gate/up form (GemvW4A16MmaOptions::glu_cols = n / 2) sums exactly as the plain
 // call of the same m x n x kp does (the same warps a tile splitting K; the plain call up to 16 rows

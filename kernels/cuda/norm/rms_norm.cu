@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/norm/fused_rms_norm.h"
 #include "kernels/cuda/norm/rms_norm_row.cuh"
 #include "kernels/cuda/quant/fp8_row_quantize.cuh"
 
@@ -136,11 +137,11 @@ absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const voi
                      Aligned16(weight) && Aligned16(out) &&
                      (quantized == nullptr || reinterpret_cast<uintptr_t>(quantized->codes) % 8 == 0);
     const int64_t work = vec ? dim / kVec : dim;
-    const int threads = static_cast<int>(std::min<int64_t>(512, std::max<int64_t>(32, (work + 31) / 32 * 32)));
+    // The held form's walk is also the fused norms' (fused_rms_norm.h): one rule for both.
+    const int threads = RmsNormHeldThreads(work);
     // Rows of up to 8 chunks a thread are held in registers (RmsNormHeldKernel), longer ones
     // stored and re-read.
-    const int64_t chunks = (work + threads - 1) / threads;
-    const int held = !vec ? 0 : chunks <= 1 ? 1 : chunks <= 2 ? 2 : chunks <= 4 ? 4 : chunks <= 8 ? 8 : 0;
+    const int held = vec ? RmsNormHeldChunks(work) : 0;
     auto kernel = held > 0 ? (quantized ? RmsNormHeldKernelFor<T, true>(held) : RmsNormHeldKernelFor<T, false>(held))
                   : quantized ? (vec ? RmsNormKernel<T, true, true> : RmsNormKernel<T, false, true>)
                               : (vec ? RmsNormKernel<T, true, false> : RmsNormKernel<T, false, false>);

@@ -31,7 +31,6 @@ __device__ __forceinline__ void TokenCosSin(const QkvRopeParams& p, int64_t t, i
 template <typename T, bool kFp8>
 __global__ void __launch_bounds__(kWarps * 32) QkvRopeKernel(QkvRopeParams p) {
   AllowDependentLaunch();
-  GridDependencyWait();
   extern __shared__ float smem[];
   const int d = p.head_dim, half = p.rotary_dim / 2;
   float* cos_s = smem;         // [half]
@@ -40,7 +39,8 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeKernel(QkvRopeParams p) {
   float* buf = smem + 2 * half + warp * d;  // [d]
 
   const int64_t t = blockIdx.x;
-  TokenCosSin(p, t, half, cos_s, sin_s);
+  TokenCosSin(p, t, half, cos_s, sin_s);  // before the wait: see QkvRopeFullKernel
+  GridDependencyWait();
 
   const int heads = p.num_heads, kv_heads = p.num_kv_heads;
   const int hh = blockIdx.y * kWarps + warp;
@@ -86,10 +86,10 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeKernel(QkvRopeParams p) {
   for (int i = lane; i < d; i += 32) {
     float o;
     if (i < half) {
-      o = buf[i] * cos_s[i] - buf[i + half] * sin_s[i];
+      o = __fsub_rn(__fmul_rn(buf[i], cos_s[i]), __fmul_rn(buf[i + half], sin_s[i]));
     } else if (i < 2 * half) {
       const int j = i - half;
-      o = buf[i] * cos_s[j] + buf[j] * sin_s[j];
+      o = __fadd_rn(__fmul_rn(buf[i], cos_s[j]), __fmul_rn(buf[j], sin_s[j]));
     } else {
       o = buf[i];
     }
@@ -111,13 +111,15 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeFullKernel(QkvRopeParams p
   using Fp8Chunk = std::conditional_t<E == 4, uint32_t, uint16_t>;  // E E4M3 bytes
   constexpr int kD = 32 * E, kHalf = kD / 2;
   AllowDependentLaunch();
-  GridDependencyWait();
   __shared__ float cos_s[kHalf], sin_s[kHalf];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t = blockIdx.x;
+  // The step's positions and slots are uploaded before its first kernel, and no kernel writes them
+  // or the frequencies: the sines and the slot are formed while the QKV projection ends.
   TokenCosSin(p, t, kHalf, cos_s, sin_s);
   const int heads = p.num_heads, kv_heads = p.num_kv_heads;
   const int32_t slot = p.slot_mapping[t];
+  GridDependencyWait();
   const int64_t page = slot >= 0 ? slot / p.block_size : 0, offset = slot >= 0 ? slot % p.block_size : 0;
   for (int hh = blockIdx.y * kWarps + warp; hh < heads + 2 * kv_heads; hh += kWarps * gridDim.y) {
     const bool is_q = hh < heads, is_k = !is_q && hh < heads + kv_heads;
@@ -173,8 +175,10 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeFullKernel(QkvRopeParams p
     for (int e = 0; e < E; ++e) {
       const float partner = __shfl_xor_sync(0xffffffffu, x[e], 16);
       const int i = lane * E + e;
-      rotated[e] = lane < 16 ? x[e] * cos_s[i] - partner * sin_s[i]
-                             : x[e] * cos_s[i - kHalf] + partner * sin_s[i - kHalf];
+      // Rounded product by product (no contraction), as the CPU oracle and the GEMV's fused end
+      // (qkv_rope_epilogue.cuh) compute it.
+      rotated[e] = lane < 16 ? __fsub_rn(__fmul_rn(x[e], cos_s[i]), __fmul_rn(partner, sin_s[i]))
+                             : __fadd_rn(__fmul_rn(x[e], cos_s[i - kHalf]), __fmul_rn(partner, sin_s[i - kHalf]));
     }
     if (kFp8 && is_k) {
       put_fp8(rotated, p.k_scale);

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The ops the decode GEMVs take into their kernels (CudaBackendOptions::fuse_decode_ops: their
+# input's RMSNorm, the residual add, the QKV projection's RoPE and KV write) measured in the 8B
+# decode step: with them (the default) and without (LLM_FUSE_DECODE_OPS=0), bf16, FP8 + FP8 KV and
+# int4, at the row counts whose GEMVs fuse; ROUNDS (default 3) interleaved rounds, then one CUPTI
+# timeline of each quantization at batch 1. One call on the GPU machine, ~2 minutes. Pack:
+# benchmarks/device_pack.sh llm_cuda_bench. Usage: benchmarks/cuda/fused_decode_ops_device.sh
+set -uo pipefail
+source "$(dirname "$0")/../device_prelude.sh"
+model=benchmarks/cuda/configs/llama3-8b
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+# name | quantization | batches | environment ("-": the default)
+variants=(
+  "bf16, fused|none|1,2|-"
+  "bf16, apart|none|1,2|LLM_FUSE_DECODE_OPS=0"
+  "FP8 + FP8 KV, fused|fp8|1,2,4|-"
+  "FP8 + FP8 KV, apart|fp8|1,2,4|LLM_FUSE_DECODE_OPS=0"
+  "int4, fused|int4|1,2,4,8|-"
+  "int4, apart|int4|1,2,4,8|LLM_FUSE_DECODE_OPS=0"
+)
+md="$OUT/fused_decode_ops.md"
+echo "Device: $gpu. ms a decode step (8B shape, batch 1 at context 128, others 1k), \`llm_cuda_bench --decode-only\`, rounds in order." > "$md"
+echo >> "$md"
+echo "| variant | batch: ms (round 1 / 2 ...) |" >> "$md"
+echo "| --- | --- |" >> "$md"
+declare -A cells
+for round in $(seq 1 "${ROUNDS:-3}"); do
+  for i in "${!variants[@]}"; do
+    IFS='|' read -r name quant batches envs <<< "${variants[$i]}"
+    extra=(); [[ $quant == fp8 ]] && extra=(--kv-cache-dtype fp8)
+    [[ $envs == - ]] && envs=""
+    log="$OUT/variant_$i.log"
+    env $envs "$BIN/llm_cuda_bench" --model $model --decode-only --batches "$batches" --quantization "$quant" \
+      "${extra[@]}" > "$log" 2>&1 || echo "variant $i failed: $(tail -2 "$log")"
+    while read -r batch ms; do
+      cells[$i,$batch]+="${cells[$i,$batch]:+ / }$ms"
+    done < <(sed -n 's/^decode batch \([0-9]*\) ctx [0-9]*: \([0-9.]*\) ms.*/\1 \2/p' "$log")
+  done
+done
+for i in "${!variants[@]}"; do
+  IFS='|' read -r name quant batches envs <<< "${variants[$i]}"
+  row="| $name |"
+  for batch in ${batches//,/ }; do row+=" $batch: ${cells[$i,$batch]:-failed};"; done
+  echo "$row |" >> "$md"
+done
+rm -f "$OUT"/variant_*.log
+cat "$md"
+for quant in none fp8 int4; do
+  extra=(); [[ $quant == fp8 ]] && extra=(--kv-cache-dtype fp8)
+  "$BIN/llm_cuda_bench" --model $model --decode-only --batches 1 --quantization $quant "${extra[@]}" --timeline \
+    > "$OUT/timeline_${quant}_1.md" 2>&1 || echo "timeline $quant failed"
+done

@@ -11,12 +11,15 @@ model=benchmarks/cuda/configs/llama3-8b
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 # name | quantization | batches | environment ("-": the default)
 variants=(
-  "bf16, fused|none|1,2|-"
+  "bf16, all fused|none|1,2|-"
+  "bf16, norms fused|none|1,2|LLM_FUSE_GEMV_ROPE=0"
   "bf16, apart|none|1,2|LLM_FUSE_DECODE_OPS=0"
-  "FP8 + FP8 KV, fused|fp8|1,2,4|-"
-  "FP8 + FP8 KV, apart|fp8|1,2,4|LLM_FUSE_DECODE_OPS=0"
-  "int4, fused|int4|1,2,4,8|-"
-  "int4, apart|int4|1,2,4,8|LLM_FUSE_DECODE_OPS=0"
+  "FP8 + FP8 KV, all fused|fp8|1,2|-"
+  "FP8 + FP8 KV, RoPE fused|fp8|1,2|LLM_FUSE_GEMV_NORM=0"
+  "FP8 + FP8 KV, norms fused|fp8|1,2|LLM_FUSE_GEMV_ROPE=0"
+  "FP8 + FP8 KV, apart|fp8|1,2|LLM_FUSE_DECODE_OPS=0"
+  "int4, all fused|int4|1,2,4|-"
+  "int4, apart|int4|1,2,4|LLM_FUSE_DECODE_OPS=0"
 )
 md="$OUT/fused_decode_ops.md"
 echo "Device: $gpu. ms a decode step (8B shape, batch 1 at context 128, others 1k), \`llm_cuda_bench --decode-only\`, rounds in order." > "$md"
@@ -45,7 +48,7 @@ for i in "${!variants[@]}"; do
 done
 rm -f "$OUT"/variant_*.log
 cat "$md"
-for quant in none fp8 int4; do
+for quant in ${TIMELINES-fp8}; do
   extra=(); [[ $quant == fp8 ]] && extra=(--kv-cache-dtype fp8)
   "$BIN/llm_cuda_bench" --model $model --decode-only --batches 1 --quantization $quant "${extra[@]}" --timeline \
     > "$OUT/timeline_${quant}_1.md" 2>&1 || echo "timeline $quant failed"

@@ -135,9 +135,12 @@ bool Decoder::NormFusesInto(const LinearWeight& consumer, const std::optional<Fp
 }
 
 absl::Status Decoder::ResidualLinear(Tensor x, const std::optional<Fp8Input>& quantized, const LinearWeight& w,
-                                     Tensor residual, Tensor delta, int32_t n) {
+                                     Tensor residual, Tensor delta, int32_t n, const LinearWeight* next) {
   const bool one_rank = tp_comm_ == nullptr || tp_comm_->size() == 1;
-  if (one_rank && !quantized && backend_.AddsIntoResidual(w, n)) {
+  // Only where the next norm then runs inside its linear too: otherwise that norm's kernel adds
+  // the delta at no cost, and the add in the linear's end would be a dependent load more.
+  const bool next_fuses = next == nullptr || (!Fp8InputFor(*next, n) && backend_.FusesRmsNormInto(*next, n));
+  if (one_rank && !quantized && next_fuses && backend_.AddsIntoResidual(w, n)) {
     delta_pending_ = false;
     return backend_.LinearAddInto(x, w, residual, delta);
   }
@@ -193,7 +196,7 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
   attn_args.meta = &meta;
   attn_args.out = attn;
   RETURN_IF_ERROR(backend_.Attention(attn_args));
-  RETURN_IF_ERROR(ResidualLinear(attn, std::nullopt, w.o_proj, residual, delta, n));
+  RETURN_IF_ERROR(ResidualLinear(attn, std::nullopt, w.o_proj, residual, delta, n, &w.gate_up));
   // MLP block.
   std::optional<Fp8Input> gate_up_input = Fp8InputFor(w.gate_up, n);
   Tensor gate_up = gate_up_.Rows(0, n), act = act_.Rows(0, n);
@@ -211,7 +214,9 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
     }
   }
   // Where left pending: the next layer's norm (or Forward, after the last layer) sums it.
-  return ResidualLinear(act, down_input, w.down, residual, delta, n);
+  const bool last = index + 1 == static_cast<int64_t>(weights_->layers.size());
+  const LinearWeight* next = !last ? &weights_->layers[index + 1].qkv : dims_.is_last_stage ? &weights_->lm_head : nullptr;
+  return ResidualLinear(act, down_input, w.down, residual, delta, n, next);
 }
 
 absl::StatusOr<Tensor> Decoder::Forward(const StepMetadata& meta, absl::Span<const KvCacheLayer> cache) {

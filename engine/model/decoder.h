@@ -79,9 +79,10 @@ class Decoder {
   // and no FP8 input quantized by the norm.
   bool NormFusesInto(const LinearWeight& consumer, const std::optional<Fp8Input>& quantized, int32_t n) const;
   // The o / down projection: its output added into the residual by the linear itself where the
-  // backend does that (one rank: nothing to sum first), else written to `delta`, pending.
+  // backend does that (one rank: nothing to sum first) and `next`, the linear after the next norm
+  // (null: the stage's end), forms that norm itself; else written to `delta`, pending.
   absl::Status ResidualLinear(Tensor x, const std::optional<Fp8Input>& quantized, const LinearWeight& w,
-                              Tensor residual, Tensor delta, int32_t n);
+                              Tensor residual, Tensor delta, int32_t n, const LinearWeight* next);
   absl::Status Layer(int64_t index, const StepMetadata& meta, const KvCacheLayer& cache, int32_t tokens);
 
   const ModelConfig config_;

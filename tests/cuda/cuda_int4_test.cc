@@ -322,15 +322,16 @@ TEST_P(CudaInt4Test, NormAndResidualFusedInTheGemv) {
 // tensor-core GEMV's register form (a block's tiles pair whole halves of heads): 1-8 rows, with and
 // without its input's norm, 16-bit and E4M3 caches, head_dim 64 and 128: the query and caches bit
 // for bit what the linear then QkvRope write. Q/K norms, act-order weights, 16 rows and splits of K
-// whose blocks would not hold whole halves of heads (64 x 512: four tiles a block, two a half head)
-// run apart.
+// whose blocks would not hold whole halves of heads (64 x 512: four tiles a block, two a half head;
+// K 4096 at 1,536 rows: 8 warps a tile, one tile a block, as the 8B projection) run apart.
 TEST_P(CudaInt4Test, QkvRopeFusedInTheGemv) {
   struct Case {
     int m, head_dim, k;
     bool norm, fp8_cache, qk_norm, act_order, fused;
   };
-  const Case cases[] = {{1, 128, 4096, true, true, false, false, true},  {3, 128, 1024, false, false, false, false, true},
-                        {8, 64, 4096, false, true, false, false, true},  {2, 64, 2048, true, false, false, false, true},
+  const Case cases[] = {{1, 128, 1024, true, true, false, false, true},  {3, 128, 1024, false, false, false, false, true},
+                        {8, 64, 2048, false, true, false, false, true},  {2, 64, 2048, true, false, false, false, true},
+                        {1, 128, 4096, true, true, false, false, false},
                         {8, 64, 512, false, true, false, false, false},  {1, 128, 1024, true, false, true, false, false},
                         {1, 128, 320, false, false, false, true, false}, {16, 128, 1024, false, true, false, false, false}};
   const int heads = 8, kv_heads = 2;

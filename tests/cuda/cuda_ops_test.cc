@@ -225,54 +225,6 @@ TEST_P(CudaOpsTest, Linear) {
   gpu_->SetTuningPass(false);
 }
 
-// The decode linears' RMSNorm and residual add in the GEMV (Backend::RmsNormLinear,
-// LinearAddInto): the 16-bit ring form (the rule's pick at 1-2 rows, forced at up to 8) forms its
-// input's norm into its staged x and adds its outputs into the residual, bit for bit what the
-// norm kernel then Linear (Linear then Add) give, near the CPU's float32; K from 64 (fewer norm
-// threads than the block's) to 8192 (two chunks a norm thread). The register GEMV, the timed
-// rows (3 by the rule) and cuBLASLt run the ops apart.
-TEST_P(CudaOpsTest, NormAndResidualFusedInTheRingGemv) {
-  struct Case {
-    int64_t n, k, m;
-    int form;  // 0: the rules, 1: the ring forced, 2: the register GEMV forced, 3: cuBLASLt
-    bool fused;
-  };
-  const Case cases[] = {{256, 1024, 1, 0, true},  {384, 64, 2, 0, true},   {256, 1024, 3, 0, false},
-                        {512, 8192, 1, 1, true},  {200, 512, 4, 1, true},  {256, 2048, 8, 1, true},
-                        {256, 1024, 1, 2, false}, {256, 1024, 2, 3, false}};
-  const float eps = 1e-5f;
-  for (const Case& c : cases) {
-    CudaBackendOptions& o = gpu_->mutable_options();
-    o.autotune_linear = c.form == 0;
-    o.gemv_smem_ring = c.form <= 1;
-    o.gemv_max_rows = c.form == 3 ? 0 : kGemvRows;
-    o.gemv_warps_per_row = c.form == 1 ? CudaBackendOptions::kGemvRingForm : c.form == 2 ? 1 : 0;
-    const float a = 1.0f / std::sqrt(static_cast<float>(c.k));
-    const std::vector<float> w = Rand(c.n * c.k, -a, a), b = Rand(c.n), nw = Rand(c.k, 0.5f, 1.5f);
-    const std::vector<float> x = Rand(c.m * c.k, -3.0f, 3.0f);
-    OwnedTensor dwt = Dev({c.n, c.k}, w), hwt = Host({c.n, c.k}, w), dbt = Dev({c.n}, b), hbt = Host({c.n}, b);
-    OwnedTensor dx = Dev({c.m, c.k}, x), hx = Host({c.m, c.k}, x), dn = Dev({c.k}, nw), hn = Host({c.k}, nw);
-    LinearWeight dw, hw;
-    dw.weight = dwt.t;
-    dw.format = StorageFormat::Float(dtype_);
-    dw.bias = dbt.t;
-    hw.weight = hwt.t;
-    hw.format = StorageFormat::Float(DType::kF32);
-    hw.bias = hbt.t;
-    const std::string what = "m " + std::to_string(c.m) + " N " + std::to_string(c.n) + " K " + std::to_string(c.k) +
-                             " form " + std::to_string(c.form);
-    const std::vector<float> got =
-        testing::CheckFusedNormAndResidual(*gpu_, dx.t, dn.t, eps, dw, c.m, false, c.fused, c.fused, what);
-    OwnedTensor hnormed = MakeTensor(cpu_, DType::kF32, {c.m, c.k}), hout = MakeTensor(cpu_, DType::kF32, {c.m, c.n});
-    ASSERT_TRUE(cpu_.RmsNormLinear(hx.t, hn.t, eps, hnormed.t, hw, hout.t, Tensor()).ok());
-    ExpectClose(got, Download(cpu_, hout.t), 2 * Tolerance(dtype_), what);
-  }
-  gpu_->mutable_options().autotune_linear = true;
-  gpu_->mutable_options().gemv_smem_ring = true;
-  gpu_->mutable_options().gemv_max_rows = kGemvRows;
-  gpu_->mutable_options().gemv_warps_per_row = 0;
-}
-
 // The gate/up projection and SiLU-and-mul in one kernel (Backend::LinearSiluMul): the register
 // GEMV's gate/up form, bit for bit what Linear then SiluMul give, and near the CPU's float32. F
 // not a multiple of 4, weights whose GEMV splits rows over several warps (1792 x 4096: 4 warps a

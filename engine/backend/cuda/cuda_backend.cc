@@ -231,6 +231,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (const char* v = std::getenv("LLM_FUSE_GATE_UP_SILU"); v != nullptr && v[0] == '0')
     impl->options.fuse_gate_up_silu = false;
   if (const char* v = std::getenv("LLM_FUSE_DECODE_OPS"); v != nullptr && v[0] == '0') impl->options.fuse_decode_ops = false;
+  if (const char* v = std::getenv("LLM_FUSE_GEMV_NORM"); v != nullptr) impl->options.fuse_gemv_norm = v[0] != '0';
+  if (const char* v = std::getenv("LLM_FUSE_GEMV_ROPE"); v != nullptr) impl->options.fuse_gemv_rope = v[0] != '0';
   if (const char* v = std::getenv("LLM_ATTENTION_SPLITS"); v != nullptr) impl->options.attention_splits = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_16BIT"); v != nullptr)
     impl->options.gemm_few_rows_16bit_max_rows = std::atoi(v);
@@ -487,7 +489,9 @@ absl::Status CudaBackend::LinearSiluMul(Tensor x, const LinearWeight& w, Tensor 
 
 bool CudaBackend::LinearFuses(const LinearWeight& w, int64_t rows, bool norm, bool add,
                               const cuda::QkvRopeParams* rope) const {
-  if (!impl_->options.fuse_decode_ops || rows <= 0) return false;
+  const CudaBackendOptions& o = impl_->options;
+  if (!o.fuse_decode_ops || rows <= 0 || ((norm || add) && !o.fuse_gemv_norm) || (rope && !o.fuse_gemv_rope))
+    return false;
   const DType dt = activation_dtype();
   LinearCall call{Tensor(), &w, Tensor(nullptr, dt, {rows, w.out_features()}, device()), rows, w.out_features(),
                   w.in_features(), dt};
@@ -523,7 +527,7 @@ absl::Status CudaBackend::RmsNormLinear(Tensor x, Tensor norm_weight, float eps,
     glu.glu_cols = call.n / 2;
   }
   const bool glu_fused = act.empty() || (impl_->options.fuse_gate_up_silu && impl_->linears->TakesGlu(glu, choice, ctx));
-  if (!impl_->options.fuse_decode_ops || !glu_fused ||
+  if (!impl_->options.fuse_decode_ops || !impl_->options.fuse_gemv_norm || !glu_fused ||
       !impl_->linears->Fuses(glu, choice, /*norm=*/true, /*add=*/false, ctx))
     return Backend::RmsNormLinear(x, norm_weight, eps, normed, w, out, act);  // the ops apart
   OpScope scope(*impl_, act.empty() ? "RmsNormLinear" : "RmsNormLinearSiluMul",
@@ -534,12 +538,17 @@ absl::Status CudaBackend::RmsNormLinear(Tensor x, Tensor norm_weight, float eps,
 }
 
 absl::Status CudaBackend::LinearAddInto(Tensor x, const LinearWeight& w, Tensor residual, Tensor delta) {
-  ASSIGN_OR_RETURN(LinearCall call, CheckLinear(x, w, residual, nullptr));
   RETURN_IF_ERROR(ExpectOnDevice("LinearAddInto", device(), activation_dtype(), {&residual, &delta}));
+  RETURN_IF_ERROR(Expect(residual.numel() == delta.numel(), "LinearAddInto", "residual and delta differ in size"));
+  // Chosen for the product into `delta`: a first eager call may time kernels on its operands, which
+  // write their output (the residual must not be).
+  ASSIGN_OR_RETURN(LinearCall call, CheckLinear(x, w, delta, nullptr));
   const LinearContext ctx = linear_context();
   ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(call, ctx));
+  call.out = residual;
   call.add_to_out = true;
-  if (!impl_->options.fuse_decode_ops || !impl_->linears->Fuses(call, choice, /*norm=*/false, /*add=*/true, ctx))
+  if (!impl_->options.fuse_decode_ops || !impl_->options.fuse_gemv_norm ||
+      !impl_->linears->Fuses(call, choice, /*norm=*/false, /*add=*/true, ctx))
     return Backend::LinearAddInto(x, w, residual, delta);  // the ops apart
   OpScope scope(*impl_, "LinearAddInto",
                 static_cast<double>(w.weight.bytes() + x.bytes() + 2 * residual.bytes() + w.bias.bytes()),
@@ -691,7 +700,8 @@ absl::Status CudaBackend::LinearQkvRope(Tensor x, Tensor norm_weight, float eps,
   ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(call, ctx));
   if (norm) call.norm = cuda::FusedRmsNorm{norm_weight.data(), eps};
   call.rope = &p;
-  if (!impl_->options.fuse_decode_ops || !impl_->linears->Fuses(call, choice, norm, /*add=*/false, ctx))
+  if (!impl_->options.fuse_decode_ops || !impl_->options.fuse_gemv_rope || (norm && !impl_->options.fuse_gemv_norm) ||
+      !impl_->linears->Fuses(call, choice, norm, /*add=*/false, ctx))
     return Backend::LinearQkvRope(x, norm_weight, eps, normed, w, rope);  // the ops apart
   OpScope scope(*impl_, norm ? "RmsNormLinearQkvRope" : "LinearQkvRope",
                 static_cast<double>(w.weight.bytes() + x.bytes() + w.bias.bytes() + rope.qkv.bytes()),

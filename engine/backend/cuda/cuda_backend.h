@@ -143,13 +143,18 @@ struct CudaBackendOptions {
   // kernel has that form (the register GEMVs of decode: 16-bit, FP8, int4): one kernel boundary
   // less a layer (LLM_FUSE_GATE_UP_SILU=0: off).
   bool fuse_gate_up_silu = true;
-  // The decode GEMVs take the ops around them where their form allows (LinearKernels::Fuses): the
-  // RMSNorm of their input (Backend::RmsNormLinear: the 16-bit and FP8 rings, the FP8 and int4
-  // register forms; the final norm too), the residual add of o_proj and down (LinearAddInto), and
-  // the FP8 register GEMV the QKV projection's RoPE and KV write (LinearQkvRope): up to three
-  // kernels, with their launches and dependency waits, less a layer, the same bits
-  // (LLM_FUSE_DECODE_OPS=0: off).
+  // The FP8 and int4 register GEMVs of decode take the ops around them where their form allows
+  // (LinearKernels::Fuses): the RMSNorm of their input where their grid is one wave
+  // (Backend::RmsNormLinear), and then the residual add of the linear before (LinearAddInto), and
+  // the QKV projection's RoPE and KV write (LinearQkvRope): up to three kernels, with their
+  // launches and dependency waits, less a layer, the same bits. H200, 8B step at batch 1
+  // (benchmarks/RESULTS.md): FP8 -2.1%, int4 -0.8% (LLM_FUSE_DECODE_OPS=0: off).
   bool fuse_decode_ops = true;
+  // Under fuse_decode_ops, each fusion apart (tests and benchmarks): the input's norm (and with it
+  // the residual add of the linear before; LLM_FUSE_GEMV_NORM=0/1) and the QKV-RoPE end
+  // (LLM_FUSE_GEMV_ROPE=0/1).
+  bool fuse_gemv_norm = true;
+  bool fuse_gemv_rope = true;
   // Test knobs.
   bool force_simt_attention = false;
   int attention_splits = 0;  // > 0: fixed decode split count (LLM_ATTENTION_SPLITS)

@@ -65,8 +65,6 @@ absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaB
   go.smem_ring = choice.kernel == LinearKernel::kGemvRing;
   go.ring_bytes = o.gemv_ring_bytes;
   go.glu_cols = c.glu_cols;
-  go.norm = c.norm;
-  go.add_to_out = c.add_to_out;
   return cuda::LaunchGemv(c.act, c.out.dtype(), c.x.data(), c.w->weight.data(), BiasOf(c), c.out.data(), c.m, c.n,
                           c.k, go, ctx.stream);
 }
@@ -538,21 +536,6 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
   return absl::OkStatus();
 }
 
-std::optional<LinearKernelChoice> LinearKernels::RuleChoice16(const LinearCall& c, const LinearContext& ctx) const {
-  const CudaBackendOptions& o = options_;
-  if (c.m > o.gemv_max_rows || c.m > cuda::kGemvMaxRows) return std::nullopt;
-  const int wpr = o.gemv_warps_per_row;
-  if (!o.autotune_linear && wpr != 0)  // a form forced (tests, benchmarks)
-    return wpr > 0 ? LinearKernelChoice{LinearKernel::kGemv, wpr} : LinearKernelChoice{LinearKernel::kGemvRing, 0};
-  // Not timed: an isolated timing cannot see what makes the ring form win in a step, its weights
-  // streaming during the kernels before it (see CudaBackendOptions::gemv_smem_ring).
-  if (o.gemv_smem_ring && c.m <= o.gemv_ring_max_rows &&
-      cuda::GemvRingFits(c.act, c.m, c.n, c.k, o.gemv_ring_bytes, ctx.num_sms))
-    return LinearKernelChoice{LinearKernel::kGemvRing, 0};
-  if (!o.autotune_linear) return LinearKernelChoice{LinearKernel::kGemv, 0};
-  return std::nullopt;  // timed against cuBLASLt
-}
-
 absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, const LinearContext& ctx) {
   if (c.w->format.element == DType::kF8E4M3) {
     const LinearKernelChoice choice = ChooseFp8(c, ctx);
@@ -571,8 +554,16 @@ absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, co
   const CudaBackendOptions& o = options_;
   LinearKernelChoice choice{LinearKernel::kCublasLt, 0};
   if (c.m <= o.gemv_max_rows && c.m <= cuda::kGemvMaxRows) {
-    if (const std::optional<LinearKernelChoice> rule = RuleChoice16(c, ctx)) {
-      choice = *rule;
+    const int wpr = o.gemv_warps_per_row;
+    if (!o.autotune_linear && wpr != 0) {  // a form forced (tests, benchmarks)
+      choice = wpr > 0 ? LinearKernelChoice{LinearKernel::kGemv, wpr} : LinearKernelChoice{LinearKernel::kGemvRing, 0};
+    } else if (o.gemv_smem_ring && c.m <= o.gemv_ring_max_rows &&
+               cuda::GemvRingFits(c.act, c.m, c.n, c.k, o.gemv_ring_bytes, ctx.num_sms)) {
+      // Not timed: an isolated timing cannot see what makes the ring form win in a step, its
+      // weights streaming during the kernels before it (see CudaBackendOptions::gemv_smem_ring).
+      choice = {LinearKernel::kGemvRing, 0};
+    } else if (!o.autotune_linear) {
+      choice = {LinearKernel::kGemv, 0};
     } else {
       const ShapeKey key{c.m, c.n, c.k, c.out.dtype(), BiasOf(c) != nullptr};
       auto it = timed_.find(key);
@@ -630,27 +621,24 @@ bool LinearKernels::Fuses(const LinearCall& c, LinearKernelChoice choice, bool n
     if (choice.kernel == LinearKernel::kW4A16MmaGemv)
       return c.w->input_perm.empty() && c.w->int4_storage_columns() == c.k &&
              cuda::GemvW4A16MmaRopeSameSums(c.m, c.n, c.k, ctx.num_sms, *c.rope) &&
-             (!norm || cuda::GemvW4A16MmaFuses(c.m, c.k, true));
+             (!norm || cuda::GemvW4A16MmaFuses(c.m, c.n, c.k, true, 0, ctx.num_sms));
     return false;
   }
   if (!norm && !add) return true;
-  const bool same_out = c.out.dtype() == c.act;  // the 16-bit ring alone writes float32 logits after a norm
-  if (c.quantized != nullptr || (add && (c.glu_cols > 0 || !same_out)) || c.m < 1) return false;
+  const bool same_out = c.out.dtype() == c.act;
+  if (c.quantized != nullptr || (add && c.glu_cols > 0) || c.m < 1) return false;
   const int64_t elem = static_cast<int64_t>(DTypeSize(c.act));
-  const bool aligned = reinterpret_cast<uintptr_t>(c.x.data()) % 16 == 0;
   switch (choice.kernel) {
-    case LinearKernel::kFp8Gemv: return same_out && (!norm || cuda::GemvNormTakes(c.m, c.k, elem));
-    // The ring forms stage x in shared memory anyway (the launches' own plans: as Run's).
-    case LinearKernel::kFp8GemvRing:
-    case LinearKernel::kFp8GemvMma:
-      return same_out && c.glu_cols == 0 && (!norm || cuda::GemvNormWalkTakes(c.k, elem));
-    case LinearKernel::kGemvRing:
-      return c.glu_cols == 0 && aligned && reinterpret_cast<uintptr_t>(c.w->weight.data()) % 16 == 0 &&
-             cuda::GemvRingFits(c.act, c.m, c.n, c.k, options_.gemv_ring_bytes, ctx.num_sms) &&
-             (!norm || cuda::GemvNormWalkTakes(c.k, elem));
+    case LinearKernel::kFp8Gemv: {
+      // The norm where the grid is one wave (8 blocks an SM): each wave of blocks would pay the
+      // norm's latency again (the 8B gate/up's 3,584 blocks: 46 us against 35 + 2.6 apart).
+      const int wpr = choice.warps_per_row > 0 ? choice.warps_per_row : cuda::GemvFp8AutoWarpsPerRow(c.n, c.k, ctx.num_sms);
+      const int64_t blocks = c.glu_cols > 0 ? c.glu_cols / 4 : (c.n + 8 / wpr - 1) / (8 / wpr);
+      return same_out && (!norm || (cuda::GemvNormTakes(c.m, c.k, elem) && blocks <= 8 * int64_t{ctx.num_sms}));
+    }
     case LinearKernel::kW4A16MmaGemv:  // x read in input order: no act-order permutation
       return same_out && c.w->input_perm.empty() && c.w->int4_storage_columns() == c.k &&
-             cuda::GemvW4A16MmaFuses(c.m, c.k, norm);
+             cuda::GemvW4A16MmaFuses(c.m, c.n, c.k, norm, c.glu_cols, ctx.num_sms);
     default: return false;
   }
 }
@@ -658,8 +646,7 @@ bool LinearKernels::Fuses(const LinearCall& c, LinearKernelChoice choice, bool n
 bool LinearKernels::FusesChosen(const LinearCall& c, bool norm, bool add, const LinearContext& ctx) const {
   if (c.w->format.element == DType::kF8E4M3) return Fuses(c, ChooseFp8(c, ctx), norm, add, ctx);
   if (c.w->format.int4()) return Fuses(c, ChooseW4A16(c, ctx), norm, add, ctx);
-  const std::optional<LinearKernelChoice> rule = RuleChoice16(c, ctx);
-  return rule && Fuses(c, *rule, norm, add, ctx);
+  return false;  // the 16-bit GEMVs fuse nothing
 }
 
 absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) {

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -125,11 +124,11 @@ class LinearKernels {
   bool TakesGlu(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx) const;
   // Whether `choice` can run `call` with its input's RMSNorm (`norm`: with LinearCall::norm set)
   // and/or its residual add (`add`: LinearCall::add_to_out), and with LinearCall::rope its QKV-RoPE
-  // end, in the kernel, every output bit as the ops run apart: the GEMVs of decode's few rows
-  // (the norm and add: the FP8 and int4 register forms and the rings; RoPE: the FP8 register form).
+  // end, in the kernel, every output bit as the ops run apart: the FP8 and int4 register GEMVs of
+  // decode's few rows (the norm where the grid is one wave).
   bool Fuses(const LinearCall& call, LinearKernelChoice choice, bool norm, bool add, const LinearContext& ctx) const;
-  // The same for the kernel Choose would pick, where a rule picks it (FP8 and int4 weights; the
-  // 16-bit GEMVs fuse nothing): whether the decoder should ask for the fused op.
+  // The same for the kernel Choose would pick (FP8 and int4 weights, whose kernels a rule picks;
+  // the 16-bit GEMVs fuse nothing): whether the decoder should ask for the fused op.
   bool FusesChosen(const LinearCall& call, bool norm, bool add, const LinearContext& ctx) const;
 
  private:
@@ -138,9 +137,7 @@ class LinearKernels {
   absl::StatusOr<LinearKernelChoice> TimeGemvAgainstCublas(const LinearCall& call, const LinearContext& ctx);
   absl::Status TuneCublas(const LinearCall& call, const LinearContext& ctx);
   LinearKernelChoice ChooseFp8(const LinearCall& call, const LinearContext& ctx) const;
-  // A 16-bit weight's GEMV form where a rule picks it (forced, or the ring form); nullopt where the
-  // GEMV is timed against cuBLASLt or the rows are past the GEMVs.
-  std::optional<LinearKernelChoice> RuleChoice16(const LinearCall& call, const LinearContext& ctx) const;
+
   LinearKernelChoice ChooseW4A16(const LinearCall& call, const LinearContext& ctx) const;
   absl::Status RunW4A16(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx);
   absl::Status RunW4A16Dequant(const LinearCall& call, const LinearContext& ctx);

@@ -127,11 +127,11 @@ __global__ void __launch_bounds__(kWarps * 32) GemvScalarKernel(const T* __restr
 // The ring kernel's M (rows of x) instantiation for m rows.
 template <typename T, typename TOut, int M>
 cudaError_t LaunchRing(const T* x, const T* w, const T* bias, TOut* out, int m, int n, int k,
-                       const GemvRingPlan& plan, const GemvOptions& o, cudaStream_t stream) {
+                       const GemvRingPlan& plan, bool pdl, cudaStream_t stream) {
   const cudaError_t err = AllowDynamicSmem(GemvRingKernel<T, TOut, M>, plan.smem_bytes);
   if (err != cudaSuccess) return err;
   return LaunchKernel(GemvRingKernel<T, TOut, M>, dim3(plan.blocks), dim3(kRingWarps * 32), plan.smem_bytes,
-                      stream, o.pdl, x, w, bias, out, m, n, k, plan, o.norm, o.add_to_out);
+                      stream, pdl, x, w, bias, out, m, n, k, plan);
 }
 
 // Enough blocks to balance the SMs, while each warp keeps >= 64 vectors.
@@ -165,20 +165,18 @@ absl::Status LaunchTyped(const void* x, const void* w, const void* bias, void* o
     GemvRingPlan plan;
     if (PlanGemvRing(n, k, sizeof(T), m_template, o.num_sms, o.ring_bytes, &plan)) {
       if (m_template == 1) {
-        err = LaunchRing<T, TOut, 1>(xt, wt, bt, ot, m, n, k, plan, o, stream);
+        err = LaunchRing<T, TOut, 1>(xt, wt, bt, ot, m, n, k, plan, o.pdl, stream);
       } else if (m_template == 2) {
-        err = LaunchRing<T, TOut, 2>(xt, wt, bt, ot, m, n, k, plan, o, stream);
+        err = LaunchRing<T, TOut, 2>(xt, wt, bt, ot, m, n, k, plan, o.pdl, stream);
       } else if (m_template == 4) {
-        err = LaunchRing<T, TOut, 4>(xt, wt, bt, ot, m, n, k, plan, o, stream);
+        err = LaunchRing<T, TOut, 4>(xt, wt, bt, ot, m, n, k, plan, o.pdl, stream);
       } else {
-        err = LaunchRing<T, TOut, 8>(xt, wt, bt, ot, m, n, k, plan, o, stream);
+        err = LaunchRing<T, TOut, 8>(xt, wt, bt, ot, m, n, k, plan, o.pdl, stream);
       }
       CUDA_RETURN_IF_ERROR(err);
       return absl::OkStatus();
     }
   }
-  if (o.norm.active() || o.add_to_out)
-    return absl::InvalidArgumentError("Gemv: only the ring form of the 16-bit GEMV fuses a norm or residual add");
   const int wpr = glu_f > 0 ? 1 : o.warps_per_row > 0 ? o.warps_per_row : AutoWarpsPerRow(n, k, kVec, o.num_sms);
   if (wpr != 1 && wpr != 2 && wpr != 4 && wpr != 8) return absl::InvalidArgumentError("Gemv: warps_per_row");
   const dim3 grid(glu_f > 0 ? glu_f / 4 : (n + kWarps / wpr - 1) / (kWarps / wpr));
@@ -215,12 +213,9 @@ absl::Status LaunchGemv(DType dtype, DType out_dtype, const void* x, const void*
   if (options.glu_cols != 0 && (!GemvGluTakes(options.glu_cols, n, k) || out_dtype != dtype))
     return absl::InvalidArgumentError(absl::StrCat("Gemv: the gate/up form takes N = 2F with F a multiple of 4 and an "
                                                    "output in the input dtype (N ", n, ", F ", options.glu_cols, ")"));
-  if (m > 0 && (options.norm.active() || options.add_to_out) &&
-      ((options.add_to_out && out_dtype != dtype) || !options.smem_ring || options.glu_cols != 0 ||
-       (options.norm.active() && (!GemvNormWalkTakes(k, DTypeSize(dtype)) || !Aligned16(options.norm.weight)))))
-    return absl::InvalidArgumentError(absl::StrCat("Gemv: a fused norm or residual add takes the ring form, for the "
-                                                   "add an output in the input dtype, and for the norm an aligned "
-                                                   "weight and rows the norm kernel holds (m ", m, ", K ", k, ")"));
+  if (options.norm.active() || options.add_to_out || options.rope != nullptr)
+    return absl::InvalidArgumentError("Gemv: the 16-bit GEMV fuses no norm, residual add or RoPE (the FP8 and int4 "
+                                      "register GEMVs do)");
   if (m == 0) return absl::OkStatus();
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   if (out_dtype == dtype) {

@@ -34,12 +34,12 @@ struct GemvOptions {
   // rounded to the input dtype first, as Linear then SiluMul would (GemvGluTakes).
   int64_t glu_cols = 0;
   // Set: x holds the rows before their RMSNorm, which every block forms itself into shared memory
-  // (rms_norm_prologue.cuh) with the norm kernel's sums and roundings (the ring forms, which stage
-  // x anyway, and the FP8 register form up to kGemvNormMaxBytes of x: GemvNormTakes; 16-bit out,
-  // or float32 from the 16-bit ring: the final norm and the LM head).
+  // (rms_norm_prologue.cuh) with the norm kernel's sums and roundings (the FP8 register form up to
+  // kGemvNormMaxBytes of x: GemvNormTakes; 16-bit out). Measured and not kept in the ring forms,
+  // which stage x anyway: the 8B bf16 step 0.5-1% slower at 1-2 rows on an H200.
   FusedRmsNorm norm;
   // out holds a residual that the product is added into, in place: out = T(out + T(x·Wᵀ + b)), the
-  // roundings of Linear then AddRmsNorm's add (the same forms, 16-bit out, not the gate/up form).
+  // roundings of Linear then AddRmsNorm's add (the same form, 16-bit out, not the gate/up form).
   bool add_to_out = false;
   // Set: W is the QKV projection of rope->num_heads + 2 num_kv_heads heads, and its outputs go
   // through RoPE into rope->q_out and the KV cache instead of `out`, as QkvRope would write them
@@ -57,16 +57,12 @@ inline bool GemvRopeTakes(int64_t n, const QkvRopeParams& rope) {
 
 inline constexpr int64_t kGemvNormMaxBytes = 32 << 10;
 
-// Whether the fused norm takes rows of k values of elem_bytes (whole 16-byte vectors, no longer
-// than the norm kernel's held form: its walk is the fused norm's).
-inline bool GemvNormWalkTakes(int64_t k, int64_t elem_bytes) {
-  return k > 0 && k % (16 / elem_bytes) == 0 && RmsNormHeldChunks(k * elem_bytes / 16) > 0;
-}
-// Whether a register GEMV can form the RMSNorm of its m x k input itself (GemvOptions::norm): the
-// ring forms stage x anyway; the register forms stage it for the norm alone, up to
-// kGemvNormMaxBytes.
+// Whether a register GEMV can form the RMSNorm of its m x k input itself (GemvOptions::norm): rows
+// of whole 16-byte vectors that the norm kernel's held form takes (its walk is the fused norm's),
+// staged in shared memory for the norm alone, up to kGemvNormMaxBytes.
 inline bool GemvNormTakes(int64_t m, int64_t k, int64_t elem_bytes) {
-  return m >= 1 && GemvNormWalkTakes(k, elem_bytes) && m * k * elem_bytes <= kGemvNormMaxBytes;
+  return m >= 1 && k > 0 && k % (16 / elem_bytes) == 0 && RmsNormHeldChunks(k * elem_bytes / 16) > 0 &&
+         m * k * elem_bytes <= kGemvNormMaxBytes;
 }
 
 // Whether the gate/up form of F = glu_cols takes an N x K weight (N = 2F, F a multiple of 4);

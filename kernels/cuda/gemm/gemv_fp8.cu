@@ -147,7 +147,8 @@ template <typename T, typename TOut, int M, bool kGrouped>
 __global__ void __launch_bounds__(kRingWarps * 32, 2)
     GemvFp8RingKernel(const T* __restrict__ x, const uint8_t* __restrict__ w, ScaleArgs sc,
                       const T* __restrict__ bias, TOut* __restrict__ out, int m_rows, int n, int k,
-                      GemvRingPlan plan, FusedRmsNorm norm, bool add_to_out) {
+                      GemvRingPlan plan) {
+  constexpr int kXVec = Vec16<T>::kVec;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int stages = plan.stages, split = plan.split;
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
   auto src_of = [&](int j) { return w_block + static_cast<int64_t>(unit_of(j)) * chunk_elems; };
   const uint64_t policy = StartRing(lane, stages, my_units, bars, ring, chunk_bytes, src_of);
   GridDependencyWait();  // x is the predecessor's output
-  StageXInShared(x, xs, m_rows, k, norm);
+  StageXInShared(x, xs, m_rows * (k / kXVec));
   __syncthreads();
 
   for (int j = 0; j < my_units; ++j) {
@@ -194,7 +195,7 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
     RefillRingStage(lane, j, stages, my_units, ring + s * chunk_bytes, src_of, chunk_bytes, &bars[s], policy);
     KeepUnitSums(acc, kGrouped ? 1.0f : row_scales[0], partial, unit, lane);
   }
-  StoreRowSums<M>(partial, rows, split, m_rows, bias, row0, n, out, add_to_out);
+  StoreRowSums<M>(partial, rows, split, m_rows, bias, row0, n, out);
 }
 
 int AutoWarpsPerRow(int64_t n, int64_t k, int num_sms) {
@@ -210,7 +211,7 @@ cudaError_t LaunchRing(const T* x, const uint8_t* w, ScaleArgs sc, const T* bias
   const cudaError_t err = AllowDynamicSmem(kernel, plan.smem_bytes);
   if (err != cudaSuccess) return err;
   return LaunchKernel(kernel, dim3(plan.blocks), dim3(kRingWarps * 32), plan.smem_bytes, stream, o.pdl, x, w, sc,
-                      bias, out, m, n, k, plan, o.norm, o.add_to_out);
+                      bias, out, m, n, k, plan);
 }
 
 template <typename T, typename TOut, int M>
@@ -220,7 +221,7 @@ cudaError_t LaunchMma(const T* x, const uint8_t* w, ScaleArgs sc, const T* bias,
   const cudaError_t err = AllowDynamicSmem(kernel, plan.smem_bytes);
   if (err != cudaSuccess) return err;
   return LaunchKernel(kernel, dim3(plan.blocks), dim3(kFp8MmaWarps * 32), plan.smem_bytes, stream, o.pdl, x, w,
-                      sc.scale, sc.rows_per, sc.cols, bias, out, m, n, k, plan, o.norm, o.add_to_out);
+                      sc.scale, sc.rows_per, sc.cols, bias, out, m, n, k, plan);
 }
 
 template <typename T, typename TOut, int M, bool kGrouped>
@@ -253,8 +254,8 @@ absl::Status LaunchRows(const void* xv, const void* wv, ScaleArgs sc, const void
   cudaError_t err;
   const int glu_f = static_cast<int>(o.glu_cols);
   GemvFp8MmaPlan mma_plan;
-  const bool roped = o.rope != nullptr;  // the register form's end alone
-  if (!roped && glu_f == 0 && !kGrouped && o.smem_ring && tensor_cores && PlanGemvFp8Mma(n, k, mt, o.num_sms, o.ring_bytes, &mma_plan)) {
+  const bool fused = o.norm.active() || o.add_to_out || o.rope != nullptr;  // the register form's alone
+  if (!fused && glu_f == 0 && !kGrouped && o.smem_ring && tensor_cores && PlanGemvFp8Mma(n, k, mt, o.num_sms, o.ring_bytes, &mma_plan)) {
     err = mt == 1   ? LaunchMma<T, TOut, 1>(x, w, sc, bias, out, m, n, k, mma_plan, o, stream)
           : mt == 2 ? LaunchMma<T, TOut, 2>(x, w, sc, bias, out, m, n, k, mma_plan, o, stream)
           : mt == 4 ? LaunchMma<T, TOut, 4>(x, w, sc, bias, out, m, n, k, mma_plan, o, stream)
@@ -263,7 +264,7 @@ absl::Status LaunchRows(const void* xv, const void* wv, ScaleArgs sc, const void
     return absl::OkStatus();
   }
   GemvRingPlan plan;
-  if (!roped && glu_f == 0 && o.smem_ring && PlanGemvRing(n, k, 1, mt, o.num_sms, o.ring_bytes, &plan, sizeof(T))) {
+  if (!fused && glu_f == 0 && o.smem_ring && PlanGemvRing(n, k, 1, mt, o.num_sms, o.ring_bytes, &plan, sizeof(T))) {
     err = mt == 1   ? LaunchRing<T, TOut, 1, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o, stream)
           : mt == 2 ? LaunchRing<T, TOut, 2, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o, stream)
           : mt == 4 ? LaunchRing<T, TOut, 4, kGrouped>(x, w, sc, bias, out, m, n, k, plan, o, stream)
@@ -271,7 +272,7 @@ absl::Status LaunchRows(const void* xv, const void* wv, ScaleArgs sc, const void
     CUDA_RETURN_IF_ERROR(err);
     return absl::OkStatus();
   }
-  const int wpr = glu_f > 0 || roped ? 1 : o.warps_per_row > 0 ? o.warps_per_row : AutoWarpsPerRow(n, k, o.num_sms);
+  const int wpr = glu_f > 0 || o.rope != nullptr ? 1 : o.warps_per_row > 0 ? o.warps_per_row : AutoWarpsPerRow(n, k, o.num_sms);
   if (wpr != 1 && wpr != 2 && wpr != 4 && wpr != 8) return absl::InvalidArgumentError("GemvFp8: warps_per_row");
   err = mt == 1   ? LaunchRegister<T, TOut, 1, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o, stream)
         : mt == 2 ? LaunchRegister<T, TOut, 2, kGrouped>(x, w, sc, bias, out, m, n, k, wpr, glu_f, o, stream)
@@ -325,14 +326,12 @@ absl::Status LaunchGemvFp8(DType dtype, DType out_dtype, const void* x, const vo
     return absl::InvalidArgumentError(absl::StrCat("GemvFp8: the gate/up form takes N = 2F with F a multiple of 4 and "
                                                    "an output in the input dtype (N ", n, ", F ", options.glu_cols, ")"));
   if (m > 0 && (options.norm.active() || options.add_to_out) &&
-      (out_dtype != dtype || (options.add_to_out && options.glu_cols != 0) ||
-       (options.norm.active() &&
-        (!GemvNormWalkTakes(k, DTypeSize(dtype)) || !Aligned16(options.norm.weight) ||
-         (!options.smem_ring && !GemvNormTakes(m, k, DTypeSize(dtype)))))))
-    return absl::InvalidArgumentError(absl::StrCat("GemvFp8: a fused norm or residual add takes an output in the input "
-                                                   "dtype, no gate/up form with the add, and for the norm an aligned "
-                                                   "weight and (register form) m * K of at most ", kGemvNormMaxBytes,
-                                                   " bytes (m ", m, ", K ", k, ")"));
+      (out_dtype != dtype || tensor_cores || options.smem_ring || (options.add_to_out && options.glu_cols != 0) ||
+       (options.norm.active() && (!GemvNormTakes(m, k, DTypeSize(dtype)) || !Aligned16(options.norm.weight)))))
+    return absl::InvalidArgumentError(absl::StrCat("GemvFp8: a fused norm or residual add takes the register form, an "
+                                                   "output in the input dtype, no gate/up form with the add, and for "
+                                                   "the norm an aligned weight and m * K of at most ",
+                                                   kGemvNormMaxBytes, " bytes (m ", m, ", K ", k, ")"));
   if (options.rope != nullptr &&
       (!GemvRopeTakes(n, *options.rope) || out_dtype != dtype || options.glu_cols != 0 || options.add_to_out ||
        tensor_cores || options.smem_ring || (options.warps_per_row != 0 && options.warps_per_row != 1) ||

@@ -34,7 +34,6 @@
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/common/fp8.cuh"
 #include "kernels/cuda/common/mma_sync.cuh"
-#include "kernels/cuda/norm/rms_norm_prologue.cuh"
 
 namespace llm::cuda {
 
@@ -117,14 +116,12 @@ inline bool PlanGemvFp8Mma(int64_t n, int64_t k, int m_template, int num_sms, si
 }
 
 // out[m, n] = (x[m, :] · W[n, :]) * row_scale(n) (+ bias[n]) for m < m_rows <= M, with W E4M3
-// [N, K] and row_scale(n) = scale[(n / rows_per) * cols] (per tensor or per channel). `norm`: x
-// normalized first (GemvOptions::norm, into x's shared-memory rows); `add_to_out`: out += the
-// product (GemvOptions::add_to_out).
+// [N, K] and row_scale(n) = scale[(n / rows_per) * cols] (per tensor or per channel).
 template <typename T, typename TOut, int M>
 __global__ void __launch_bounds__(kFp8MmaWarps * 32, 1)
     GemvFp8MmaKernel(const T* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ scale,
                      int scale_rows_per, int scale_cols, const T* __restrict__ bias, TOut* __restrict__ out,
-                     int m_rows, int n, int k, GemvFp8MmaPlan plan, FusedRmsNorm norm, bool add_to_out) {
+                     int m_rows, int n, int k, GemvFp8MmaPlan plan) {
   static_assert(M >= 1 && M <= 8, "tokens are the MMA's rows 0-7");
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -167,12 +164,6 @@ __global__ void __launch_bounds__(kFp8MmaWarps * 32, 1)
   }
   GridDependencyWait();  // x is the predecessor's output
   __syncthreads();       // x_exp zeroed; barrier initializations visible to the block
-  const bool normed = norm.weight != nullptr;
-  if (normed) {  // x's rows normalized in place of the first round's loads below (ends with a barrier)
-    __shared__ float norm_scratch[16];
-    NormalizeRowsToShared<T>(x, static_cast<const T*>(norm.weight), norm.eps, m_rows, k, reinterpret_cast<T*>(xs),
-                             plan.x_stride, norm_scratch);
-  }
 
   // x into shared memory as f16, each token scaled by 2^-e so that its |x| < 2^kFp8MmaXTarget:
   // one round of global loads stores x as it is (16 bits either way) and finds the tokens' largest
@@ -194,8 +185,7 @@ __global__ void __launch_bounds__(kFp8MmaWarps * 32, 1)
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
         const int i = base + b * blockDim.x;
-        if (i < x_vecs)
-          v[b] = normed ? *reinterpret_cast<const Vec16<T>*>(x_at(i)) : LoadVec(x + static_cast<int64_t>(i) * kXVec);
+        if (i < x_vecs) v[b] = LoadVec(x + static_cast<int64_t>(i) * kXVec);
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
@@ -305,8 +295,7 @@ __global__ void __launch_bounds__(kFp8MmaWarps * 32, 1)
     const int row = row0 + r;
     sum = ldexpf(sum, x_exp[8 + m]) * scale[static_cast<int64_t>(row / scale_rows_per) * scale_cols];
     if (bias) sum += ToFloat(bias[row]);
-    const int64_t at = static_cast<int64_t>(m) * n + row;
-    out[at] = add_to_out ? FromFloat<TOut>(ToFloat(out[at]) + ToFloat(FromFloat<TOut>(sum))) : FromFloat<TOut>(sum);
+    out[static_cast<int64_t>(m) * n + row] = FromFloat<TOut>(sum);
   }
 }
 

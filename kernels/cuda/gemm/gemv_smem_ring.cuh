@@ -27,7 +27,6 @@
 
 #include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/device_utils.cuh"
-#include "kernels/cuda/norm/rms_norm_prologue.cuh"
 
 namespace llm::cuda {
 
@@ -112,25 +111,10 @@ __device__ __forceinline__ void KeepUnitSums(float (&acc)[M], float scale, float
   }
 }
 
-// x's m_rows x k values into shared memory for the ring kernels: as they are, or normalized by the
-// fused RMSNorm (GemvOptions::norm) with the norm kernel's roundings.
-template <typename T>
-__device__ __forceinline__ void StageXInShared(const T* __restrict__ x, T* xs, int m_rows, int k,
-                                               const FusedRmsNorm& norm) {
-  if (norm.weight != nullptr) {
-    __shared__ float norm_scratch[16];
-    NormalizeRowsToShared<T>(x, static_cast<const T*>(norm.weight), norm.eps, m_rows, k, xs, k, norm_scratch);
-  } else {
-    StageXInShared(x, xs, m_rows * (k / Vec16<T>::kVec));
-  }
-}
-
-// After the block's units: each output is its row's `split` unit sums in a fixed order, plus bias;
-// `add_to_out`: out holds a residual and receives T(out + T(sum)) (GemvOptions::add_to_out).
+// After the block's units: each output is its row's `split` unit sums in a fixed order, plus bias.
 template <int M, typename T, typename TOut>
 __device__ __forceinline__ void StoreRowSums(const float* partial, int rows, int split, int m_rows,
-                                             const T* __restrict__ bias, int row0, int n, TOut* __restrict__ out,
-                                             bool add_to_out = false) {
+                                             const T* __restrict__ bias, int row0, int n, TOut* __restrict__ out) {
   __syncthreads();
   for (int i = threadIdx.x; i < rows * M; i += blockDim.x) {
     const int r = i / M, m = i % M;
@@ -138,8 +122,7 @@ __device__ __forceinline__ void StoreRowSums(const float* partial, int rows, int
     float sum = 0.0f;
     for (int q = 0; q < split; ++q) sum += partial[(r * split + q) * M + m];
     if (bias) sum += ToFloat(bias[row0 + r]);
-    const int64_t at = static_cast<int64_t>(m) * n + row0 + r;
-    out[at] = add_to_out ? FromFloat<TOut>(ToFloat(out[at]) + ToFloat(FromFloat<TOut>(sum))) : FromFloat<TOut>(sum);
+    out[static_cast<int64_t>(m) * n + row0 + r] = FromFloat<TOut>(sum);
   }
 }
 
@@ -149,8 +132,7 @@ inline int RingRowsTemplate(int64_t m) { return m == 1 ? 1 : m == 2 ? 2 : m <= 4
 template <typename T, typename TOut, int M>
 __global__ void __launch_bounds__(kRingWarps * 32, 2)
     GemvRingKernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                   TOut* __restrict__ out, int m_rows, int n, int k, GemvRingPlan plan, FusedRmsNorm norm,
-                   bool add_to_out) {
+                   TOut* __restrict__ out, int m_rows, int n, int k, GemvRingPlan plan) {
   constexpr int kVec = Vec16<T>::kVec;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -174,7 +156,7 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
   auto src_of = [&](int j) { return w_block + static_cast<int64_t>(unit_of(j)) * chunk_elems; };
   const uint64_t policy = StartRing(lane, stages, my_units, bars, ring, chunk_bytes, src_of);
   GridDependencyWait();  // x is the predecessor's output
-  StageXInShared(x, xs, m_rows, k, norm);
+  StageXInShared(x, xs, m_rows * (k / kVec));
   __syncthreads();  // also publishes lane 0's barrier initialization to its warp
 
   for (int j = 0; j < my_units; ++j) {
@@ -206,7 +188,7 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
     RefillRingStage(lane, j, stages, my_units, ring + s * chunk_bytes, src_of, chunk_bytes, &bars[s], policy);
     KeepUnitSums(acc, 1.0f, partial, unit, lane);
   }
-  StoreRowSums<M>(partial, rows, split, m_rows, bias, row0, n, out, add_to_out);
+  StoreRowSums<M>(partial, rows, split, m_rows, bias, row0, n, out);
 }
 
 // Picks the ring for an N x K weight of `elem_bytes` elements and M (template) rows within

@@ -754,9 +754,16 @@ absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv,
 
 }  // namespace
 
-bool GemvW4A16MmaFuses(int64_t m, int64_t kp, bool norm) {
-  return m >= 1 && m <= 8 && kp > 0 && kp % kW4Chunk == 0 && (!norm || GemvNormTakes(m, kp, 2)) &&
-         kp / kW4Chunk * 4 + (norm ? m * kp * 2 : 0) <= (48 << 10);
+bool GemvW4A16MmaFuses(int64_t m, int64_t n, int64_t kp, bool norm, int64_t glu_cols, int num_sms) {
+  if (m < 1 || m > 8 || n < 1 || kp <= 0 || kp % kW4Chunk != 0 || kp / kW4Chunk * 4 + (norm ? m * kp * 2 : 0) > (48 << 10))
+    return false;
+  if (!norm) return true;
+  const RegisterForm form = RegisterFormOf(m, n, kp, num_sms);
+  const int tiles_per_block = kWarps / GluWarpsPerTile(form.wpt, glu_cols);
+  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
+  const int64_t blocks = glu_cols > 0 ? glu_cols / kTileRows / std::max(1, tiles_per_block / 2)
+                                      : (tiles + tiles_per_block - 1) / tiles_per_block;
+  return GemvNormTakes(m, kp, 2) && blocks <= int64_t{form.very_wide ? 4 : 2} * num_sms;
 }
 
 bool GemvW4A16MmaRopeSameSums(int64_t m, int64_t n, int64_t kp, int num_sms, const QkvRopeParams& rope) {
@@ -808,7 +815,8 @@ absl::Status LaunchGemvW4A16Mma(DType dtype, DType out_dtype, const void* x, con
                                                    "a tile, up to 8 rows, no q/k norms and whole rotated heads (N ",
                                                    n, ")"));
   if (m > 0 && (options.norm.active() || options.add_to_out) &&
-      (out_dtype != dtype || !GemvW4A16MmaFuses(m, kp, options.norm.active()) ||
+      (out_dtype != dtype || m > 8 || kp / kW4Chunk * 4 + (options.norm.active() ? m * kp * 2 : 0) > (48 << 10) ||
+       (options.norm.active() && !GemvNormTakes(m, kp, 2)) ||
        options.form == GemvW4A16MmaOptions::Form::kBulk || (options.add_to_out && options.glu_cols != 0) ||
        (options.norm.active() && !Aligned16(options.norm.weight))))
     return absl::InvalidArgumentError(absl::StrCat("GemvW4A16Mma: a fused norm or residual add takes the register form, "

@@ -56,9 +56,11 @@ struct GemvW4A16MmaOptions {
 // split as the plain call's (so that it changes no bit): a block's tiles pair whole halves of heads.
 bool GemvW4A16MmaRopeSameSums(int64_t m, int64_t n, int64_t kp, int num_sms, const QkvRopeParams& rope);
 
-// Whether the kernel can take GemvW4A16MmaOptions::norm / ::add_to_out for an m x kp input (the
-// register form, up to 8 rows; the norm: m * kp 16-bit values in at most kGemvNormMaxBytes).
-bool GemvW4A16MmaFuses(int64_t m, int64_t kp, bool norm);
+// Whether the kernel can take GemvW4A16MmaOptions::norm / ::add_to_out for an m x kp input and N
+// rows (glu_cols: the gate/up form's F) on num_sms SMs: the register form, up to 8 rows; the norm
+// where m * kp 16-bit values fit kGemvNormMaxBytes and the grid is one wave (every wave of blocks
+// would pay the norm's latency again).
+bool GemvW4A16MmaFuses(int64_t m, int64_t n, int64_t kp, bool norm, int64_t glu_cols, int num_sms);
 
 // Whether the gate/up form (GemvW4A16MmaOptions::glu_cols = n / 2) sums exactly as the plain
 // call of the same m x n x kp does (the same warps a tile splitting K; the plain call up to 16 rows

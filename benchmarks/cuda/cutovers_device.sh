@@ -7,8 +7,7 @@
 # llm_cuda_bench. Usage: benchmarks/cuda/cutovers_device.sh
 set -uo pipefail
 source "$(dirname "$0")/../device_prelude.sh"
-model=benchmarks/cuda/configs/llama3-8b
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+source "$(dirname "$0")/step_variants.sh"
 # name | quantization | batches | environment forcing it ("-": the default)
 variants=(
   "FP8 default|fp8|2,4,5,8,33,48,64|-"
@@ -20,30 +19,4 @@ variants=(
   "int4 few-rows 17-32 (H100 rule)|int4|16,17,24,32|LLM_GEMM_W4A16_WGMMA=33,448"
   "int4 warpgroup from 17 (H200 rule)|int4|16,17,24,32|LLM_GEMM_W4A16_WGMMA=17,448"
 )
-md="$OUT/cutovers.md"
-echo "Device: $gpu. ms a decode step (8B shape, context 1k, batch 1 at 128), \`llm_cuda_bench --decode-only\`, rounds in order." > "$md"
-echo >> "$md"
-echo "| variant | batch: ms (round 1 / 2 ...) |" >> "$md"
-echo "| --- | --- |" >> "$md"
-declare -A cells
-for round in $(seq 1 "${ROUNDS:-2}"); do
-  for i in "${!variants[@]}"; do
-    IFS='|' read -r name quant batches envs <<< "${variants[$i]}"
-    extra=(); [[ $quant == fp8 ]] && extra=(--kv-cache-dtype fp8)
-    [[ $envs == - ]] && envs=""
-    log="$OUT/cutover_$i.log"
-    env $envs "$BIN/llm_cuda_bench" --model $model --decode-only --batches "$batches" --quantization "$quant" \
-      "${extra[@]}" > "$log" 2>&1 || echo "variant $i failed: $(tail -2 "$log")"
-    while read -r batch ms; do
-      cells[$i,$batch]+="${cells[$i,$batch]:+ / }$ms"
-    done < <(sed -n 's/^decode batch \([0-9]*\) ctx [0-9]*: \([0-9.]*\) ms.*/\1 \2/p' "$log")
-  done
-done
-for i in "${!variants[@]}"; do
-  IFS='|' read -r name quant batches envs <<< "${variants[$i]}"
-  row="| $name |"
-  for batch in ${batches//,/ }; do row+=" $batch: ${cells[$i,$batch]:-failed};"; done
-  echo "$row |" >> "$md"
-done
-rm -f "$OUT"/cutover_*.log
-cat "$md"
+StepVariantsTable "$OUT/cutovers.md" "${ROUNDS:-2}"

@@ -7,8 +7,8 @@
 # benchmarks/device_pack.sh llm_cuda_bench. Usage: benchmarks/cuda/fused_decode_ops_device.sh
 set -uo pipefail
 source "$(dirname "$0")/../device_prelude.sh"
+source "$(dirname "$0")/step_variants.sh"
 model=benchmarks/cuda/configs/llama3-8b
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 # name | quantization | batches | environment ("-": the default)
 variants=(
   "bf16, all fused|none|1,2|-"
@@ -21,33 +21,7 @@ variants=(
   "int4, all fused|int4|1,2,4|-"
   "int4, apart|int4|1,2,4|LLM_FUSE_DECODE_OPS=0"
 )
-md="$OUT/fused_decode_ops.md"
-echo "Device: $gpu. ms a decode step (8B shape, batch 1 at context 128, others 1k), \`llm_cuda_bench --decode-only\`, rounds in order." > "$md"
-echo >> "$md"
-echo "| variant | batch: ms (round 1 / 2 ...) |" >> "$md"
-echo "| --- | --- |" >> "$md"
-declare -A cells
-for round in $(seq 1 "${ROUNDS:-3}"); do
-  for i in "${!variants[@]}"; do
-    IFS='|' read -r name quant batches envs <<< "${variants[$i]}"
-    extra=(); [[ $quant == fp8 ]] && extra=(--kv-cache-dtype fp8)
-    [[ $envs == - ]] && envs=""
-    log="$OUT/variant_$i.log"
-    env $envs "$BIN/llm_cuda_bench" --model $model --decode-only --batches "$batches" --quantization "$quant" \
-      "${extra[@]}" > "$log" 2>&1 || echo "variant $i failed: $(tail -2 "$log")"
-    while read -r batch ms; do
-      cells[$i,$batch]+="${cells[$i,$batch]:+ / }$ms"
-    done < <(sed -n 's/^decode batch \([0-9]*\) ctx [0-9]*: \([0-9.]*\) ms.*/\1 \2/p' "$log")
-  done
-done
-for i in "${!variants[@]}"; do
-  IFS='|' read -r name quant batches envs <<< "${variants[$i]}"
-  row="| $name |"
-  for batch in ${batches//,/ }; do row+=" $batch: ${cells[$i,$batch]:-failed};"; done
-  echo "$row |" >> "$md"
-done
-rm -f "$OUT"/variant_*.log
-cat "$md"
+StepVariantsTable "$OUT/fused_decode_ops.md" "${ROUNDS:-3}"
 for quant in ${TIMELINES-fp8}; do
   extra=(); [[ $quant == fp8 ]] && extra=(--kv-cache-dtype fp8)
   "$BIN/llm_cuda_bench" --model $model --decode-only --batches 1 --quantization $quant "${extra[@]}" --timeline \

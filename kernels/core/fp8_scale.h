@@ -3,11 +3,7 @@
 // A value x is stored as e4m3(x / scale) and read back as e4m3 * scale.
 #pragma once
 
-#if defined(__CUDACC__)
-#define LLM_HOST_DEVICE __host__ __device__
-#else
-#define LLM_HOST_DEVICE
-#endif
+#include "kernels/core/host_device.h"
 
 namespace llm {
 

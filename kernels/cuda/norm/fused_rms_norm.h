@@ -4,11 +4,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define LLM_HOST_DEVICE __host__ __device__
-#else
-#define LLM_HOST_DEVICE
-#endif
+#include "kernels/core/host_device.h"
 
 namespace llm::cuda {
 

@@ -440,7 +440,8 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
   const char* bias = static_cast<const char*>(BiasOf(c));
   if (choice.kernel == LinearKernel::kW4A16DequantGemm) return RunW4A16Dequant(c, ctx);
   const int64_t out_cols = c.glu_cols > 0 ? c.glu_cols : c.n;
-  auto run = [&](const void* x, int64_t r0, int64_t rows) -> absl::Status {
+  // x_ws: workspace the GEMV may use (after an act-order input's permuted rows).
+  auto run = [&](const void* x, int64_t r0, int64_t rows, void* x_ws, size_t x_ws_bytes) -> absl::Status {
     void* out = static_cast<char*>(c.out.data()) + r0 * out_cols * out_bytes;
     if (choice.kernel == LinearKernel::kW4A16GemmFewRows) return RunGemmFewRows(c, options_, ctx, x, out, rows);
     if (choice.kernel == LinearKernel::kW4A16Wgmma) {
@@ -456,12 +457,14 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
       mo.norm = c.norm;
       mo.add_to_out = c.add_to_out;
       mo.rope = c.rope;
+      mo.x_workspace = x_ws;
+      mo.x_workspace_bytes = x_ws_bytes;
       return cuda::LaunchGemvW4A16Mma(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, mo,
                                       ctx.stream);
     }
     return cuda::LaunchGemmW4A16(c.act, c.out.dtype(), x, w, bias, out, rows, c.n, kp, ctx.num_sms, ctx.stream);
   };
-  if (c.w->input_perm.empty()) return run(c.x.data(), 0, c.m);
+  if (c.w->input_perm.empty()) return run(c.x.data(), 0, c.m, ctx.fp8_workspace, ctx.fp8_workspace_bytes);
   const int64_t rows = std::min<int64_t>(c.m, static_cast<int64_t>(ctx.fp8_workspace_bytes) / (kp * in_bytes));
   if (ctx.fp8_workspace == nullptr || rows < 1)
     return absl::ResourceExhaustedError(absl::StrCat("Linear: an act-order int4 weight of ", kp,
@@ -471,7 +474,9 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
     RETURN_IF_ERROR(cuda::LaunchW4A16PermuteColumns(c.act, static_cast<const char*>(c.x.data()) + r0 * c.k * in_bytes,
                                                     c.w->input_perm.data_as<const int32_t>(), ctx.fp8_workspace, mc,
                                                     c.k, kp, ctx.stream, options_.programmatic_launch));
-    RETURN_IF_ERROR(run(ctx.fp8_workspace, r0, mc));
+    const size_t used = (static_cast<size_t>(mc * kp * in_bytes) + 255) / 256 * 256;
+    const size_t left = ctx.fp8_workspace_bytes > used ? ctx.fp8_workspace_bytes - used : 0;
+    RETURN_IF_ERROR(run(ctx.fp8_workspace, r0, mc, static_cast<char*>(ctx.fp8_workspace) + used, left));
   }
   return absl::OkStatus();
 }

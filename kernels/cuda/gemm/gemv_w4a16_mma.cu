@@ -86,7 +86,12 @@ __device__ __forceinline__ void AccumulateScaled(float (&acc)[NT][4], const floa
 //
 // kFusable (16-bit out, up to 8 rows): the instantiation that may normalize x itself into shared
 // memory first (`norm`, after the chunk groups) and add its outputs into out (`add_to_out`).
-template <typename T, typename TOut, int NT, int U, int kMinBlocks, bool kZeros, bool kRegular, bool kFusable>
+//
+// kFragmentX (9-32 rows): x comes in fragment order (FragmentOrderKernel, below), so that a warp's
+// load of one code word's x for one n8 tile is 512 contiguous bytes: 4 L1 wavefronts where x in
+// row order takes 16 (8 token rows x the quad's 4 chunks, 64 bytes apart).
+template <typename T, typename TOut, int NT, int U, int kMinBlocks, bool kZeros, bool kRegular, bool kFusable,
+          bool kFragmentX>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     GemvW4A16MmaKernel(const T* __restrict__ x, MmaArgs w, const T* __restrict__ bias, TOut* __restrict__ out, int m,
                        int n, int kp, int wpt, int glu_f, FusedRmsNorm norm, bool add_to_out, QkvRopeParams rope) {
@@ -188,6 +193,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   }
 
+  static_assert(!kFragmentX || (NT >= 2 && !kFusable), "fragment-order x: 9-32 rows, nothing fused");
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -227,9 +233,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       for (int nt = 0; nt < NT; ++nt) {
         const int token = nt * 8 + g;
         // Regular: no predicate; a token past m reads token 0's x (its sums are never stored).
-        const bool valid = kRegular || (token < m && r.group >= 0 && mine);
-        const T* xp = x_rows[nt] + (valid ? c : 0) * kW4Chunk + jj * 8;
-        xv[nt] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
+        if constexpr (kFragmentX) {  // zero past m and past the last chunk already
+          const bool valid = kRegular || (r.group >= 0 && mine);
+          xv[nt] = valid ? reinterpret_cast<const uint4*>(x)[((u * kUnitChunks + jj) * NT + nt) * 32 + lane]
+                         : make_uint4(0, 0, 0, 0);
+        } else {
+          const bool valid = kRegular || (token < m && r.group >= 0 && mine);
+          const T* xp = x_rows[nt] + (valid ? c : 0) * kW4Chunk + jj * 8;
+          xv[nt] = valid ? *reinterpret_cast<const uint4*>(xp) : make_uint4(0, 0, 0, 0);
+        }
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -328,6 +340,29 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
 }
 
+// x [m, kp] rewritten in the order the kFragmentX kernels' lanes read it: for unit u, code word jj,
+// n8 tile nt and lane (g, t), 16 bytes: token 8 nt + g's columns 32 (4 u + t) + 8 jj .. + 7 (zero
+// past m and past the last chunk). One thread a piece, writing consecutive pieces (the reads are
+// gathers from x, which the producer has just left in L2).
+constexpr int kFragmentThreads = 256;
+template <typename T, int NT>
+__global__ void __launch_bounds__(kFragmentThreads)
+    FragmentOrderKernel(const T* __restrict__ x, T* __restrict__ out, int m, int kp) {
+  const int kv = kp / kW4Chunk;
+  const int pieces = (kv + kUnitChunks - 1) / kUnitChunks * kUnitChunks * NT * 32;
+  const int i = blockIdx.x * kFragmentThreads + threadIdx.x;
+  GridDependencyWait();
+  AllowDependentLaunch();
+  if (i >= pieces) return;
+  const int lane = i & 31, nt = (i >> 5) % NT, unit_word = (i >> 5) / NT;  // unit_word = 4 u + jj
+  const int token = nt * 8 + (lane >> 2);
+  const int chunk = unit_word / kUnitChunks * kUnitChunks + (lane & 3), jj = unit_word % kUnitChunks;
+  uint4 v = make_uint4(0, 0, 0, 0);
+  if (token < m && chunk < kv)
+    v = *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(token) * kp + chunk * kW4Chunk + jj * 8);
+  reinterpret_cast<uint4*>(out)[i] = v;
+}
+
 // Warps splitting each tile's K: the most that keep every warp resident at once (and at least 4
 // units a warp), counting `slots_per_warp` resident warp slots for each warp (2: half the SM's
 // warp slots stay free).
@@ -384,18 +419,29 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
       const QkvRopeParams rope = o.rope != nullptr ? *o.rope : QkvRopeParams{};
       const size_t smem = groups_bytes + (o.norm.active() ? static_cast<size_t>(m) * kp * sizeof(T) : 0);
       if (regular)
-        return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, true>, grid, dim3(kWarps * 32), smem,
+        return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, true, false>, grid, dim3(kWarps * 32), smem,
                             stream, o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f, o.norm, o.add_to_out, rope);
-      return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, true>, grid, dim3(kWarps * 32), smem,
+      return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, true, false>, grid, dim3(kWarps * 32), smem,
                           stream, o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f, o.norm, o.add_to_out, rope);
     }
   }
-  if (regular)
-    return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false>, grid, dim3(kWarps * 32), 0, stream,
-                        o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f, FusedRmsNorm{}, false, QkvRopeParams{});
-  return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false>, grid, dim3(kWarps * 32),
-                      groups_bytes, stream, o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f, FusedRmsNorm{}, false,
-                      QkvRopeParams{});
+  // 9-32 rows with a workspace: x in fragment order first.
+  const bool fragment = NT >= 2 && o.x_workspace != nullptr &&
+                        o.x_workspace_bytes >= GemvW4A16MmaXWorkspaceBytes(m, kp);
+  if (fragment) {
+    const int pieces = (kp / kW4Chunk + kUnitChunks - 1) / kUnitChunks * kUnitChunks * NT * 32;
+    const cudaError_t err =
+        LaunchKernel(FragmentOrderKernel<T, NT>, dim3((pieces + kFragmentThreads - 1) / kFragmentThreads),
+                     dim3(kFragmentThreads), 0, stream, o.pdl, x, static_cast<T*>(o.x_workspace), m, kp);
+    if (err != cudaSuccess) return err;
+    x = static_cast<const T*>(o.x_workspace);
+  }
+  auto* kernel = fragment ? (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, NT >= 2>
+                                     : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, NT >= 2>)
+                          : (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, false>
+                                     : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, false>);
+  return LaunchKernel(kernel, grid, dim3(kWarps * 32), groups_bytes, stream, o.pdl, x, w, bias, out, m, n, kp, wpt,
+                      glu_f, FusedRmsNorm{}, false, QkvRopeParams{});
 }
 
 // The register form's shape, by measurement on an H100 (w4a16_bench, the regular form at 1 row,
@@ -753,6 +799,12 @@ absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv,
 }
 
 }  // namespace
+
+size_t GemvW4A16MmaXWorkspaceBytes(int64_t m, int64_t kp) {
+  if (m <= 8 || m > kGemvW4A16MmaMaxRows || kp <= 0) return 0;
+  const int64_t units = (kp / kW4Chunk + kUnitChunks - 1) / kUnitChunks;
+  return static_cast<size_t>(units * kUnitChunks * (m > 16 ? 4 : 2) * 32 * 16);
+}
 
 bool GemvW4A16MmaFuses(int64_t m, int64_t n, int64_t kp, bool norm, int64_t glu_cols, int num_sms) {
   if (m < 1 || m > 8 || n < 1 || kp <= 0 || kp % kW4Chunk != 0 || kp / kW4Chunk * 4 + (norm ? m * kp * 2 : 0) > (48 << 10))

@@ -37,6 +37,11 @@ struct GemvW4A16MmaOptions {
   int stage_chunks = 0;    // bulk: 32-column chunks of each row a stage, 8, 16 or 32 (0: 16 a tile, 8 two)
   int stages = 0;          // bulk: stages of a warp's ring (0: 2 a tile, 4 two)
   bool pdl = false;        // programmatic dependent launch
+  // 9-32 rows of x: room for x rewritten in the order the lanes read it
+  // (GemvW4A16MmaXWorkspaceBytes), which a small kernel does first. Read in place instead, x's
+  // loads cost 4x the L1 wavefronts, and the L1 limits the kernel there (benchmarks/RESULTS.md).
+  void* x_workspace = nullptr;
+  size_t x_workspace_bytes = 0;
   // > 0: the gate/up form (register form; F = glu_cols a multiple of 16): W is [2F, Kp] (gate rows,
   // then up rows) and out [M, F] = silu(x·gateᵀ) * (x·upᵀ), each product rounded to the input
   // dtype first, as Linear then SiluMul would.
@@ -51,6 +56,9 @@ struct GemvW4A16MmaOptions {
   // of `out` (as GemvOptions::rope; up to 8 rows, where GemvW4A16MmaRopeSameSums).
   const QkvRopeParams* rope = nullptr;
 };
+
+// Bytes GemvW4A16MmaOptions::x_workspace needs for m rows of kp storage columns (0: no use for it).
+size_t GemvW4A16MmaXWorkspaceBytes(int64_t m, int64_t kp);
 
 // Whether the QKV-RoPE end (GemvW4A16MmaOptions::rope) takes an m x n x kp call with the same K
 // split as the plain call's (so that it changes no bit): a block's tiles pair whole halves of heads.

@@ -102,10 +102,12 @@ struct CudaBackendOptions {
   int gemm_few_rows_16bit_max_rows = 0;
   // Int4 weights with regular groups (whole 128-column units in column order) from
   // gemm_few_rows_int4_min_rows to gemm_few_rows_int4_max_rows rows (at most 128): the few-rows
-  // GEMM (W4A16) instead of the tensor-core GEMV or the widened GEMM. By measurement on an H100
-  // (8B int4 step, benchmarks/RESULTS.md): batch 32 7.55 -> 6.10 ms, 64 15.78 -> 9.30, 128 20.05
-  // -> 15.71; at 16 rows the GEMV ties it (4.74-4.76 ms). LLM_GEMM_FEW_ROWS_INT4=MIN,MAX.
-  int gemm_few_rows_int4_min_rows = 17;
+  // GEMM (W4A16) instead of the tensor-core GEMV or the widened GEMM. On an H100 it beat the GEMV
+  // at 17-32 rows (batch 32 7.55 -> 6.10 ms) before the GEMV read x in fragment order (its linears
+  // 1.5-2x faster at 17-32 rows on an H200, where that GEMV now beats the warpgroup GEMM: batch 24
+  // 4.88 -> 4.69 ms, 32 5.11 -> 4.95); so off (33) until an H100 says otherwise
+  // (benchmarks/cuda/cutovers_device.sh). LLM_GEMM_FEW_ROWS_INT4=MIN,MAX.
+  int gemm_few_rows_int4_min_rows = 33;
   int gemm_few_rows_int4_max_rows = 128;
   // Int4 weights with regular groups from gemm_w4a16_wgmma_min_rows to gemm_w4a16_wgmma_max_rows
   // rows: the warpgroup GEMM (gemm_w4a16_wgmma.h; 128 rows a pass), before the few-rows GEMM and
@@ -113,9 +115,10 @@ struct CudaBackendOptions {
   // batch 48 8.84 -> 6.99 ms, 64 9.52 -> 7.68, 128 15.71 -> 12.11, 256 (against the widened GEMM)
   // 28.05 -> 23.21, 320 / 384 / 448 31.92 / 35.58 / 41.95 -> 30.08 / 34.38 / 41.18 (passes of 128
   // rows, each reading the codes again: the margin shrinks); at 32 rows the few-rows GEMM stays
-  // faster (5.96 against 6.34), so 33; on an H200 the warpgroup GEMM is 2.6-2.8% faster at 17-32
-  // rows (8% slower at 16), so 17 there. LLM_GEMM_W4A16_WGMMA=MIN,MAX (MIN > MAX: off).
-  int gemm_w4a16_wgmma_min_rows = kByDevice;
+  // faster (5.96 against 6.34), so 33; on an H200 the GEMV with x in fragment order is faster at
+  // 24-32 rows (4.69 / 4.95 against 4.88 / 5.11 ms), so 33 there too. LLM_GEMM_W4A16_WGMMA=MIN,MAX
+  // (MIN > MAX: off).
+  int gemm_w4a16_wgmma_min_rows = 33;
   int gemm_w4a16_wgmma_max_rows = 448;
   int gemm_few_rows_tile_rows = 0;  // 128 or 256; 0: the kernel's rule
   int gemm_few_rows_step_cols = 0;  // 128 or 256; 0: the kernel's rule

@@ -45,7 +45,7 @@ const void* BiasOf(const LinearCall& c) { return c.w->bias.empty() ? nullptr : c
 // (cuda_backend.h says where): an H100 SXM (3.35 TB/s) takes the first values, an H200 (4.8 TB/s)
 // the second. Between them nothing was measured; 4 TB/s splits them.
 struct RowCutovers {
-  int fp8_gemv_max, fp8_few_rows_max, fp8_wgmma_max, w4a16_wgmma_min;
+  int fp8_gemv_max, fp8_few_rows_max, fp8_wgmma_max;
 };
 RowCutovers RowCutoversFor(const CudaBackendOptions& o, const LinearContext& ctx) {
   const bool fast_memory = ctx.dram_bytes_per_second >= 4e12;
@@ -53,7 +53,7 @@ RowCutovers RowCutoversFor(const CudaBackendOptions& o, const LinearContext& ctx
     return option != CudaBackendOptions::kByDevice ? option : fast_memory ? fast : slow;
   };
   return {pick(o.fp8_gemv_max_rows, cuda::kGemvMaxRows, 1), pick(o.gemm_few_rows_max_rows, 8, 0),
-          pick(o.gemm_fp8_wgmma_max_rows, 32, 64), pick(o.gemm_w4a16_wgmma_min_rows, 33, 17)};
+          pick(o.gemm_fp8_wgmma_max_rows, 32, 64)};
 }
 
 absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaBackendOptions& o,
@@ -375,18 +375,18 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
   return {LinearKernel::kFp8Dequant, 0};
 }
 
-// Int4 weights, by measurement on an H100 (benchmarks/RESULTS.md, 4-bit weights: CUDA kernels):
-// regular groups from 33 rows (17 on an H200: RowCutovers) to 448 take the warpgroup GEMM (tensor
-// bound there); below, from gemm_few_rows_int4_min_rows (17), the few-rows GEMM; up to
+// Int4 weights, by measurement (benchmarks/RESULTS.md, 4-bit weights: CUDA kernels): regular
+// groups from 33 rows to 448 take the warpgroup GEMM (tensor bound there); up to
 // kGemvW4A16MmaMaxRows rows the tensor-core GEMV (the decode batches: bound by streaming the
-// codes); past those (prefill, irregular groups) slices of the weight widened to 16 bits and
+// codes; x in fragment order from 9 rows, in the workspace); the few-rows GEMM only where
+// gemm_few_rows_int4_min_rows asks for it; past those (prefill, irregular groups) slices of the weight widened to 16 bits and
 // cuBLASLt's GEMM on them, or the 4-bit mma.sync GEMM where the workspace holds no slice. The
 // widened path rounds each weight to the activation type once; the others keep (code - zero)
 // exact and scale float32 sums. gemv_max_rows = 0 turns the GEMV off.
 LinearKernelChoice LinearKernels::ChooseW4A16(const LinearCall& c, const LinearContext& ctx) const {
   const CudaBackendOptions& o = options_;
   const int64_t kp = c.w->int4_storage_columns();
-  if (c.m >= RowCutoversFor(o, ctx).w4a16_wgmma_min && c.m <= o.gemm_w4a16_wgmma_max_rows &&
+  if (c.m >= o.gemm_w4a16_wgmma_min_rows && c.m <= o.gemm_w4a16_wgmma_max_rows &&
       ctx.few_rows_workspace_bytes >= cuda::GemmW4A16WgmmaWorkspaceBytes(ctx.num_sms) &&
       cuda::GemmW4A16WgmmaSupports(c.act, c.out.dtype(), W4Weights(*c.w), c.m, c.n, kp, c.x.data(), c.out.data()))
     return {LinearKernel::kW4A16Wgmma, 0};

@@ -377,18 +377,18 @@ int AutoWarpsPerTile(int64_t n, int64_t kp, int num_sms, int blocks_per_sm, int 
 
 // The register form's shape for m rows of x (the rule LaunchRegisters explains, below).
 struct RegisterForm {
-  bool very_wide = false;  // at least 8 tiles an SM (up to 8 rows of x): 4 blocks an SM
+  bool very_wide = false;  // at least 8 tiles an SM (up to 16 rows of x): 4 blocks an SM
   bool long_rows = false;  // K >= 8192 (up to 8 rows of x): 3 units in flight
   int wpt = 1;             // warps a tile
 };
 RegisterForm RegisterFormOf(int64_t m, int64_t n, int64_t kp, int num_sms) {
   RegisterForm f;
+  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
+  f.very_wide = m <= 16 && tiles >= 8 * int64_t{num_sms};
   if (m > 8) {
-    f.wpt = AutoWarpsPerTile(n, kp, num_sms, 2, 2);
+    f.wpt = f.very_wide ? 2 : AutoWarpsPerTile(n, kp, num_sms, 2, 2);
     return f;
   }
-  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
-  f.very_wide = tiles >= 8 * int64_t{num_sms};
   f.long_rows = kp >= 8192;
   f.wpt = AutoWarpsPerTile(n, kp, num_sms, f.very_wide ? 4 : 2, f.long_rows && !f.very_wide ? 2 : 1);
   return f;
@@ -450,9 +450,11 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
 // warps by the weight's width. Very wide weights (at least 8 tiles an SM: gate_up) take 4 blocks
 // an SM and every warp slot (27.5 us; 2 blocks: 30.9); long rows (K >= 8192: down) 2 blocks, half
 // the slots and 3 units in flight (15.0; 2 units 16.4, every slot 16.5); the rest (qkv, o) 2 blocks
-// and every slot (7.3 and 5.7; half the slots 8.7 and 5.7). 9-32 rows: 2 units in flight, two
-// blocks, half the slots (16 rows: 92.7 us for the four linears; 4 units 95.8, every slot or
-// four blocks 95-123).
+// and every slot (7.3 and 5.7; half the slots 8.7 and 5.7). 9-32 rows (x in fragment order, on an
+// H200): 2 units in flight, two blocks, half the slots (16 rows: qkv 11.2 us, o 6.7, down 16.8;
+// 3 or 4 units, 3 or 4 blocks the same or slower; 32 rows: 3-4 blocks spill, 1.4-2.8x slower),
+// but for very wide weights up to 16 rows: two warps a tile, 4 blocks an SM, one unit in flight
+// (gate_up 28.0 against 33.4).
 template <typename T, typename TOut, int NT, bool kZeros>
 cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* out, int m, int n, int kp,
                             const GemvW4A16MmaOptions& o, int num_sms, cudaStream_t stream) {
@@ -462,6 +464,9 @@ cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* o
   if constexpr (NT == 1) {
     if (form.very_wide) return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
     if (form.long_rows) return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
+  }
+  if constexpr (NT == 2) {
+    if (form.very_wide) return LaunchTiles<T, TOut, NT, 1, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
   }
   return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
 }
@@ -767,7 +772,10 @@ absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv,
   const int tpw = o.tiles_per_warp > 0 ? o.tiles_per_warp : m <= 8 ? 1 : 2;
   using Form = GemvW4A16MmaOptions::Form;
   const bool fused = o.norm.active() || o.add_to_out || o.rope != nullptr;  // the register form's alone
-  const bool bulk = !fused && o.glu_cols == 0 && (o.form == Form::kBulk || (o.form == Form::kAuto && m > 16));
+  // Above 16 rows without an x workspace, the bulk form (x's fragments shared by two tiles); with
+  // one, the register form reading x in fragment order is faster (benchmarks/RESULTS.md).
+  const bool bulk = !fused && o.glu_cols == 0 &&
+                    (o.form == Form::kBulk || (o.form == Form::kAuto && m > 16 && o.x_workspace == nullptr));
   BulkPlan plan;
   if (bulk && (tpw == 1 || tpw == 2) && PlanBulk(n, kp, tpw, o, num_sms, &plan)) {
     cudaError_t err;

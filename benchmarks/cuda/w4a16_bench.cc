@@ -1,8 +1,7 @@
 // w4a16_bench: the 4-bit (W4A16) linears of Llama-3-8B in isolation on one GPU, groups of 128,
 // fp16 scales, for the kernel choice in engine/backend/cuda/linear_kernels.cc: the tensor-core
-// GEMV at each split of K (warps a 16-row tile) and the widen-a-slice + cuBLASLt GEMM at several
-// slice sizes, beside bf16 cuBLASLt on
-// the same shape and the codes' floor (code + scale bytes / measured copy bandwidth). Each call
+// GEMV's forms (x read in place or reordered first, the bulk form's stages) and the widen-a-slice
+// + cuBLASLt GEMM at several slice sizes, beside bf16 cuBLASLt on the same shape and the codes' floor (code + scale bytes / measured copy bandwidth). Each call
 // follows an RMSNorm of its input (PDL on), inside a CUDA graph of kCalls such pairs; the codes
 // rotate over enough copies to exceed twice the L2 cache. Times per call, minus the norm alone.
 //
@@ -52,7 +51,9 @@ int Main(int argc, char** argv) {
   const Shape shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
   const int row_counts[] = {1, 4, 8, 16, 32, 128};
   const int64_t max_k = 14336, max_rows = 128;
-  void *x = nullptr, *xn = nullptr, *nw = nullptr, *y = nullptr;
+  void *x = nullptr, *xn = nullptr, *nw = nullptr, *y = nullptr, *x_ws = nullptr;
+  const size_t x_ws_bytes = cuda::GemvW4A16MmaXWorkspaceBytes(cuda::kGemvW4A16MmaMaxRows, max_k);
+  BENCH_CUDA(cudaMalloc(&x_ws, x_ws_bytes));
   BENCH_CUDA(cudaMalloc(&x, max_rows * max_k * 2));
   BENCH_CUDA(cudaMalloc(&xn, max_rows * max_k * 2));
   BENCH_CUDA(cudaMalloc(&nw, max_k * 2));
@@ -60,7 +61,7 @@ int Main(int argc, char** argv) {
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, x, max_rows * max_k, 1, -1.0f, 1.0f, s));
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, nw, max_k, 2, 0.5f, 1.5f, s));
 
-  Table table({"linear", "rows", "floor us", "bf16 cuBLASLt us", "GEMV registers", "bulk", "bulk c8 s4", "bulk c16 s3", "bulk c32 s2", "bulk other tiles",
+  Table table({"linear", "rows", "floor us", "bf16 cuBLASLt us", "GEMV registers", "registers, x in fragment order", "bulk", "bulk c8 s4", "bulk c16 s3", "bulk c32 s2", "bulk other tiles",
                "slice 16 MiB", "slice 32 MiB", "whole", "best GB/s"});
   for (const Shape& sh : shapes) {
     const int64_t groups = sh.k / 128, code_bytes = sh.n * sh.k / 2, scale_bytes = sh.n * groups * 2;
@@ -115,16 +116,18 @@ int Main(int argc, char** argv) {
                         })));
       // The GEMV's forms: codes straight to registers, then through shared-memory stages (default
       // sizes, then other stage sizes and counts, then the other tiles-a-warp count).
-      std::vector<cuda::GemvW4A16MmaOptions> forms(6);
-      forms[0].form = cuda::GemvW4A16MmaOptions::Form::kRegisters;
-      for (size_t f = 1; f < forms.size(); ++f) forms[f].form = cuda::GemvW4A16MmaOptions::Form::kBulk;
-      forms[2].stage_chunks = 8;
-      forms[2].stages = 4;
-      forms[3].stage_chunks = 16;
-      forms[3].stages = 3;
-      forms[4].stage_chunks = 32;
-      forms[4].stages = 2;
-      forms[5].tiles_per_warp = rows <= 8 ? 2 : 1;
+      std::vector<cuda::GemvW4A16MmaOptions> forms(7);
+      forms[0].form = forms[1].form = cuda::GemvW4A16MmaOptions::Form::kRegisters;
+      forms[1].x_workspace = x_ws;  // from 5 rows: x reordered first (the backend's default)
+      forms[1].x_workspace_bytes = x_ws_bytes;
+      for (size_t f = 2; f < forms.size(); ++f) forms[f].form = cuda::GemvW4A16MmaOptions::Form::kBulk;
+      forms[3].stage_chunks = 8;
+      forms[3].stages = 4;
+      forms[4].stage_chunks = 16;
+      forms[4].stages = 3;
+      forms[5].stage_chunks = 32;
+      forms[5].stages = 2;
+      forms[6].tiles_per_warp = rows <= 8 ? 2 : 1;
       for (cuda::GemvW4A16MmaOptions o : forms) {
         if (rows > cuda::kGemvW4A16MmaMaxRows) {
           row.push_back("-");

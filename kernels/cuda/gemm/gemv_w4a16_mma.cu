@@ -87,7 +87,7 @@ __device__ __forceinline__ void AccumulateScaled(float (&acc)[NT][4], const floa
 // kFusable (16-bit out, up to 8 rows): the instantiation that may normalize x itself into shared
 // memory first (`norm`, after the chunk groups) and add its outputs into out (`add_to_out`).
 //
-// kFragmentX (9-32 rows): x comes in fragment order (FragmentOrderKernel, below), so that a warp's
+// kFragmentX (5-32 rows, nothing fused): x comes in fragment order (FragmentOrderKernel, below), so that a warp's
 // load of one code word's x for one n8 tile is 512 contiguous bytes: 4 L1 wavefronts where x in
 // row order takes 16 (8 token rows x the quad's 4 chunks, 64 bytes apart).
 template <typename T, typename TOut, int NT, int U, int kMinBlocks, bool kZeros, bool kRegular, bool kFusable,
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   }
 
-  static_assert(!kFragmentX || (NT >= 2 && !kFusable), "fragment-order x: 9-32 rows, nothing fused");
+  static_assert(!kFragmentX || !kFusable, "fragment-order x: nothing fused");
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -345,6 +345,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // past m and past the last chunk). One thread a piece, writing consecutive pieces (the reads are
 // gathers from x, which the producer has just left in L2).
 constexpr int kFragmentThreads = 256;
+// Below 5 rows the in-place loads cost little (4 rows: gate_up 24.6 us against 22.8 with every lane
+// reading one row) and the reordering kernel would take it back; up to 8, LaunchRegisters keeps
+// it to very wide weights.
+constexpr int kFragmentMinRows = 5;
 template <typename T, int NT>
 __global__ void __launch_bounds__(kFragmentThreads)
     FragmentOrderKernel(const T* __restrict__ x, T* __restrict__ out, int m, int kp) {
@@ -425,8 +429,8 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
                           stream, o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f, o.norm, o.add_to_out, rope);
     }
   }
-  // 9-32 rows with a workspace: x in fragment order first.
-  const bool fragment = NT >= 2 && o.x_workspace != nullptr &&
+  // 5-32 rows with a workspace (GemvW4A16MmaXWorkspaceBytes): x in fragment order first.
+  const bool fragment = m >= kFragmentMinRows && o.x_workspace != nullptr &&
                         o.x_workspace_bytes >= GemvW4A16MmaXWorkspaceBytes(m, kp);
   if (fragment) {
     const int pieces = (kp / kW4Chunk + kUnitChunks - 1) / kUnitChunks * kUnitChunks * NT * 32;
@@ -436,8 +440,8 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
     if (err != cudaSuccess) return err;
     x = static_cast<const T*>(o.x_workspace);
   }
-  auto* kernel = fragment ? (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, NT >= 2>
-                                     : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, NT >= 2>)
+  auto* kernel = fragment ? (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, true>
+                                     : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, true>)
                           : (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, false>
                                      : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, false>);
   return LaunchKernel(kernel, grid, dim3(kWarps * 32), groups_bytes, stream, o.pdl, x, w, bias, out, m, n, kp, wpt,
@@ -463,7 +467,14 @@ cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* o
   const int f = static_cast<int>(o.glu_cols);
   if constexpr (NT == 1) {
     if (form.very_wide) return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
-    if (form.long_rows) return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
+    // Up to 8 rows only very wide weights gain from x in fragment order (8 rows, w4a16_bench on an
+    // H200, the reordering included: gate_up 30.4 -> 23.3 us; qkv 6.6 -> 7.3, o 5.6 -> 6.2, down
+    // 14.3 -> 14.6).
+    GemvW4A16MmaOptions in_place = o;
+    in_place.x_workspace = nullptr;
+    if (form.long_rows)
+      return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, in_place, stream);
+    return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, in_place, stream);
   }
   if constexpr (NT == 2) {
     if (form.very_wide) return LaunchTiles<T, TOut, NT, 1, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
@@ -809,9 +820,9 @@ absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv,
 }  // namespace
 
 size_t GemvW4A16MmaXWorkspaceBytes(int64_t m, int64_t kp) {
-  if (m <= 8 || m > kGemvW4A16MmaMaxRows || kp <= 0) return 0;
+  if (m < kFragmentMinRows || m > kGemvW4A16MmaMaxRows || kp <= 0) return 0;
   const int64_t units = (kp / kW4Chunk + kUnitChunks - 1) / kUnitChunks;
-  return static_cast<size_t>(units * kUnitChunks * (m > 16 ? 4 : 2) * 32 * 16);
+  return static_cast<size_t>(units * kUnitChunks * (m > 16 ? 4 : m > 8 ? 2 : 1) * 32 * 16);
 }
 
 bool GemvW4A16MmaFuses(int64_t m, int64_t n, int64_t kp, bool norm, int64_t glu_cols, int num_sms) {

@@ -37,7 +37,7 @@ struct GemvW4A16MmaOptions {
   int stage_chunks = 0;    // bulk: 32-column chunks of each row a stage, 8, 16 or 32 (0: 16 a tile, 8 two)
   int stages = 0;          // bulk: stages of a warp's ring (0: 2 a tile, 4 two)
   bool pdl = false;        // programmatic dependent launch
-  // 9-32 rows of x: room for x rewritten in the order the lanes read it
+  // 5-32 rows of x, nothing fused: room for x rewritten in the order the lanes read it
   // (GemvW4A16MmaXWorkspaceBytes), which a small kernel does first. Read in place instead, x's
   // loads cost 4x the L1 wavefronts, and the L1 limits the kernel there (benchmarks/RESULTS.md).
   void* x_workspace = nullptr;

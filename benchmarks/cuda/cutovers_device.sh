@@ -15,8 +15,8 @@ variants=(
   "FP8 GEMV 1, warpgroup 2-64 (H200 rule)|fp8|2,4,5,8,33,48,64|LLM_FP8_GEMV_MAX_ROWS=1 LLM_GEMM_FEW_ROWS=0 LLM_GEMM_FP8_WGMMA=64"
   "FP8 warpgroup at 1 row|fp8|1|LLM_FP8_GEMV_MAX_ROWS=0 LLM_GEMM_FEW_ROWS=0"
   "FP8 default at 1 row|fp8|1|-"
-  "int4 default|int4|16,17,24,32|-"
-  "int4 few-rows 17-32 (H100 rule)|int4|16,17,24,32|LLM_GEMM_W4A16_WGMMA=33,448"
-  "int4 warpgroup from 17 (H200 rule)|int4|16,17,24,32|LLM_GEMM_W4A16_WGMMA=17,448"
+  "int4 default (GEMV up to 32, warpgroup from 33)|int4|16,17,24,32,33|-"
+  "int4 few-rows 17-32 (the old H100 rule)|int4|16,17,24,32,33|LLM_GEMM_FEW_ROWS_INT4=17,128"
+  "int4 warpgroup from 17 (the old H200 rule)|int4|16,17,24,32,33|LLM_GEMM_W4A16_WGMMA=17,448"
 )
 StepVariantsTable "$OUT/cutovers.md" "${ROUNDS:-2}"

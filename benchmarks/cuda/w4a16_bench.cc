@@ -1,9 +1,10 @@
 // w4a16_bench: the 4-bit (W4A16) linears of Llama-3-8B in isolation on one GPU, groups of 128,
 // fp16 scales, for the kernel choice in engine/backend/cuda/linear_kernels.cc: the tensor-core
 // GEMV's forms (x read in place or reordered first, the bulk form's stages) and the widen-a-slice
-// + cuBLASLt GEMM at several slice sizes, beside bf16 cuBLASLt on the same shape and the codes' floor (code + scale bytes / measured copy bandwidth). Each call
-// follows an RMSNorm of its input (PDL on), inside a CUDA graph of kCalls such pairs; the codes
-// rotate over enough copies to exceed twice the L2 cache. Times per call, minus the norm alone.
+// + cuBLASLt GEMM at several slice sizes, beside bf16 cuBLASLt on the same shape and the codes' floor (code +
+// scale bytes / measured copy bandwidth). Each call follows an RMSNorm of its input (PDL on), inside a CUDA
+// graph of kCalls such pairs; the codes rotate over enough copies to exceed twice the L2 cache. Times per
+// call, minus the norm alone.
 //
 //   w4a16_bench [--out FILE.md] [--reps 10]
 #include <cuda_runtime.h>
@@ -61,8 +62,9 @@ int Main(int argc, char** argv) {
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, x, max_rows * max_k, 1, -1.0f, 1.0f, s));
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, nw, max_k, 2, 0.5f, 1.5f, s));
 
-  Table table({"linear", "rows", "floor us", "bf16 cuBLASLt us", "GEMV registers", "registers, x in fragment order", "bulk", "bulk c8 s4", "bulk c16 s3", "bulk c32 s2", "bulk other tiles",
-               "slice 16 MiB", "slice 32 MiB", "whole", "best GB/s"});
+  Table table({"linear", "rows", "floor us", "bf16 cuBLASLt us", "GEMV registers",
+               "registers, x in fragment order", "bulk", "bulk c8 s4", "bulk c16 s3", "bulk c32 s2",
+               "bulk other tiles", "slice 16 MiB", "slice 32 MiB", "whole", "best GB/s"});
   for (const Shape& sh : shapes) {
     const int64_t groups = sh.k / 128, code_bytes = sh.n * sh.k / 2, scale_bytes = sh.n * groups * 2;
     const int copies = static_cast<int>(

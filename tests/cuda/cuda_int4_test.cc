@@ -541,7 +541,8 @@ TEST_P(CudaInt4Test, MmaGemvFormsAgreeExactly) {
         const std::vector<float> want = run(reg);
         {  // x in fragment order first (5-32 rows), then the same sums
           cuda::GemvW4A16MmaOptions frag = reg;
-          OwnedTensor ws = MakeTensor(*gpu_, DType::kU8, {static_cast<int64_t>(cuda::GemvW4A16MmaXWorkspaceBytes(m, w.kp)) + 16});
+          OwnedTensor ws = MakeTensor(
+              *gpu_, DType::kU8, {static_cast<int64_t>(cuda::GemvW4A16MmaXWorkspaceBytes(m, w.kp)) + 16});
           Poison(*gpu_, ws.t);
           frag.x_workspace = ws.t.data();
           frag.x_workspace_bytes = cuda::GemvW4A16MmaXWorkspaceBytes(m, w.kp);
@@ -549,8 +550,8 @@ TEST_P(CudaInt4Test, MmaGemvFormsAgreeExactly) {
           const std::vector<float> got = run(frag);
           int64_t bad = 0;
           for (size_t i = 0; i < want.size(); ++i) bad += got[i] != want[i];
-          EXPECT_EQ(bad, 0) << m << " rows, " << cs.n << "x" << cs.k << " group " << cs.group << ", wpt " << wpt
-                            << ", x in fragment order";
+          EXPECT_EQ(bad, 0) << m << " rows, " << cs.n << "x" << cs.k << " group " << cs.group << ", wpt "
+                            << wpt << ", x in fragment order";
         }
         for (const int tpw : {1, 2})
           for (const int chunks : {8, 16, 32})

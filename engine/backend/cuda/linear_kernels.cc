@@ -379,16 +379,17 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
 // groups from 33 rows to 448 take the warpgroup GEMM (tensor bound there); up to
 // kGemvW4A16MmaMaxRows rows the tensor-core GEMV (the decode batches: bound by streaming the
 // codes; x in fragment order from 9 rows, in the workspace); the few-rows GEMM only where
-// gemm_few_rows_int4_min_rows asks for it; past those (prefill, irregular groups) slices of the weight widened to 16 bits and
-// cuBLASLt's GEMM on them, or the 4-bit mma.sync GEMM where the workspace holds no slice. The
-// widened path rounds each weight to the activation type once; the others keep (code - zero)
-// exact and scale float32 sums. gemv_max_rows = 0 turns the GEMV off.
+// gemm_few_rows_int4_min_rows asks for it; past those (prefill, irregular groups) slices of the weight
+// widened to 16 bits and cuBLASLt's GEMM on them, or the 4-bit mma.sync GEMM where the workspace holds no
+// slice. The widened path rounds each weight to the activation type once; the others keep (code - zero) exact
+// and scale float32 sums. gemv_max_rows = 0 turns the GEMV off.
 LinearKernelChoice LinearKernels::ChooseW4A16(const LinearCall& c, const LinearContext& ctx) const {
   const CudaBackendOptions& o = options_;
   const int64_t kp = c.w->int4_storage_columns();
   if (c.m >= o.gemm_w4a16_wgmma_min_rows && c.m <= o.gemm_w4a16_wgmma_max_rows &&
       ctx.few_rows_workspace_bytes >= cuda::GemmW4A16WgmmaWorkspaceBytes(ctx.num_sms) &&
-      cuda::GemmW4A16WgmmaSupports(c.act, c.out.dtype(), W4Weights(*c.w), c.m, c.n, kp, c.x.data(), c.out.data()))
+      cuda::GemmW4A16WgmmaSupports(c.act, c.out.dtype(), W4Weights(*c.w), c.m, c.n, kp, c.x.data(),
+                                   c.out.data()))
     return {LinearKernel::kW4A16Wgmma, 0};
   if (c.m >= o.gemm_few_rows_int4_min_rows && FewRowsTakes(c, ctx, o.gemm_few_rows_int4_max_rows))
     return {LinearKernel::kW4A16GemmFewRows, 0};
@@ -443,7 +444,8 @@ absl::Status LinearKernels::RunW4A16(const LinearCall& c, LinearKernelChoice cho
   // x_ws: workspace the GEMV may use (after an act-order input's permuted rows).
   auto run = [&](const void* x, int64_t r0, int64_t rows, void* x_ws, size_t x_ws_bytes) -> absl::Status {
     void* out = static_cast<char*>(c.out.data()) + r0 * out_cols * out_bytes;
-    if (choice.kernel == LinearKernel::kW4A16GemmFewRows) return RunGemmFewRows(c, options_, ctx, x, out, rows);
+    if (choice.kernel == LinearKernel::kW4A16GemmFewRows)
+      return RunGemmFewRows(c, options_, ctx, x, out, rows);
     if (choice.kernel == LinearKernel::kW4A16Wgmma) {
       cuda::GemmW4A16WgmmaOptions wo;
       wo.pdl = options_.programmatic_launch;

@@ -87,14 +87,15 @@ __device__ __forceinline__ void AccumulateScaled(float (&acc)[NT][4], const floa
 // kFusable (16-bit out, up to 8 rows): the instantiation that may normalize x itself into shared
 // memory first (`norm`, after the chunk groups) and add its outputs into out (`add_to_out`).
 //
-// kFragmentX (5-32 rows, nothing fused): x comes in fragment order (FragmentOrderKernel, below), so that a warp's
-// load of one code word's x for one n8 tile is 512 contiguous bytes: 4 L1 wavefronts where x in
-// row order takes 16 (8 token rows x the quad's 4 chunks, 64 bytes apart).
+// kFragmentX (5-32 rows, nothing fused): x comes in fragment order (FragmentOrderKernel, below), so that a
+// warp's load of one code word's x for one n8 tile is 512 contiguous bytes: 4 L1 wavefronts where x in row
+// order takes 16 (8 token rows x the quad's 4 chunks, 64 bytes apart).
 template <typename T, typename TOut, int NT, int U, int kMinBlocks, bool kZeros, bool kRegular, bool kFusable,
           bool kFragmentX>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    GemvW4A16MmaKernel(const T* __restrict__ x, MmaArgs w, const T* __restrict__ bias, TOut* __restrict__ out, int m,
-                       int n, int kp, int wpt, int glu_f, FusedRmsNorm norm, bool add_to_out, QkvRopeParams rope) {
+    GemvW4A16MmaKernel(const T* __restrict__ x, MmaArgs w, const T* __restrict__ bias, TOut* __restrict__ out,
+                       int m, int n, int kp, int wpt, int glu_f, FusedRmsNorm norm, bool add_to_out,
+                       QkvRopeParams rope) {
   extern __shared__ __align__(16) int32_t s_group[];
   __shared__ float red[kWarps][kTileRows][NT * 8];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -423,10 +424,12 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
       const QkvRopeParams rope = o.rope != nullptr ? *o.rope : QkvRopeParams{};
       const size_t smem = groups_bytes + (o.norm.active() ? static_cast<size_t>(m) * kp * sizeof(T) : 0);
       if (regular)
-        return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, true, false>, grid, dim3(kWarps * 32), smem,
-                            stream, o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f, o.norm, o.add_to_out, rope);
-      return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, true, false>, grid, dim3(kWarps * 32), smem,
-                          stream, o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f, o.norm, o.add_to_out, rope);
+        return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, true, false>, grid,
+                            dim3(kWarps * 32), smem, stream, o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f,
+                            o.norm, o.add_to_out, rope);
+      return LaunchKernel(GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, true, false>, grid,
+                          dim3(kWarps * 32), smem, stream, o.pdl, x, w, bias, out, m, n, kp, wpt, glu_f,
+                          o.norm, o.add_to_out, rope);
     }
   }
   // 5-32 rows with a workspace (GemvW4A16MmaXWorkspaceBytes): x in fragment order first.
@@ -444,8 +447,8 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
                                      : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, true>)
                           : (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, false>
                                      : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, false>);
-  return LaunchKernel(kernel, grid, dim3(kWarps * 32), groups_bytes, stream, o.pdl, x, w, bias, out, m, n, kp, wpt,
-                      glu_f, FusedRmsNorm{}, false, QkvRopeParams{});
+  return LaunchKernel(kernel, grid, dim3(kWarps * 32), groups_bytes, stream, o.pdl, x, w, bias, out, m, n, kp,
+                      wpt, glu_f, FusedRmsNorm{}, false, QkvRopeParams{});
 }
 
 // The register form's shape, by measurement on an H100 (w4a16_bench, the regular form at 1 row,
@@ -477,7 +480,8 @@ cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* o
     return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, in_place, stream);
   }
   if constexpr (NT == 2) {
-    if (form.very_wide) return LaunchTiles<T, TOut, NT, 1, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
+    if (form.very_wide)
+      return LaunchTiles<T, TOut, NT, 1, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
   }
   return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
 }

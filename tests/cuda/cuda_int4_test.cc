@@ -255,10 +255,14 @@ TEST_P(CudaInt4Test, LinearSiluMulFusedInTheGemv) {
     int64_t f, k, group;
     bool zeros, act_order, fused;
   };
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  // The last: 2F very wide (8 tiles an SM), x in fragment order at 8 and 16 rows.
   const Case cases[] = {{64, 256, 128, true, false, true},     {128, 512, 32, false, false, true},
                         {96, 384, 0, true, false, false},      {1792, 1024, 128, true, false, true},
                         {1792, 4096, 128, true, false, false}, {64, 320, 0, true, true, true},
-                        {40, 256, 128, true, false, false}};
+                        {40, 256, 128, true, false, false},    {int64_t{64} * sms, 256, 128, true, false, true}};
   for (const Case& c : cases)
     for (int64_t m : {1, 3, 8, 16}) {
       const int64_t n = 2 * c.f;
@@ -385,13 +389,20 @@ TEST_P(CudaInt4Test, ActOrderInRowChunks) {
 }
 
 // The tensor-core GEMV on every row count it takes, with groups of 32 and act-order (units whose
-// chunks span groups: the masked passes), partial 16-row tiles and K off multiples of 128.
+// chunks span groups: the masked passes), partial 16-row tiles and K off multiples of 128, and a
+// very wide weight (8 tiles an SM: its own shapes at 1-16 rows, x in fragment order from 5).
 TEST_P(CudaInt4Test, MmaGemvAtEveryRowCount) {
   struct Case {
     int64_t n, k, group;
     bool zeros, act_order;
   };
-  const Case cases[] = {{520, 2048, 128, true, false}, {72, 1056, 32, false, false}, {300, 800, 0, true, true}};
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  const Case cases[] = {{520, 2048, 128, true, false},
+                        {72, 1056, 32, false, false},
+                        {300, 800, 0, true, true},
+                        {int64_t{8} * 16 * sms, 384, 128, true, false}};
   for (const Case& cs : cases) {
     const HostInt4 w = MakeInt4(rng_, cs.n, cs.k, cs.group, cs.zeros, cs.act_order);
     for (int64_t m = 1; m <= 32; m += m < 10 ? 1 : 7) {

@@ -347,14 +347,22 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // gathers from x, which the producer has just left in L2).
 constexpr int kFragmentThreads = 256;
 // Below 5 rows the in-place loads cost little (4 rows: gate_up 24.6 us against 22.8 with every lane
-// reading one row) and the reordering kernel would take it back; up to 8, LaunchRegisters keeps
-// it to very wide weights.
+// reading one row) and the reordering kernel would take it back (ReordersX).
 constexpr int kFragmentMinRows = 5;
+
+// n8 tiles of tokens for m rows of x (LaunchTyped's instantiations).
+constexpr int TokenTilesOf(int64_t m) { return m > 16 ? 4 : m > 8 ? 2 : 1; }
+
+// 16-byte pieces of x in fragment order: whole units of kp storage columns, nt n8 tiles.
+__host__ __device__ constexpr int64_t FragmentPieces(int64_t kp, int nt) {
+  return (kp / kW4Chunk + kUnitChunks - 1) / kUnitChunks * kUnitChunks * nt * 32;
+}
+
 template <typename T, int NT>
 __global__ void __launch_bounds__(kFragmentThreads)
     FragmentOrderKernel(const T* __restrict__ x, T* __restrict__ out, int m, int kp) {
   const int kv = kp / kW4Chunk;
-  const int pieces = (kv + kUnitChunks - 1) / kUnitChunks * kUnitChunks * NT * 32;
+  const int pieces = static_cast<int>(FragmentPieces(kp, NT));
   const int i = blockIdx.x * kFragmentThreads + threadIdx.x;
   GridDependencyWait();
   AllowDependentLaunch();
@@ -399,6 +407,12 @@ RegisterForm RegisterFormOf(int64_t m, int64_t n, int64_t kp, int num_sms) {
   return f;
 }
 
+// Whether x goes through the workspace in fragment order (FragmentOrderKernel) for m rows of the
+// register form `f`: from 9 rows, and from kFragmentMinRows for very wide weights alone (8 rows,
+// w4a16_bench on an H200, the reordering included: gate_up 30.4 -> 23.3 us; qkv 6.6 -> 7.3, o
+// 5.6 -> 6.2, down 14.3 -> 14.6).
+bool ReordersX(int64_t m, const RegisterForm& f) { return m > 8 || (m >= kFragmentMinRows && f.very_wide); }
+
 // The gate/up form's warps a tile: at least two tiles a block (a gate tile and its up tile), and
 // F's tiles a whole number of blocks' halves (4 warps a tile: one pair a block, always whole).
 int GluWarpsPerTile(int wpt, int64_t glu_cols) {
@@ -408,9 +422,10 @@ int GluWarpsPerTile(int wpt, int64_t glu_cols) {
   return wpt;
 }
 
+// reorder: x goes through o.x_workspace in fragment order first (LaunchRegisters decides).
 template <typename T, typename TOut, int NT, int U, int B, bool kZeros>
 cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, int m, int n, int kp, int wpt,
-                        int glu_f, const GemvW4A16MmaOptions& o, cudaStream_t stream) {
+                        int glu_f, bool reorder, const GemvW4A16MmaOptions& o, cudaStream_t stream) {
   const int tiles_per_block = kWarps / wpt;
   const int tiles = (n + kTileRows - 1) / kTileRows;
   const dim3 grid(glu_f > 0 ? glu_f / kTileRows / (tiles_per_block / 2)
@@ -432,18 +447,15 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
                           o.norm, o.add_to_out, rope);
     }
   }
-  // 5-32 rows with a workspace (GemvW4A16MmaXWorkspaceBytes): x in fragment order first.
-  const bool fragment = m >= kFragmentMinRows && o.x_workspace != nullptr &&
-                        o.x_workspace_bytes >= GemvW4A16MmaXWorkspaceBytes(m, kp);
-  if (fragment) {
-    const int pieces = (kp / kW4Chunk + kUnitChunks - 1) / kUnitChunks * kUnitChunks * NT * 32;
-    const cudaError_t err =
-        LaunchKernel(FragmentOrderKernel<T, NT>, dim3((pieces + kFragmentThreads - 1) / kFragmentThreads),
-                     dim3(kFragmentThreads), 0, stream, o.pdl, x, static_cast<T*>(o.x_workspace), m, kp);
+  if (reorder) {
+    const int64_t pieces = FragmentPieces(kp, NT);
+    const cudaError_t err = LaunchKernel(
+        FragmentOrderKernel<T, NT>, dim3(static_cast<unsigned>((pieces + kFragmentThreads - 1) / kFragmentThreads)),
+        dim3(kFragmentThreads), 0, stream, o.pdl, x, static_cast<T*>(o.x_workspace), m, kp);
     if (err != cudaSuccess) return err;
     x = static_cast<const T*>(o.x_workspace);
   }
-  auto* kernel = fragment ? (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, true>
+  auto* kernel = reorder ? (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, true>
                                      : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, true>)
                           : (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, false>
                                      : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, false>);
@@ -468,22 +480,16 @@ cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* o
   const RegisterForm form = RegisterFormOf(m, n, kp, num_sms);
   const int wpt = GluWarpsPerTile(o.warps_per_tile > 0 ? o.warps_per_tile : form.wpt, o.glu_cols);
   const int f = static_cast<int>(o.glu_cols);
+  const bool r = ReordersX(m, form) && o.x_workspace != nullptr &&
+                 o.x_workspace_bytes >= GemvW4A16MmaXWorkspaceBytes(m, kp);
   if constexpr (NT == 1) {
-    if (form.very_wide) return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
-    // Up to 8 rows only very wide weights gain from x in fragment order (8 rows, w4a16_bench on an
-    // H200, the reordering included: gate_up 30.4 -> 23.3 us; qkv 6.6 -> 7.3, o 5.6 -> 6.2, down
-    // 14.3 -> 14.6).
-    GemvW4A16MmaOptions in_place = o;
-    in_place.x_workspace = nullptr;
-    if (form.long_rows)
-      return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, in_place, stream);
-    return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, in_place, stream);
+    if (form.very_wide) return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, r, o, stream);
+    if (form.long_rows) return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, r, o, stream);
   }
   if constexpr (NT == 2) {
-    if (form.very_wide)
-      return LaunchTiles<T, TOut, NT, 1, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
+    if (form.very_wide) return LaunchTiles<T, TOut, NT, 1, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, r, o, stream);
   }
-  return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, o, stream);
+  return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, r, o, stream);
 }
 
 // --- The bulk form: the codes through shared memory ---
@@ -825,8 +831,7 @@ absl::Status LaunchTyped(const void* xv, const W4A16Weights& wd, const void* bv,
 
 size_t GemvW4A16MmaXWorkspaceBytes(int64_t m, int64_t kp) {
   if (m < kFragmentMinRows || m > kGemvW4A16MmaMaxRows || kp <= 0) return 0;
-  const int64_t units = (kp / kW4Chunk + kUnitChunks - 1) / kUnitChunks;
-  return static_cast<size_t>(units * kUnitChunks * (m > 16 ? 4 : m > 8 ? 2 : 1) * 32 * 16);
+  return static_cast<size_t>(FragmentPieces(kp, TokenTilesOf(m))) * sizeof(uint4);
 }
 
 bool GemvW4A16MmaFuses(int64_t m, int64_t n, int64_t kp, bool norm, int64_t glu_cols, int num_sms) {

@@ -259,10 +259,11 @@ TEST_P(CudaInt4Test, LinearSiluMulFusedInTheGemv) {
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
   // The last: 2F very wide (8 tiles an SM), x in fragment order at 8 and 16 rows.
-  const Case cases[] = {{64, 256, 128, true, false, true},     {128, 512, 32, false, false, true},
-                        {96, 384, 0, true, false, false},      {1792, 1024, 128, true, false, true},
-                        {1792, 4096, 128, true, false, false}, {64, 320, 0, true, true, true},
-                        {40, 256, 128, true, false, false},    {int64_t{64} * sms, 256, 128, true, false, true}};
+  const Case cases[] = {
+      {64, 256, 128, true, false, true},     {128, 512, 32, false, false, true},
+      {96, 384, 0, true, false, false},      {1792, 1024, 128, true, false, true},
+      {1792, 4096, 128, true, false, false}, {64, 320, 0, true, true, true},
+      {40, 256, 128, true, false, false},    {int64_t{64} * sms, 256, 128, true, false, true}};
   for (const Case& c : cases)
     for (int64_t m : {1, 3, 8, 16}) {
       const int64_t n = 2 * c.f;

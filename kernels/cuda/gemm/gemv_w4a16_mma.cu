@@ -449,16 +449,17 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
   }
   if (reorder) {
     const int64_t pieces = FragmentPieces(kp, NT);
-    const cudaError_t err = LaunchKernel(
-        FragmentOrderKernel<T, NT>, dim3(static_cast<unsigned>((pieces + kFragmentThreads - 1) / kFragmentThreads)),
-        dim3(kFragmentThreads), 0, stream, o.pdl, x, static_cast<T*>(o.x_workspace), m, kp);
+    const cudaError_t err =
+        LaunchKernel(FragmentOrderKernel<T, NT>,
+                     dim3(static_cast<unsigned>((pieces + kFragmentThreads - 1) / kFragmentThreads)),
+                     dim3(kFragmentThreads), 0, stream, o.pdl, x, static_cast<T*>(o.x_workspace), m, kp);
     if (err != cudaSuccess) return err;
     x = static_cast<const T*>(o.x_workspace);
   }
   auto* kernel = reorder ? (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, true>
-                                     : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, true>)
-                          : (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, false>
-                                     : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, false>);
+                                    : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, true>)
+                         : (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, false>
+                                    : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, false>);
   return LaunchKernel(kernel, grid, dim3(kWarps * 32), groups_bytes, stream, o.pdl, x, w, bias, out, m, n, kp,
                       wpt, glu_f, FusedRmsNorm{}, false, QkvRopeParams{});
 }
@@ -483,11 +484,14 @@ cudaError_t LaunchRegisters(const T* x, const MmaArgs& w, const T* bias, TOut* o
   const bool r = ReordersX(m, form) && o.x_workspace != nullptr &&
                  o.x_workspace_bytes >= GemvW4A16MmaXWorkspaceBytes(m, kp);
   if constexpr (NT == 1) {
-    if (form.very_wide) return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, r, o, stream);
-    if (form.long_rows) return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, r, o, stream);
+    if (form.very_wide)
+      return LaunchTiles<T, TOut, NT, 2, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, r, o, stream);
+    if (form.long_rows)
+      return LaunchTiles<T, TOut, NT, 3, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, r, o, stream);
   }
   if constexpr (NT == 2) {
-    if (form.very_wide) return LaunchTiles<T, TOut, NT, 1, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, r, o, stream);
+    if (form.very_wide)
+      return LaunchTiles<T, TOut, NT, 1, 4, kZeros>(x, w, bias, out, m, n, kp, wpt, f, r, o, stream);
   }
   return LaunchTiles<T, TOut, NT, 2, 2, kZeros>(x, w, bias, out, m, n, kp, wpt, f, r, o, stream);
 }

@@ -6,8 +6,9 @@
 // trivial kernel (RMSNorm of one 4096 row) in the same kind of graph, the fixed cost any kernel
 // pays.
 //
-//   attention_bench [--out FILE.md] [--reps 20] [--only BATCH,CONTEXT]
-// (--only: that 8B-shape decode case alone, no prefill: e.g. for a profiler)
+//   attention_bench [--out FILE.md] [--reps 20] [--only BATCH,CONTEXT | --only prefill]
+// (--only BATCH,CONTEXT: that 8B-shape decode case alone, no prefill: e.g. for a profiler;
+// --only prefill: the prefill cases alone)
 //
 // Shapes: head_dim 128, block size 16, bf16; query heads / KV heads of Llama-3-8B (32/8) and of one
 // of its TP2 (16/4) and TP4 (8/2) ranks. Random cache and queries; block tables shuffled.
@@ -149,7 +150,7 @@ int Main(int argc, char** argv) {
                    "% of floor", "warp kernel us", "% of floor", "two blocks an SM us", "three an SM us"});
   std::mt19937 rng(7);
   for (const Case& c : cases) {
-    if (!args.only.empty() && (std::string(c.shape) != "8B (32/8)" ||
+    if (!args.only.empty() && (args.only == "prefill" || std::string(c.shape) != "8B (32/8)" ||
                                args.only != std::to_string(c.batch) + "," + std::to_string(c.context)))
       continue;
     for (const bool fp8 : {false, true}) {
@@ -207,7 +208,7 @@ int Main(int argc, char** argv) {
     int heads, kv_heads, seqs, len;
   };
   for (const PrefillCase& c :
-       args.only.empty() ? std::vector<PrefillCase>{PrefillCase{"8B (32/8)", 32, 8, 1, 2048}, PrefillCase{"8B (32/8)", 32, 8, 1, 8192},
+       args.only.empty() || args.only == "prefill" ? std::vector<PrefillCase>{PrefillCase{"8B (32/8)", 32, 8, 1, 2048}, PrefillCase{"8B (32/8)", 32, 8, 1, 8192},
         PrefillCase{"8B (32/8)", 32, 8, 8, 512}, PrefillCase{"TP2 rank (16/4)", 16, 4, 1, 2048}}
                         : std::vector<PrefillCase>{}) {
     double us[2];

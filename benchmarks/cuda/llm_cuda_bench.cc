@@ -40,6 +40,8 @@ struct Args {
   std::vector<int> op_batches{1, 32};   // --op-batches 1,128: decode batches with a per-op table
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype fp8
   bool timeline = false;                // --timeline: each decode batch's kernels as its graph runs (CUPTI)
+  int mixed_batch = 0;                  // --mixed-batch 256: the mixed-step case's batch (default 128; runs with --decode-only)
+  bool eager = false;                   // --eager: decode steps launched op by op (no CUDA graphs), as mixed steps run
   bool decode_only = false;             // --decode-only: the decode table alone (and --op-batches if given)
   bool sampling = false;                // --sampling: decode rows draw (temperature 0.8, top-p 0.95), not greedy
   bool op_batches_given = false;
@@ -86,10 +88,12 @@ Args Parse(int argc, char** argv) {
     else if (k == "--block-size") a.block_size = IntArg(k, next());
     else if (k == "--sampling") a.sampling = true;
     else if (k == "--timeline") a.timeline = true;
+    else if (k == "--eager") a.eager = true;
+    else if (k == "--mixed-batch") a.mixed_batch = IntArg(k, next());
     else {
       std::fprintf(stderr,
                    "usage: %s --model DIR [--out FILE.md] [--steps N] [--quick] [--quantization fp8|int4] "
-                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32] [--timeline] [--decode-only] [--sampling] [--block-size 16]\n",
+                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32] [--timeline] [--eager] [--mixed-batch 128] [--decode-only] [--sampling] [--block-size 16]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -139,6 +143,7 @@ Model Build(const Args& args) {
   ModelRunnerOptions ro;
   int max_batch = kMaxBatch;
   for (int b : args.batches) max_batch = std::max(max_batch, b);
+  max_batch = std::max(max_batch, args.mixed_batch);
   ro.limits.max_tokens = std::max(2048, max_batch);
   ro.limits.max_seqs = max_batch;
   m.block_size = args.block_size;
@@ -262,7 +267,7 @@ std::string KernelTimeline(Model& m, int batch, int ctx) {
   auto records = StopKernelTimeline();
   BENCH_CHECK(records.status());
   return "\n#### Kernels of the decode step at batch " + std::to_string(batch) + " (context " + std::to_string(ctx) +
-         ") as its graph runs (PDL on; CUPTI)\n\n" + KernelTimelineTable(*records, kSteps, "AttentionDecode");
+         ") as it runs (PDL on; CUPTI)\n\n" + KernelTimelineTable(*records, kSteps, "AttentionDecode");
 }
 
 // Per-op device times of one step. Decode steps are timed inside their CUDA graph: the graph is
@@ -362,6 +367,7 @@ int main(int argc, char** argv) {
   md += line;
 
   // --- decode ---
+  m.runner->EnableGraphs(!args.eager);
   Table dec({"batch", "context", "step ms (end to end)", "tokens/s", "GPU fwd ms", "floor ms", "floor tokens/s",
              "% of floor (end to end)", "% of floor (GPU fwd)"});
   struct DecodeCase {
@@ -390,7 +396,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     if (args.timeline) timelines += KernelTimeline(m, c.batch, c.ctx);
   }
-  md += "### Decode (CUDA graphs, greedy sampling on the GPU)\n\n" + dec.Markdown();
+  md += std::string(args.eager ? "### Decode (eager: no CUDA graphs, greedy sampling on the GPU)\n\n"
+                               : "### Decode (CUDA graphs, greedy sampling on the GPU)\n\n") +
+        dec.Markdown();
+  m.runner->EnableGraphs(true);
   std::snprintf(line, sizeof(line),
                 "\nFloor = (all weight bytes, %.2f GB, + KV bytes read) / measured copy bandwidth. Bytes a step "
                 "actually reads exclude the embedding table: at batch 1 that floor is %.3f ms.\n",
@@ -505,40 +514,63 @@ int main(int argc, char** argv) {
 
   // --- mixed steps: 127 decodes at context 512 and one 128-token prompt chunk (a new request
   // joining a running batch), against the 128 decodes alone; eager, since a mixed step has no graph ---
-  if (!args.decode_only) {
+  if (!args.decode_only || args.mixed_batch > 0) {
+    const int mb = args.mixed_batch > 0 ? args.mixed_batch : kMaxBatch;
     std::mt19937 rng(9);
-    StepPlan decode = DecodePlan(m, kMaxBatch, 512, rng);
+    StepPlan decode = DecodePlan(m, mb, 512, rng);
     StepPlan mixed;
     mixed.block_table_width = m.width;
     mixed.Clear();
-    for (int s = 0; s + 1 < kMaxBatch; ++s) {
+    for (int s = 0; s + 1 < mb; ++s) {
       const int32_t tok = static_cast<int32_t>(rng() % m.config.vocab_size);
       mixed.AddSequence({&tok, 1}, 512, SeqBlocks(m, s), m.block_size, true);
     }
     std::vector<int32_t> chunk(128);
     for (int32_t& t : chunk) t = static_cast<int32_t>(rng() % m.config.vocab_size);
-    mixed.AddSequence(chunk, 0, SeqBlocks(m, kMaxBatch - 1), m.block_size, true);
+    mixed.AddSequence(chunk, 0, SeqBlocks(m, mb - 1), m.block_size, true);
     const double d = Median(TimeOnStream(be.stream(), 3, 10, [&] { BENCH_CHECK(m.runner->Forward(decode).status()); }));
     const double x = Median(TimeOnStream(be.stream(), 3, 10, [&] { BENCH_CHECK(m.runner->Forward(mixed).status()); }));
+    // What a graph would save: the same two steps launched op by op, and the mixed step captured
+    // whole (its metadata upload included) and replayed.
+    m.runner->EnableGraphs(false);
+    const double d_eager =
+        Median(TimeOnStream(be.stream(), 3, 10, [&] { BENCH_CHECK(m.runner->Forward(decode).status()); }));
+    BENCH_CHECK(m.backend->Synchronize());
+    // Relaxed capture: the runner's step fences wait for earlier (uncaptured) steps.
+    cudaGraph_t mixed_graph = nullptr;
+    cudaGraphExec_t mixed_exec = nullptr;
+    BENCH_CUDA(cudaStreamBeginCapture(be.stream(), cudaStreamCaptureModeRelaxed));
+    BENCH_CHECK(m.runner->Forward(mixed).status());
+    BENCH_CUDA(cudaStreamEndCapture(be.stream(), &mixed_graph));
+    BENCH_CUDA(cudaGraphInstantiate(&mixed_exec, mixed_graph, 0));
+    m.runner->EnableGraphs(true);
+    const double x_graph =
+        Median(TimeOnStream(be.stream(), 3, 10, [&] { BENCH_CUDA(cudaGraphLaunch(mixed_exec, be.stream())); }));
+    cudaGraphExecDestroy(mixed_exec);
+    cudaGraphDestroy(mixed_graph);
     const ModelConfig& c = m.config;
     const double linear_flops_per_token = 2.0 * c.num_layers *
                                           (double(c.hidden_size) * (c.q_size() + 2 * c.kv_size()) +
                                            double(c.q_size()) * c.hidden_size + 3.0 * c.hidden_size * c.intermediate_size);
-    const double bytes = WeightBytesRead(m, kMaxBatch) + KvBytesRead(m, kMaxBatch - 1, 513);
-    const double flops = linear_flops_per_token * (kMaxBatch - 1 + 128);
+    const double bytes = WeightBytesRead(m, mb) + KvBytesRead(m, mb - 1, 513);
+    const double flops = linear_flops_per_token * (mb - 1 + 128);
     const double floor_ms = 1e3 * std::max(bytes / bw, flops / peak);
     Table mt({"step", "ms", "floor ms (max of bytes/bandwidth, FLOPs/GEMM peak)", "% of floor"});
-    mt.Row({"128 decodes at context 512 (graph)", Fmt("%.3f", d),
-            Fmt("%.3f", 1e3 * std::max((WeightBytesRead(m, kMaxBatch) + KvBytesRead(m, kMaxBatch, 513)) / bw,
-                                       linear_flops_per_token * kMaxBatch / peak)),
-            Fmt("%.1f%%", 100.0 * 1e3 * std::max((WeightBytesRead(m, kMaxBatch) + KvBytesRead(m, kMaxBatch, 513)) / bw,
-                                                 linear_flops_per_token * kMaxBatch / peak) / d)});
-    mt.Row({"127 decodes + a 128-token prompt (eager)", Fmt("%.3f", x), Fmt("%.3f", floor_ms),
+    mt.Row({Fmt("%.0f decodes at context 512 (graph)", mb), Fmt("%.3f", d),
+            Fmt("%.3f", 1e3 * std::max((WeightBytesRead(m, mb) + KvBytesRead(m, mb, 513)) / bw,
+                                       linear_flops_per_token * mb / peak)),
+            Fmt("%.1f%%", 100.0 * 1e3 * std::max((WeightBytesRead(m, mb) + KvBytesRead(m, mb, 513)) / bw,
+                                                 linear_flops_per_token * mb / peak) / d)});
+    mt.Row({Fmt("%.0f decodes at context 512 (eager)", mb), Fmt("%.3f", d_eager), "", ""});
+    mt.Row({Fmt("%.0f decodes + a 128-token prompt (eager)", mb - 1), Fmt("%.3f", x), Fmt("%.3f", floor_ms),
             Fmt("%.1f%%", 100.0 * floor_ms / x)});
+    mt.Row({"the same mixed step captured whole and replayed", Fmt("%.3f", x_graph), Fmt("%.3f", floor_ms),
+            Fmt("%.1f%%", 100.0 * floor_ms / x_graph)});
     md += "\n### Mixed steps\n\n" + mt.Markdown();
-    std::printf("mixed step: %.3f ms (decode alone %.3f ms, floor %.3f ms)\n", x, d, floor_ms);
+    std::printf("mixed step: %.3f ms, replayed from a graph %.3f ms (decode alone %.3f ms, eager %.3f ms; floor %.3f ms)\n",
+                x, x_graph, d, d_eager, floor_ms);
     double total = 0;
-    md += OpTable(m, mixed, bw, peak, "Per-op times, 127 decodes at context 512 + a 128-token prompt", &total);
+    md += OpTable(m, mixed, bw, peak, Fmt("Per-op times, %.0f decodes at context 512 + a 128-token prompt", mb - 1).c_str(), &total);
   }
 
   // --- per-op tables for decode ---

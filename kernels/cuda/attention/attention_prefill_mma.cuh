@@ -1,34 +1,49 @@
-// Internal: FlashAttention-2 style prefill on the tensor cores (mma.sync.m16n8k16, fp32
-// accumulation) over the paged cache. 4 warps; each warp owns 32 of the block's 128 query rows.
+// Internal: FlashAttention-2 style prefill on Hopper's warpgroup MMAs over the paged cache, fp32
+// accumulation. One warpgroup (4 warps) a block of 128 query rows: S = Q Kᵀ with Q and K read from
+// shared memory by the MMAs, O += P V with P from registers (S's accumulators, packed: the same
+// layout) and V from shared memory (stored [keys][D]: the MMA's transposed-B form).
 #pragma once
 
 #include <type_traits>
 
 #include "kernels/cuda/attention/attention_common.cuh"
 #include "kernels/cuda/attention/attention_mma_common.cuh"
+#include "kernels/cuda/common/bulk_copy.cuh"
 #include "kernels/cuda/common/fp8.cuh"
+#include "kernels/cuda/common/wgmma.cuh"
 
 namespace llm::cuda::attention {
 
 constexpr int kMmaThreads = 128;
 constexpr int kMmaBlockN = 64;  // keys per tile
 
-// Rows per warp: kMmaMTiles m16 tiles (each K/V fragment read from shared memory feeds that many
-// MMAs, and each warp has that many independent accumulator chains).
+// Query rows: kMmaMTiles 64-row warpgroup MMAs a block (each K tile feeds that many, and each
+// warp holds 16 rows of each: that many independent accumulator chains in P V).
 constexpr int kMmaMTiles = 2;
-constexpr int kMmaBlockRows = 4 * 16 * kMmaMTiles;  // query rows per block (4 warps)
+constexpr int kMmaBlockRows = 64 * kMmaMTiles;  // query rows per block
 
-// Dynamic shared memory: Q [kMmaBlockRows][D], K and V [kMmaBlockN][D], all swizzled (Swz); for an
-// FP8 cache also the K and V tiles as staged bytes ([kMmaBlockN][D] each).
+// Dynamic shared memory, from a 1024-byte aligned base: Q [kMmaBlockRows][D], K and V
+// [kMmaBlockN][D], all in the warpgroup MMAs' layout (WgmmaTileElem); for an FP8 cache also the K
+// and V tiles as staged bytes ([kMmaBlockN][D] each).
 template <typename T, int D, bool kFp8 = false>
 constexpr size_t PrefillSmemBytes() {
-  return sizeof(T) * static_cast<size_t>(kMmaBlockRows + 2 * kMmaBlockN) * D + (kFp8 ? 2 * kMmaBlockN * D : 0);
+  return 1024 + sizeof(T) * static_cast<size_t>(kMmaBlockRows + 2 * kMmaBlockN) * D + (kFp8 ? 2 * kMmaBlockN * D : 0);
+}
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a [rows][D] tile of 16-bit values laid
+// out for the warpgroup MMAs: D / 64 blocks of 64 columns one after the other, each [rows][128
+// bytes] with the 128-byte swizzle (chunk c of a row at c ^ (row % 8)), 8-row groups 1024 bytes
+// apart. Q and K are K-major operands so (WgmmaDescSwizzle128), V an MN-major one (its rows are K,
+// the keys: WgmmaDescSwizzle128MnMajor, the column blocks rows x 128 bytes apart).
+__device__ __forceinline__ int WgmmaTileElem(int row, int chunk, int rows) {
+  return ((chunk >> 3) * rows + row) * 64 + (((chunk & 7) ^ (row & 7)) << 3);
 }
 
 // grid: (num_heads, ceil(max_query_len / kMmaBlockRows), num_seqs); query block
 // gridDim.y - 1 - blockIdx.y (see the launcher: the blocks with the most keys start first).
-// Warp w owns rows [w * 16 * kMmaMTiles, (w + 1) * 16 * kMmaMTiles) of the block, m-tile mt the
-// 16 of them from mt * 16; per m-tile each thread holds rows ra = .. + lane / 4 and rb = ra + 8.
+// M-tile mt is rows [64 mt, 64 mt + 64) of the block, of which warp w holds the 16 from 64 mt + 16 w
+// (as the warpgroup MMA's accumulators lie): each thread rows ra = 64 mt + 16 w + lane / 4 and
+// rb = ra + 8.
 // kPow2Pages: the cache's page size is a power of two (the usual case), so a key's page and slot
 // take a shift and a mask instead of an integer division.
 // kFp8: the cache holds E4M3 (PagedAttentionParams::fp8_cache): the K/V tiles travel as bytes in
@@ -38,14 +53,15 @@ constexpr size_t PrefillSmemBytes() {
 // 200 in the 8B prefill); k_scale joins the query's scale and v_scale the output's normalization.
 template <typename T, int D, bool kPow2Pages, bool kFp8 = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(PagedAttentionParams p) {
-  static_assert(D % 16 == 0 && D <= 128, "head_dim tile");
+  static_assert(D % 64 == 0 && D <= 128, "head_dim tile: whole 128-byte swizzle spans");
   static_assert(sizeof(T) == 2, "16-bit operands");
   constexpr int MT = kMmaMTiles, BM = kMmaBlockRows;
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr int kTilesN = kMmaBlockN / 8, kTilesD = D / 8, kStepsD = D / 16;
+  constexpr WgmmaRsType kWgmmaType = std::is_same_v<T, __half> ? WgmmaRsType::kF16 : WgmmaRsType::kBF16;
   AllowDependentLaunch();
   extern __shared__ __align__(128) unsigned char prefill_smem[];
-  T* const q_s = reinterpret_cast<T*>(prefill_smem);
+  T* const q_s = reinterpret_cast<T*>(prefill_smem + ((1024 - (SharedAddress(prefill_smem) & 1023)) & 1023));
   T* const k_s = q_s + BM * D;
   T* const v_s = k_s + kMmaBlockN * D;
   uint8_t* const k8_s = reinterpret_cast<uint8_t*>(v_s + kMmaBlockN * D);  // kFp8 only
@@ -75,7 +91,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
       const int r = i / kChunks, c = i % kChunks;
       const bool valid = r < rows_here;
       const T* src = q + ((static_cast<int64_t>(q_begin) + row0 + (valid ? r : 0)) * p.num_heads + h) * D + c * 8;
-      CpAsync16(q_s + Swz<D>(r, c), src, valid);
+      CpAsync16(q_s + WgmmaTileElem(r, c, BM), src, valid);
     }
   }
   // Each thread copies one 16-byte chunk column of every kMmaThreads / kChunks-th row of a tile.
@@ -95,10 +111,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
                                      p.block_size, kNoBlockClamp, D) +
                       c * (16 / sizeof(TC));
       if constexpr (kFp8) CpAsync16(dst + j * D + c * 16, src, n0 + j < kv_end);
-      else CpAsync16(dst + Swz<D>(j, c), src, n0 + j < kv_end);
+      else CpAsync16(dst + WgmmaTileElem(j, c, kMmaBlockN), src, n0 + j < kv_end);
     }
   };
-  // FP8: a landed byte tile -> its swizzled T tile (every thread; the caller synchronizes around it).
+  // FP8: a landed byte tile -> its T tile (every thread; the caller synchronizes around it).
   auto widen = [&](T* dst, const uint8_t* src) {
     if constexpr (kFp8) {
       constexpr int kRowChunks = D / 16;
@@ -115,8 +131,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
           w[2 * e] = MmaTraits<T>::Pack(f[0], f[1]);
           w[2 * e + 1] = MmaTraits<T>::Pack(f[2], f[3]);
         }
-        *reinterpret_cast<uint4*>(dst + Swz<D>(j, 2 * c)) = make_uint4(w[0], w[1], w[2], w[3]);
-        *reinterpret_cast<uint4*>(dst + Swz<D>(j, 2 * c + 1)) = make_uint4(w[4], w[5], w[6], w[7]);
+        *reinterpret_cast<uint4*>(dst + WgmmaTileElem(j, 2 * c, kMmaBlockN)) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4*>(dst + WgmmaTileElem(j, 2 * c + 1, kMmaBlockN)) = make_uint4(w[4], w[5], w[6], w[7]);
       }
     }
   };
@@ -125,7 +141,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
   load_kv(k_stage, kc, n_first);
   CpAsyncCommit();  // group: Q + K(first)
 
-  const int warp_row = warp * 16 * MT;
+  const int warp_row = warp * 16;  // of each m-tile
   const float scale = p.scale * kLog2e * (kFp8 ? p.k_scale : 1.0f);
   float m_a[MT], m_b[MT], l_a[MT], l_b[MT];
   float o[MT][kTilesD][4];
@@ -141,38 +157,34 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
     load_kv(v_stage, vc, n0);
     CpAsyncCommit();  // group: V(n0)
     CpAsyncWait<1>();  // K(n0) (and Q) have landed
-    __syncthreads();
     if constexpr (kFp8) {
-      widen(k_s, k8_s);
       __syncthreads();
+      widen(k_s, k8_s);
     }
-    // S = Q K^T for this warp's rows x 64 keys.
+    FenceProxyAsyncShared();  // this thread's writes of Q and K, visible to the MMAs' reads
+    __syncthreads();
+    // S = Q K^T for the block's rows x 64 keys: per m-tile D / 16 warpgroup MMAs (k16 steps: 32
+    // bytes into a 64-column block's 128-byte rows).
     float s[MT][kTilesN][4];
+    const uint32_t q_addr = SharedAddress(q_s), k_addr = SharedAddress(k_s);
+    WgmmaFence();
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt) {
+      float(&sm)[kTilesN * 4] = reinterpret_cast<float(&)[kTilesN * 4]>(s[mt]);
 #pragma unroll
-      for (int i = 0; i < kTilesN; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < kStepsD; ++kk) {
-      // This warp's Q fragments for these 16 columns, re-read from shared memory every tile:
-      // holding all of them would take too many registers.
-      const int mi = lane >> 3;
-      uint32_t qf[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        LdMatrixX4(qf[mt], q_s + Swz<D>(warp_row + mt * 16 + (mi & 1) * 8 + (lane & 7), kk * 2 + (mi >> 1)));
-#pragma unroll
-      for (int nt2 = 0; nt2 < kTilesN / 2; ++nt2) {
-        uint32_t b[4];
-        LdMatrixX4(b, k_s + Swz<D>(nt2 * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          MmaTraits<T>::Mma(s[mt][2 * nt2], qf[mt], b[0], b[1]);
-          MmaTraits<T>::Mma(s[mt][2 * nt2 + 1], qf[mt], b[2], b[3]);
-        }
+      for (int kk = 0; kk < kStepsD; ++kk) {
+        const uint32_t col = (kk & 3) * 32;
+        const uint64_t a = WgmmaDescSwizzle128(q_addr + ((kk >> 2) * BM + mt * 64) * 128 + col);
+        const uint64_t b = WgmmaDescSwizzle128(k_addr + (kk >> 2) * kMmaBlockN * 128 + col);
+        if (kk == 0) WgmmaSs64<kWgmmaType>::RunFirst(sm, a, b);
+        else WgmmaSs64<kWgmmaType>::Run(sm, a, b, true);
       }
     }
-    __syncthreads();  // every warp is done with k_s
+    WgmmaCommit();
+    WgmmaWait<0>();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) WgmmaFenceOperands(reinterpret_cast<float(&)[kTilesN * 4]>(s[mt]));
+    __syncthreads();  // every warp's MMAs are done with k_s
     if (n0 + kMmaBlockN < kv_end) {
       load_kv(k_stage, kc, n0 + kMmaBlockN);
       CpAsyncCommit();
@@ -187,7 +199,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
       // and one EX2 per element.
       float mx_a = -INFINITY, mx_b = -INFINITY;
       if (!unmasked) {
-        const int ra = warp_row + mt * 16 + (lane >> 2);
+        const int ra = mt * 64 + warp_row + (lane >> 2);
         const int pos_a = p0 + row0 + ra, pos_b = pos_a + 8;
 #pragma unroll
         for (int nt = 0; nt < kTilesN; ++nt) {
@@ -241,35 +253,42 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
     }
     if (n0 + kMmaBlockN < kv_end) CpAsyncWait<1>();  // V(n0) has landed (K(next) may be in flight)
     else CpAsyncWait<0>();
-    __syncthreads();
     if constexpr (kFp8) {
-      widen(v_s, v8_s);
       __syncthreads();
+      widen(v_s, v8_s);
     }
-    // O += P V: P's accumulator fragments become the A operand directly.
+    FenceProxyAsyncShared();  // this thread's writes of V, visible to the MMAs' reads
+    __syncthreads();
+    // O += P V: P's accumulator fragments, packed, are the A operand as they lie; per m-tile one
+    // MMA of all D columns a 16-key step (32 rows of 128 bytes: 2048 bytes into V).
+    uint32_t pa[MT][kMmaBlockN / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < kMmaBlockN / 16; ++kk) {
-      uint32_t a[MT][4];
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        a[mt][0] = MmaTraits<T>::Pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = MmaTraits<T>::Pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = MmaTraits<T>::Pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = MmaTraits<T>::Pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      for (int kk = 0; kk < kMmaBlockN / 16; ++kk) {
+        pa[mt][kk][0] = MmaTraits<T>::Pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][kk][1] = MmaTraits<T>::Pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][kk][2] = MmaTraits<T>::Pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][kk][3] = MmaTraits<T>::Pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
+    const uint32_t v_addr = SharedAddress(v_s);
+    WgmmaFence();
 #pragma unroll
-      for (int dt2 = 0; dt2 < kTilesD / 2; ++dt2) {
-        const int mi = lane >> 3;
-        uint32_t b[4];
-        LdMatrixX4Trans(b, v_s + Swz<D>(kk * 16 + (mi & 1) * 8 + (lane & 7), dt2 * 2 + (mi >> 1)));
+    for (int mt = 0; mt < MT; ++mt) {
+      float(&om)[kTilesD * 4] = reinterpret_cast<float(&)[kTilesD * 4]>(o[mt]);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          MmaTraits<T>::Mma(o[mt][2 * dt2], a[mt], b[0], b[1]);
-          MmaTraits<T>::Mma(o[mt][2 * dt2 + 1], a[mt], b[2], b[3]);
-        }
-      }
+      for (int kk = 0; kk < kMmaBlockN / 16; ++kk)
+        WgmmaRsMnB<kWgmmaType, D>::Run(om, pa[mt][kk],
+                                       WgmmaDescSwizzle128MnMajor(v_addr + kk * 16 * 128, kMmaBlockN * 128), true);
     }
-    __syncthreads();  // every warp is done with v_s
+    WgmmaCommit();
+    WgmmaWait<0>();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      WgmmaFenceOperands(reinterpret_cast<float(&)[kTilesD * 4]>(o[mt]));
+      WgmmaFenceOperands(reinterpret_cast<uint32_t(&)[kMmaBlockN / 4]>(pa[mt]));
+    }
+    __syncthreads();  // every warp's MMAs are done with v_s
   }
   CpAsyncWait<0>();
 
@@ -285,7 +304,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
     }
     const float vs = kFp8 ? p.v_scale : 1.0f;
     const float inv_a = la > 0.0f ? vs / la : 0.0f, inv_b = lb > 0.0f ? vs / lb : 0.0f;
-    const int ra = warp_row + mt * 16 + (lane >> 2), rb = ra + 8;
+    const int ra = mt * 64 + warp_row + (lane >> 2), rb = ra + 8;
 #pragma unroll
     for (int dt = 0; dt < kTilesD; ++dt) {
       const int c = dt * 8 + 2 * (lane & 3);

@@ -1,5 +1,5 @@
 // Internal: FlashAttention-2 style prefill on Hopper's warpgroup MMAs over the paged cache, fp32
-// accumulation. One warpgroup (4 warps) a block of 128 query rows: S = Q Kᵀ with Q and K read from
+// accumulation. Two warpgroups a block of 128 query rows: S = Q Kᵀ with Q and K read from
 // shared memory by the MMAs, O += P V with P from registers (S's accumulators, packed: the same
 // layout) and V from shared memory (stored [keys][D]: the MMA's transposed-B form).
 #pragma once
@@ -14,13 +14,17 @@
 
 namespace llm::cuda::attention {
 
-constexpr int kMmaThreads = 128;
+// Warpgroups a block: each its own 64-row m-tiles of the block's query rows, all sharing the K and
+// V tiles. Two of one m-tile each, at most 128 registers a thread, two blocks an SM (16 warps): 1 x
+// 2048-token 8B prefill on an H200 288 TFLOP/s, against 263 with one warpgroup of two m-tiles (241
+// registers, 8 warps an SM: too few to hide the softmax's latency; benchmarks/RESULTS.md).
+constexpr int kMmaWarpgroups = 2;
+constexpr int kMmaThreads = 128 * kMmaWarpgroups;
 constexpr int kMmaBlockN = 64;  // keys per tile
 
-// Query rows: kMmaMTiles 64-row warpgroup MMAs a block (each K tile feeds that many, and each
-// warp holds 16 rows of each: that many independent accumulator chains in P V).
-constexpr int kMmaMTiles = 2;
-constexpr int kMmaBlockRows = 64 * kMmaMTiles;  // query rows per block
+// Query rows: kMmaMTiles 64-row warpgroup MMAs a warpgroup (each warp holds 16 rows of each).
+constexpr int kMmaMTiles = 2 / kMmaWarpgroups;
+constexpr int kMmaBlockRows = 64 * kMmaMTiles * kMmaWarpgroups;  // query rows per block
 
 // Dynamic shared memory, from a 1024-byte aligned base: Q [kMmaBlockRows][D], K and V
 // [kMmaBlockN][D], all in the warpgroup MMAs' layout (WgmmaTileElem); for an FP8 cache also the K
@@ -41,9 +45,9 @@ __device__ __forceinline__ int WgmmaTileElem(int row, int chunk, int rows) {
 
 // grid: (num_heads, ceil(max_query_len / kMmaBlockRows), num_seqs); query block
 // gridDim.y - 1 - blockIdx.y (see the launcher: the blocks with the most keys start first).
-// M-tile mt is rows [64 mt, 64 mt + 64) of the block, of which warp w holds the 16 from 64 mt + 16 w
-// (as the warpgroup MMA's accumulators lie): each thread rows ra = 64 mt + 16 w + lane / 4 and
-// rb = ra + 8.
+// Warpgroup g's m-tile mt is rows [64 t, 64 t + 64) of the block (t = g kMmaMTiles + mt), of which
+// its warp w (0-3) holds the 16 from 64 t + 16 w (as the warpgroup MMA's accumulators lie): each
+// thread rows ra = 64 t + 16 w + lane / 4 and rb = ra + 8.
 // kPow2Pages: the cache's page size is a power of two (the usual case), so a key's page and slot
 // take a shift and a mask instead of an integer division.
 // kFp8: the cache holds E4M3 (PagedAttentionParams::fp8_cache): the K/V tiles travel as bytes in
@@ -141,7 +145,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
   load_kv(k_stage, kc, n_first);
   CpAsyncCommit();  // group: Q + K(first)
 
-  const int warp_row = warp * 16;  // of each m-tile
+  const int warp_row = (warp & 3) * 16;  // of each m-tile
+  const int wg_mt = (warp >> 2) * MT;     // the warpgroup's first m-tile
   const float scale = p.scale * kLog2e * (kFp8 ? p.k_scale : 1.0f);
   float m_a[MT], m_b[MT], l_a[MT], l_b[MT];
   float o[MT][kTilesD][4];
@@ -174,7 +179,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
 #pragma unroll
       for (int kk = 0; kk < kStepsD; ++kk) {
         const uint32_t col = (kk & 3) * 32;
-        const uint64_t a = WgmmaDescSwizzle128(q_addr + ((kk >> 2) * BM + mt * 64) * 128 + col);
+        const uint64_t a = WgmmaDescSwizzle128(q_addr + ((kk >> 2) * BM + (wg_mt + mt) * 64) * 128 + col);
         const uint64_t b = WgmmaDescSwizzle128(k_addr + (kk >> 2) * kMmaBlockN * 128 + col);
         if (kk == 0) WgmmaSs64<kWgmmaType>::RunFirst(sm, a, b);
         else WgmmaSs64<kWgmmaType>::Run(sm, a, b, true);
@@ -199,7 +204,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
       // and one EX2 per element.
       float mx_a = -INFINITY, mx_b = -INFINITY;
       if (!unmasked) {
-        const int ra = mt * 64 + warp_row + (lane >> 2);
+        const int ra = (wg_mt + mt) * 64 + warp_row + (lane >> 2);
         const int pos_a = p0 + row0 + ra, pos_b = pos_a + 8;
 #pragma unroll
         for (int nt = 0; nt < kTilesN; ++nt) {
@@ -304,7 +309,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
     }
     const float vs = kFp8 ? p.v_scale : 1.0f;
     const float inv_a = la > 0.0f ? vs / la : 0.0f, inv_b = lb > 0.0f ? vs / lb : 0.0f;
-    const int ra = mt * 64 + warp_row + (lane >> 2), rb = ra + 8;
+    const int ra = (wg_mt + mt) * 64 + warp_row + (lane >> 2), rb = ra + 8;
 #pragma unroll
     for (int dt = 0; dt < kTilesD; ++dt) {
       const int c = dt * 8 + 2 * (lane & 3);

@@ -142,8 +142,16 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
   };
   TC* const k_stage = kFp8 ? reinterpret_cast<TC*>(k8_s) : reinterpret_cast<TC*>(k_s);
   TC* const v_stage = kFp8 ? reinterpret_cast<TC*>(v8_s) : reinterpret_cast<TC*>(v_s);
+  // An FP8 cache's byte tiles of a key tile travel together, and each is widened while the MMAs
+  // run (K(n + 1) under P V(n), V(n) under S(n)), so that the widening does not stand between them.
   load_kv(k_stage, kc, n_first);
-  CpAsyncCommit();  // group: Q + K(first)
+  if constexpr (kFp8) load_kv(v_stage, vc, n_first);
+  CpAsyncCommit();  // group: Q + K(first) (FP8: + V(first))
+  if constexpr (kFp8) {
+    CpAsyncWait<0>();
+    __syncthreads();
+    widen(k_s, k8_s);
+  }
 
   const int warp_row = (warp & 3) * 16;  // of each m-tile
   const int wg_mt = (warp >> 2) * MT;     // the warpgroup's first m-tile
@@ -159,12 +167,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
   }
 
   for (int n0 = n_first; n0 < kv_end; n0 += kMmaBlockN) {
-    load_kv(v_stage, vc, n0);
-    CpAsyncCommit();  // group: V(n0)
-    CpAsyncWait<1>();  // K(n0) (and Q) have landed
-    if constexpr (kFp8) {
-      __syncthreads();
-      widen(k_s, k8_s);
+    const bool more = n0 + kMmaBlockN < kv_end;
+    if constexpr (!kFp8) {
+      load_kv(v_stage, vc, n0);
+      CpAsyncCommit();   // group: V(n0)
+      CpAsyncWait<1>();  // K(n0) (and Q) have landed
     }
     FenceProxyAsyncShared();  // this thread's writes of Q and K, visible to the MMAs' reads
     __syncthreads();
@@ -186,12 +193,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
       }
     }
     WgmmaCommit();
+    if constexpr (kFp8) widen(v_s, v8_s);  // V(n0)'s bytes landed with K(n0)'s; P V(n0 - 64) is done
     WgmmaWait<0>();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) WgmmaFenceOperands(reinterpret_cast<float(&)[kTilesN * 4]>(s[mt]));
-    __syncthreads();  // every warp's MMAs are done with k_s
-    if (n0 + kMmaBlockN < kv_end) {
+    __syncthreads();  // every warp's MMAs are done with k_s (FP8: every thread with the byte tiles)
+    if (more) {
       load_kv(k_stage, kc, n0 + kMmaBlockN);
+      if constexpr (kFp8) load_kv(v_stage, vc, n0 + kMmaBlockN);
       CpAsyncCommit();
     }
     // Mask (causal, sliding window) and online softmax in the log2 domain. Tiles wholly below
@@ -256,11 +265,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
         }
       }
     }
-    if (n0 + kMmaBlockN < kv_end) CpAsyncWait<1>();  // V(n0) has landed (K(next) may be in flight)
-    else CpAsyncWait<0>();
-    if constexpr (kFp8) {
-      __syncthreads();
-      widen(v_s, v8_s);
+    if constexpr (!kFp8) {
+      if (more) CpAsyncWait<1>();  // V(n0) has landed (K(next) may be in flight)
+      else CpAsyncWait<0>();
     }
     FenceProxyAsyncShared();  // this thread's writes of V, visible to the MMAs' reads
     __syncthreads();
@@ -287,6 +294,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
                                        WgmmaDescSwizzle128MnMajor(v_addr + kk * 16 * 128, kMmaBlockN * 128), true);
     }
     WgmmaCommit();
+    if constexpr (kFp8) {
+      if (more) {  // K(next) widened into k_s, which S(n0) is done with
+        CpAsyncWait<0>();
+        __syncthreads();
+        widen(k_s, k8_s);
+      }
+    }
     WgmmaWait<0>();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {

@@ -207,10 +207,12 @@ int Main(int argc, char** argv) {
     const char* shape;
     int heads, kv_heads, seqs, len;
   };
-  for (const PrefillCase& c :
-       args.only.empty() || args.only == "prefill" ? std::vector<PrefillCase>{PrefillCase{"8B (32/8)", 32, 8, 1, 2048}, PrefillCase{"8B (32/8)", 32, 8, 1, 8192},
-        PrefillCase{"8B (32/8)", 32, 8, 8, 512}, PrefillCase{"TP2 rank (16/4)", 16, 4, 1, 2048}}
-                        : std::vector<PrefillCase>{}) {
+  for (const PrefillCase& c : args.only.empty() || args.only == "prefill"
+                                  ? std::vector<PrefillCase>{PrefillCase{"8B (32/8)", 32, 8, 1, 2048},
+                                                             PrefillCase{"8B (32/8)", 32, 8, 1, 8192},
+                                                             PrefillCase{"8B (32/8)", 32, 8, 8, 512},
+                                                             PrefillCase{"TP2 rank (16/4)", 16, 4, 1, 2048}}
+                                  : std::vector<PrefillCase>{}) {
     double us[2];
     for (const bool fp8 : {false, true}) {
       const AttentionInputs inputs(c.heads, c.kv_heads, c.seqs, /*query_len=*/c.len, c.len, 6, rng, s, fp8);

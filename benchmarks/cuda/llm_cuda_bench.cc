@@ -40,8 +40,9 @@ struct Args {
   std::vector<int> op_batches{1, 32};   // --op-batches 1,128: decode batches with a per-op table
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype fp8
   bool timeline = false;                // --timeline: each decode batch's kernels as its graph runs (CUPTI)
-  int mixed_batch = 0;                  // --mixed-batch 256: the mixed-step case's batch (default 128; runs with --decode-only)
-  bool eager = false;                   // --eager: decode steps launched op by op (no CUDA graphs), as mixed steps run
+  int mixed_batch =
+      0;  // --mixed-batch 256: the mixed-step case's batch (default 128; runs with --decode-only)
+  bool eager = false;  // --eager: decode steps launched op by op (no CUDA graphs), as mixed steps run
   bool decode_only = false;             // --decode-only: the decode table alone (and --op-batches if given)
   bool sampling = false;                // --sampling: decode rows draw (temperature 0.8, top-p 0.95), not greedy
   bool op_batches_given = false;
@@ -88,12 +89,15 @@ Args Parse(int argc, char** argv) {
     else if (k == "--block-size") a.block_size = IntArg(k, next());
     else if (k == "--sampling") a.sampling = true;
     else if (k == "--timeline") a.timeline = true;
-    else if (k == "--eager") a.eager = true;
-    else if (k == "--mixed-batch") a.mixed_batch = IntArg(k, next());
+    else if (k == "--eager")
+      a.eager = true;
+    else if (k == "--mixed-batch")
+      a.mixed_batch = IntArg(k, next());
     else {
       std::fprintf(stderr,
                    "usage: %s --model DIR [--out FILE.md] [--steps N] [--quick] [--quantization fp8|int4] "
-                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32] [--timeline] [--eager] [--mixed-batch 128] [--decode-only] [--sampling] [--block-size 16]\n",
+                   "[--kv-cache-dtype auto|bf16|fp8] [--batches 1,16,128] [--op-batches 1,32] [--timeline] "
+                   "[--eager] [--mixed-batch 128] [--decode-only] [--sampling] [--block-size 16]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -266,8 +270,9 @@ std::string KernelTimeline(Model& m, int batch, int ctx) {
   BENCH_CHECK(m.backend->Synchronize());
   auto records = StopKernelTimeline();
   BENCH_CHECK(records.status());
-  return "\n#### Kernels of the decode step at batch " + std::to_string(batch) + " (context " + std::to_string(ctx) +
-         ") as it runs (PDL on; CUPTI)\n\n" + KernelTimelineTable(*records, kSteps, "AttentionDecode");
+  return "\n#### Kernels of the decode step at batch " + std::to_string(batch) + " (context " +
+         std::to_string(ctx) + ") as it runs (PDL on; CUPTI)\n\n" +
+         KernelTimelineTable(*records, kSteps, "AttentionDecode");
 }
 
 // Per-op device times of one step. Decode steps are timed inside their CUDA graph: the graph is
@@ -544,8 +549,8 @@ int main(int argc, char** argv) {
     BENCH_CUDA(cudaStreamEndCapture(be.stream(), &mixed_graph));
     BENCH_CUDA(cudaGraphInstantiate(&mixed_exec, mixed_graph, 0));
     m.runner->EnableGraphs(true);
-    const double x_graph =
-        Median(TimeOnStream(be.stream(), 3, 10, [&] { BENCH_CUDA(cudaGraphLaunch(mixed_exec, be.stream())); }));
+    const double x_graph = Median(
+        TimeOnStream(be.stream(), 3, 10, [&] { BENCH_CUDA(cudaGraphLaunch(mixed_exec, be.stream())); }));
     cudaGraphExecDestroy(mixed_exec);
     cudaGraphDestroy(mixed_graph);
     const ModelConfig& c = m.config;
@@ -559,18 +564,24 @@ int main(int argc, char** argv) {
     mt.Row({Fmt("%.0f decodes at context 512 (graph)", mb), Fmt("%.3f", d),
             Fmt("%.3f", 1e3 * std::max((WeightBytesRead(m, mb) + KvBytesRead(m, mb, 513)) / bw,
                                        linear_flops_per_token * mb / peak)),
-            Fmt("%.1f%%", 100.0 * 1e3 * std::max((WeightBytesRead(m, mb) + KvBytesRead(m, mb, 513)) / bw,
-                                                 linear_flops_per_token * mb / peak) / d)});
+            Fmt("%.1f%%", 100.0 * 1e3 *
+                              std::max((WeightBytesRead(m, mb) + KvBytesRead(m, mb, 513)) / bw,
+                                       linear_flops_per_token * mb / peak) /
+                              d)});
     mt.Row({Fmt("%.0f decodes at context 512 (eager)", mb), Fmt("%.3f", d_eager), "", ""});
     mt.Row({Fmt("%.0f decodes + a 128-token prompt (eager)", mb - 1), Fmt("%.3f", x), Fmt("%.3f", floor_ms),
             Fmt("%.1f%%", 100.0 * floor_ms / x)});
     mt.Row({"the same mixed step captured whole and replayed", Fmt("%.3f", x_graph), Fmt("%.3f", floor_ms),
             Fmt("%.1f%%", 100.0 * floor_ms / x_graph)});
     md += "\n### Mixed steps\n\n" + mt.Markdown();
-    std::printf("mixed step: %.3f ms, replayed from a graph %.3f ms (decode alone %.3f ms, eager %.3f ms; floor %.3f ms)\n",
-                x, x_graph, d, d_eager, floor_ms);
+    std::printf(
+        "mixed step: %.3f ms, replayed from a graph %.3f ms (decode alone %.3f ms, eager %.3f ms; floor %.3f "
+        "ms)\n",
+        x, x_graph, d, d_eager, floor_ms);
     double total = 0;
-    md += OpTable(m, mixed, bw, peak, Fmt("Per-op times, %.0f decodes at context 512 + a 128-token prompt", mb - 1).c_str(), &total);
+    md += OpTable(m, mixed, bw, peak,
+                  Fmt("Per-op times, %.0f decodes at context 512 + a 128-token prompt", mb - 1).c_str(),
+                  &total);
   }
 
   // --- per-op tables for decode ---

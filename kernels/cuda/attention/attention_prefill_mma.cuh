@@ -31,7 +31,8 @@ constexpr int kMmaBlockRows = 64 * kMmaMTiles * kMmaWarpgroups;  // query rows p
 // and V tiles as staged bytes ([kMmaBlockN][D] each).
 template <typename T, int D, bool kFp8 = false>
 constexpr size_t PrefillSmemBytes() {
-  return 1024 + sizeof(T) * static_cast<size_t>(kMmaBlockRows + 2 * kMmaBlockN) * D + (kFp8 ? 2 * kMmaBlockN * D : 0);
+  return 1024 + sizeof(T) * static_cast<size_t>(kMmaBlockRows + 2 * kMmaBlockN) * D +
+         (kFp8 ? 2 * kMmaBlockN * D : 0);
 }
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a [rows][D] tile of 16-bit values laid
@@ -115,7 +116,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
                                      p.block_size, kNoBlockClamp, D) +
                       c * (16 / sizeof(TC));
       if constexpr (kFp8) CpAsync16(dst + j * D + c * 16, src, n0 + j < kv_end);
-      else CpAsync16(dst + WgmmaTileElem(j, c, kMmaBlockN), src, n0 + j < kv_end);
+      else
+        CpAsync16(dst + WgmmaTileElem(j, c, kMmaBlockN), src, n0 + j < kv_end);
     }
   };
   // FP8: a landed byte tile -> its T tile (every thread; the caller synchronizes around it).
@@ -135,8 +137,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
           w[2 * e] = MmaTraits<T>::Pack(f[0], f[1]);
           w[2 * e + 1] = MmaTraits<T>::Pack(f[2], f[3]);
         }
-        *reinterpret_cast<uint4*>(dst + WgmmaTileElem(j, 2 * c, kMmaBlockN)) = make_uint4(w[0], w[1], w[2], w[3]);
-        *reinterpret_cast<uint4*>(dst + WgmmaTileElem(j, 2 * c + 1, kMmaBlockN)) = make_uint4(w[4], w[5], w[6], w[7]);
+        *reinterpret_cast<uint4*>(dst + WgmmaTileElem(j, 2 * c, kMmaBlockN)) =
+            make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4*>(dst + WgmmaTileElem(j, 2 * c + 1, kMmaBlockN)) =
+            make_uint4(w[4], w[5], w[6], w[7]);
       }
     }
   };
@@ -154,7 +158,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
   }
 
   const int warp_row = (warp & 3) * 16;  // of each m-tile
-  const int wg_mt = (warp >> 2) * MT;     // the warpgroup's first m-tile
+  const int wg_mt = (warp >> 2) * MT;    // the warpgroup's first m-tile
   const float scale = p.scale * kLog2e * (kFp8 ? p.k_scale : 1.0f);
   float m_a[MT], m_b[MT], l_a[MT], l_b[MT];
   float o[MT][kTilesD][4];
@@ -188,8 +192,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
         const uint32_t col = (kk & 3) * 32;
         const uint64_t a = WgmmaDescSwizzle128(q_addr + ((kk >> 2) * BM + (wg_mt + mt) * 64) * 128 + col);
         const uint64_t b = WgmmaDescSwizzle128(k_addr + (kk >> 2) * kMmaBlockN * 128 + col);
-        if (kk == 0) WgmmaSs64<kWgmmaType>::RunFirst(sm, a, b);
-        else WgmmaSs64<kWgmmaType>::Run(sm, a, b, true);
+        if (kk == 0)
+          WgmmaSs64<kWgmmaType>::RunFirst(sm, a, b);
+        else
+          WgmmaSs64<kWgmmaType>::Run(sm, a, b, true);
       }
     }
     WgmmaCommit();
@@ -266,8 +272,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
       }
     }
     if constexpr (!kFp8) {
-      if (more) CpAsyncWait<1>();  // V(n0) has landed (K(next) may be in flight)
-      else CpAsyncWait<0>();
+      if (more)
+        CpAsyncWait<1>();  // V(n0) has landed (K(next) may be in flight)
+      else
+        CpAsyncWait<0>();
     }
     FenceProxyAsyncShared();  // this thread's writes of V, visible to the MMAs' reads
     __syncthreads();
@@ -290,8 +298,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
       float(&om)[kTilesD * 4] = reinterpret_cast<float(&)[kTilesD * 4]>(o[mt]);
 #pragma unroll
       for (int kk = 0; kk < kMmaBlockN / 16; ++kk)
-        WgmmaRsMnB<kWgmmaType, D>::Run(om, pa[mt][kk],
-                                       WgmmaDescSwizzle128MnMajor(v_addr + kk * 16 * 128, kMmaBlockN * 128), true);
+        WgmmaRsMnB<kWgmmaType, D>::Run(
+            om, pa[mt][kk], WgmmaDescSwizzle128MnMajor(v_addr + kk * 16 * 128, kMmaBlockN * 128), true);
     }
     WgmmaCommit();
     if constexpr (kFp8) {

@@ -4,9 +4,10 @@
 // accumulation (promoted to float32 every few K steps) and with its fast accumulation; and the
 // warpgroup GEMM (gemm_fp8_wgmma.cu, which takes up to 64 rows). Weight copies rotate so that no
 // call finds its weight in L2. --graphs instead times cuBLASLt's first pick and the warpgroup GEMM
-// back to back in a CUDA graph (no launch gaps or event overhead, as in a decode step without PDL)
-// and prints, for one call of the warpgroup GEMM, when its blocks entered, saw their first stage,
-// finished their last MMAs and exited.
+// back to back in a CUDA graph (no launch gaps or event overhead, as in a decode step without PDL),
+// beside cuBLASLt's scalar-scale form with float32 sums (every candidate), and prints, for one call
+// of the warpgroup GEMM, when its blocks entered, saw their first stage, finished their last MMAs
+// and exited.
 //
 //   fp8_gemm_bench [--rows 32,64,128,256,512] [--reps 20] [--candidates 16] [--only gate_up] [--graphs]
 //                  [--out FILE.md]
@@ -158,9 +159,12 @@ int Main(int argc, char** argv) {
                                 "scalar scales, bf16 out (first / best) | scalar scales, fast accumulation (first / best) | ",
                                 "warpgroup GEMM (up to 64 rows) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   if (args.graphs)
-    md = absl::StrCat("Device: ", dev.prop.name, "; us a call, back to back in a graph (W rotated past L2)\n\n",
-                      "| linear | rows | W floor us | cuBLASLt outer-vector (first pick) | warpgroup GEMM |\n",
-                      "| --- | --- | --- | --- | --- |\n");
+    md = absl::StrCat(
+        "Device: ", dev.prop.name, "; us a call, back to back in a graph (W rotated past L2)\n\n",
+        "| linear | rows | W floor us | cuBLASLt outer-vector (first pick) | cuBLASLt scalar scales, "
+        "float32 ",
+        "sums (first / best of n; a pass applying the scale vectors not included) | warpgroup GEMM |\n",
+        "| --- | --- | --- | --- | --- | --- |\n");
   std::printf("%s", md.c_str());
   for (const Shape& shape : kShapes) {
     if (!args.only.empty() && args.only != shape.name) continue;
@@ -196,13 +200,31 @@ int Main(int argc, char** argv) {
       return a;
     };
     if (args.graphs) {
+      void* out32 = nullptr;
+      BENCH_CUDA(cudaMalloc(&out32, int64_t{max_rows} * n * 4));
       for (const int m : args.rows) {
-        if (m > cuda::kGemmFp8WgmmaMaxRows) continue;
         auto wg = [&](int i) {
           BENCH_CHECK(cuda::LaunchGemmFp8Wgmma(wgmma_args(m, w[i % copies]), num_sms, wgmma_ws, wgmma_bytes, {}, s));
         };
         const int calls = std::max(copies, 8);
-        const double wgmma = GraphMicrosPerCall(s, calls, args.reps, wg);
+        const bool wgmma_takes = m <= cuda::kGemmFp8WgmmaMaxRows;
+        const double wgmma = wgmma_takes ? GraphMicrosPerCall(s, calls, args.reps, wg) : 0.0;
+        // Scalar scales and float32 sums: the form whose algorithms include split-K ones.
+        LtGemm scalar = MakeLtGemm(handle, m, n, k, false, CUDA_R_32F, w_scale, x_scale, workspace_bytes,
+                                   args.candidates);
+        double scalar_first = 0, scalar_best = 1e30;
+        for (size_t a = 0; a < scalar.algos.size(); ++a) {
+          const double us = GraphMicrosPerCall(s, calls, args.reps, [&](int i) {
+            const float one = 1.0f, zero = 0.0f;
+            BENCH_CUBLAS(cublasLtMatmul(handle, scalar.desc, &one, w[i % copies], scalar.a, x, scalar.b,
+                                        &zero, out32, scalar.c, out32, scalar.c, &scalar.algos[a], workspace,
+                                        workspace_bytes, s));
+          });
+          if (a == 0) scalar_first = us;
+          scalar_best = std::min(scalar_best, us);
+        }
+        const size_t scalar_n = scalar.algos.size();
+        FreeLtGemm(scalar);
         LtGemm outer = MakeLtGemm(handle, m, n, k, true, CUDA_R_16BF, w_scale, x_scale, workspace_bytes, 1);
         const double lt = GraphMicrosPerCall(s, calls, args.reps, [&](int i) {
           const float one = 1.0f, zero = 0.0f;
@@ -210,7 +232,8 @@ int Main(int argc, char** argv) {
                                       outer.c, out16, outer.c, &outer.algos[0], workspace, workspace_bytes, s));
         });
         FreeLtGemm(outer);
-        {  // where one call's time goes, block by block (globaltimer), the call after 7 back to back
+        if (wgmma_takes) {  // where one call's time goes, block by block (globaltimer), the call after 7 back
+                            // to back
           unsigned long long* timing = nullptr;
           BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&timing), 4 * num_sms * sizeof(unsigned long long)));
           BENCH_CUDA(cudaMemsetAsync(timing, 0, 4 * num_sms * sizeof(unsigned long long), s));  // blocks not launched: 0
@@ -239,12 +262,17 @@ int Main(int argc, char** argv) {
         }
         const double floor_us = 1e6 * static_cast<double>(w_bytes) / bandwidth;
         const std::string row = absl::StrFormat(
-            "| %s %dx%d | %d | %.1f | %.1f | %.1f |\n", shape.name, static_cast<int>(n), static_cast<int>(k), m,
-            floor_us, lt, wgmma);
+            "| %s %dx%d | %d | %.1f | %.1f | %s | %s |\n", shape.name, static_cast<int>(n),
+            static_cast<int>(k), m, floor_us, lt,
+            scalar_n > 0
+                ? absl::StrFormat("%.1f / %.1f of %d", scalar_first, scalar_best, static_cast<int>(scalar_n))
+                : std::string("-"),
+            wgmma_takes ? absl::StrFormat("%.1f", wgmma) : std::string("-"));
         std::printf("%s", row.c_str());
         std::fflush(stdout);
         md += row;
       }
+      cudaFree(out32);
     }
     for (const int m : args.graphs ? std::vector<int>{} : args.rows) {
       int turn = 0;

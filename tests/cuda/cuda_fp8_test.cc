@@ -401,6 +401,43 @@ TEST_P(CudaFp8Test, CublasFastAccumulationCostsLittleAgainstTheActivationRoundin
   gpu_->mutable_options().dtype = dtype_;
 }
 
+// At 65-256 rows and narrow weights cuBLASLt's raw sums (per-tensor scale form, float32) and a
+// kernel applying the scales take the place of its per-token x per-channel form
+// (CudaBackendOptions::fp8_split_scales): every weight and activation scale it takes (per tensor,
+// per channel; dynamic per token, static), with and without bias, odd and even row counts, held to
+// the CPU's W8A8 float32 (CheckLinear) and near the other form's outputs (the same E4M3 operands:
+// only the order of the float32 products and of the scales' multiplications differ).
+TEST_P(CudaFp8Test, LinearWithScalesAppliedAfterRawSums) {
+  struct Shape3 {
+    int64_t m, n, k;
+  };
+  for (const Shape3& s :
+       {Shape3{65, 512, 1024}, Shape3{128, 4096, 1024}, Shape3{203, 1028, 2048}, Shape3{256, 640, 4096}})
+    for (const StorageFormat& f :
+         {StorageFormat::Fp8(ScaleGranularity::kTensor), StorageFormat::Fp8(ScaleGranularity::kChannel)})
+      for (ActivationQuant a : {ActivationQuant::kDynamicPerToken, ActivationQuant::kStaticPerTensor})
+        for (bool bias : {false, true}) {
+          const std::string what =
+              absl::StrCat(s.m, "x", s.n, "x", s.k, " ", f.ToString(), bias ? " bias" : "");
+          CheckLinear("split scales " + what, s.m, s.n, s.k, f, a, bias, *gpu_);
+          // The same operands through both forms.
+          const Fp8Weight q = Quantize(RandomVec(rng_, s.n * s.k, -0.5f, 0.5f), s.n, s.k, f);
+          DeviceLinear g =
+              Place(*gpu_, dtype_, q, s.n, s.k, bias ? Rand(s.n) : std::vector<float>{}, a, 2.5f / 448.0f);
+          OwnedTensor gx = Upload(*gpu_, dtype_, {s.m, s.k}, Rand(s.m * s.k, -2.0f, 2.0f));
+          OwnedTensor split = MakeTensor(*gpu_, dtype_, {s.m, s.n}),
+                      outer = MakeTensor(*gpu_, dtype_, {s.m, s.n});
+          gpu_->mutable_options().fp8_split_scales = true;
+          ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, split.t).ok()) << what;
+          gpu_->mutable_options().fp8_split_scales = false;
+          ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, outer.t).ok()) << what;
+          gpu_->mutable_options().fp8_split_scales = true;
+          EXPECT_LE(RelErr(Download(*gpu_, split.t), Download(*gpu_, outer.t)), Tolerance(dtype_)) << what;
+        }
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
+}
+
 // The cuBLASLt path quantizes x in chunks of rows when the FP8 workspace holds fewer than M, rows of
 // up to 16384 columns and longer.
 // The gate/up projection and SiLU-and-mul in one kernel (Backend::LinearSiluMul): at one row

@@ -135,6 +135,7 @@ struct CudaBackend::Impl {
   // Shared with every Buffer carved from it (their deleters hold it), so it outlives them all.
   std::shared_ptr<DeviceArena> arena;
   DeviceMem gemm_workspace, attention_workspace, fp8_workspace, few_rows_workspace;
+  DeviceMem unit_scale;  // one float 1.0: the scalar scales of cuBLASLt's raw FP8 sums
   std::unique_ptr<cuda::CublasLtGemm> gemm;
   bool capturing = false;
   // The linear-kernel policy (engine/backend/cuda/linear_kernels.h) and whether this is a tuning
@@ -228,6 +229,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
     impl->options.fuse_fp8_input_quant = false;
   if (const char* v = std::getenv("LLM_FP8_FAST_ACCUM"); v != nullptr && v[0] == '0')
     impl->options.fp8_fast_accumulation = false;
+  if (const char* v = std::getenv("LLM_FP8_SPLIT_SCALES"); v != nullptr && v[0] == '0')
+    impl->options.fp8_split_scales = false;
   if (const char* v = std::getenv("LLM_FUSE_GATE_UP_SILU"); v != nullptr && v[0] == '0')
     impl->options.fuse_gate_up_silu = false;
   if (const char* v = std::getenv("LLM_FUSE_DECODE_OPS"); v != nullptr && v[0] == '0') impl->options.fuse_decode_ops = false;
@@ -274,6 +277,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (options.dtype != DType::kF32)  // FP8 linears run with 16-bit activations only
     RETURN_IF_ERROR(impl->fp8_workspace.Ensure(*impl->arena, options.fp8_workspace_bytes,
                                                "the FP8 activation workspace"));
+  if (options.dtype != DType::kF32) {
+    RETURN_IF_ERROR(impl->unit_scale.Ensure(*impl->arena, 256, "the FP8 GEMMs' unit scale"));
+    const float one = 1.0f;
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(impl->unit_scale.ptr(), &one, sizeof(one), cudaMemcpyHostToDevice));
+  }
   if (options.dtype != DType::kF32)
     RETURN_IF_ERROR(impl->few_rows_workspace.Ensure(
         *impl->arena,
@@ -607,6 +615,7 @@ LinearContext CudaBackend::linear_context() const {
   ctx.timing = impl_->timing;
   ctx.tuning_pass = impl_->tuning_pass;
   ctx.fp8_fast_accumulation = impl_->options.fp8_fast_accumulation;
+  ctx.unit_scale = static_cast<const float*>(impl_->unit_scale.ptr());
   return ctx;
 }
 

@@ -16,14 +16,15 @@
 #include "kernels/cuda/gemm/gemm_few_rows.h"
 #include "kernels/cuda/gemm/gemm_fp8_dequant.h"
 #include "kernels/cuda/gemm/gemm_fp8_wgmma.h"
-#include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemm_w4a16.h"
 #include "kernels/cuda/gemm/gemm_w4a16_wgmma.h"
+#include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemv_fp8.h"
 #include "kernels/cuda/gemm/gemv_w4a16_mma.h"
 #include "kernels/cuda/gemm/w4a16_dequant.h"
 #include "kernels/cuda/gemm/w4a16_permute.h"
 #include "kernels/cuda/norm/rms_norm.h"
+#include "kernels/cuda/quant/fp8_gemm_scales.h"
 #include "kernels/cuda/quant/fp8_quantize.h"
 
 namespace llm {
@@ -496,6 +497,25 @@ bool LinearKernels::TakesFp8Input(const LinearCall& c, const LinearContext& ctx)
   return probe.ok();
 }
 
+// Where cuBLASLt's raw float32 sums of a chunk of `rows` rows go (CudaBackendOptions::
+// fp8_split_scales), null where that form does not apply: per-tensor or per-channel x per-token or
+// static scales, narrow weights, decode-sized chunks, and room in the FP8 workspace after the chunk's
+// quantized rows and scales (all of it when x came quantized from elsewhere).
+constexpr int64_t kFp8SplitScalesMaxCols = 8192;
+constexpr int64_t kFp8SplitScalesMaxRows = 256;
+float* Fp8SumsSlot(const LinearCall& c, const LinearContext& ctx, const cuda::Fp8GemmArgs& a, bool given,
+                   int64_t rows) {
+  auto simple = [](cuda::Fp8ScaleMode m) {
+    return m == cuda::Fp8ScaleMode::kScalar || m == cuda::Fp8ScaleMode::kOuterVector;
+  };
+  if (ctx.unit_scale == nullptr || ctx.fp8_workspace == nullptr || !simple(a.x_mode) || !simple(a.w_mode) ||
+      c.n % 4 != 0 || c.n > kFp8SplitScalesMaxCols || a.m > kFp8SplitScalesMaxRows)
+    return nullptr;
+  const int64_t used = given ? 0 : (rows * c.k + 255) / 256 * 256 + (rows * 4 + 255) / 256 * 256;
+  if (used + a.m * c.n * 4 > static_cast<int64_t>(ctx.fp8_workspace_bytes)) return nullptr;
+  return reinterpret_cast<float*>(static_cast<char*>(ctx.fp8_workspace) + used);
+}
+
 // Quantizes x a chunk of rows at a time into the FP8 workspace (E4M3 rows, then their scales),
 // each chunk followed by its GEMM: the warpgroup GEMM's, or cuBLASLt's; x quantized already
 // (LinearCall::quantized): one GEMM over every row. If cuBLASLt has no algorithm for the
@@ -524,6 +544,23 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
       RETURN_IF_ERROR(cuda::LaunchGemmFp8Wgmma(a, ctx.num_sms, ctx.few_rows_workspace, ctx.few_rows_workspace_bytes,
                                                wo, ctx.stream));
       continue;
+    }
+    if (float* sums = options_.fp8_split_scales ? Fp8SumsSlot(c, ctx, a, given, rows) : nullptr) {
+      cuda::Fp8GemmArgs raw = a;
+      raw.x_scale = raw.w_scale = ctx.unit_scale;
+      raw.x_mode = raw.w_mode = cuda::Fp8ScaleMode::kScalar;
+      raw.bias = nullptr;
+      raw.out = sums;
+      raw.out_dtype = DType::kF32;
+      const absl::Status raw_st = ctx.gemm->RunFp8(raw, ctx.stream);
+      if (raw_st.ok()) {
+        RETURN_IF_ERROR(cuda::LaunchApplyFp8GemmScales(
+            a.out_dtype, sums, mc, c.n, a.x_scale, a.x_mode == cuda::Fp8ScaleMode::kOuterVector, a.w_scale,
+            a.w_mode == cuda::Fp8ScaleMode::kOuterVector, a.bias, a.out, ctx.stream,
+            options_.programmatic_launch));
+        continue;
+      }
+      if (!absl::IsUnimplemented(raw_st)) return raw_st;  // refused: the per-token x per-channel form below
     }
     const absl::Status st = ctx.gemm->RunFp8(a, ctx.stream);
     if (absl::IsUnimplemented(st) && given)  // planned by TakesFp8Input: x itself may be unwritten

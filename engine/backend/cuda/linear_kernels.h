@@ -96,6 +96,7 @@ struct LinearContext {
   bool timing = false;       // per-op timing is on: nothing may be timed either
   bool tuning_pass = false;  // Backend::SetTuningPass
   bool fp8_fast_accumulation = false;  // CudaBackendOptions::fp8_fast_accumulation
+  const float* unit_scale = nullptr;   // a device float 1.0 (null: no raw FP8 sums on cuBLASLt)
   // kGemmFewRows's and kFp8Wgmma's float32 sums of tiles that straddle blocks (zero between calls).
   void* few_rows_workspace = nullptr;
   size_t few_rows_workspace_bytes = 0;

@@ -211,8 +211,11 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(void* workspa
 size_t CublasLtGemm::cached_plans() const { return impl_->plans.size(); }
 
 absl::Status CublasLtGemm::PlanFp8(const Fp8GemmArgs& a) {
+  // float32 out: the raw sums of the scalar form (no bias), whose scale vectors a later kernel applies.
+  const bool f32_sums = a.out_dtype == DType::kF32 && a.x_mode == Fp8ScaleMode::kScalar &&
+                        a.w_mode == Fp8ScaleMode::kScalar && a.bias == nullptr;
   if (a.m < 1 || a.n <= 0 || a.k <= 0 || a.k % 16 != 0 || !a.x_scale || !a.w_scale ||
-      (a.out_dtype != DType::kBF16 && a.out_dtype != DType::kF16))
+      (a.out_dtype != DType::kBF16 && a.out_dtype != DType::kF16 && !f32_sums))
     return absl::UnimplementedError(absl::StrCat("Linear: no FP8 GEMM for m ", a.m, " n ", a.n, " k ", a.k, " -> ",
                                                  std::string(DTypeName(a.out_dtype))));
   const int modes = Fp8PlanModes(a);

@@ -18,7 +18,7 @@ enum class Fp8ScaleMode {
 };
 
 // out[M, N] = (x[M, K] · W[N, K]ᵀ) with E4M3 operands, each dequantized by its scales, (+ bias),
-// fp32 accumulation, out in bf16/fp16.
+// fp32 accumulation, out in bf16/fp16 (cuBLASLt also float32, with both scales scalar and no bias).
 struct Fp8GemmArgs {
   const void* x = nullptr;  // E4M3 [M, K]
   const void* w = nullptr;  // E4M3 [N, K]

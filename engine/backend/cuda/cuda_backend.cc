@@ -274,20 +274,18 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
       impl->gemm_workspace.Ensure(*impl->arena, options.gemm_workspace_bytes, "the cuBLASLt workspace"));
   RETURN_IF_ERROR(impl->attention_workspace.Ensure(*impl->arena, options.attention_workspace_bytes,
                                                    "the attention workspace"));
-  if (options.dtype != DType::kF32)  // FP8 linears run with 16-bit activations only
+  if (options.dtype != DType::kF32) {  // FP8 and int4 linears run with 16-bit activations only
     RETURN_IF_ERROR(impl->fp8_workspace.Ensure(*impl->arena, options.fp8_workspace_bytes,
                                                "the FP8 activation workspace"));
-  if (options.dtype != DType::kF32) {
     RETURN_IF_ERROR(impl->unit_scale.Ensure(*impl->arena, 256, "the FP8 GEMMs' unit scale"));
     const float one = 1.0f;
     CUDA_RETURN_IF_ERROR(cudaMemcpy(impl->unit_scale.ptr(), &one, sizeof(one), cudaMemcpyHostToDevice));
-  }
-  if (options.dtype != DType::kF32)
     RETURN_IF_ERROR(impl->few_rows_workspace.Ensure(
         *impl->arena,
         std::max(cuda::GemmFewRowsWorkspaceBytes(impl->prop.multiProcessorCount),
                  cuda::GemmFp8WgmmaWorkspaceBytes(impl->prop.multiProcessorCount)),
         "the stream-K GEMMs' sums"));
+  }
   // The decode attention's and the stream-K GEMMs' counters start at zero (each call leaves them so).
   for (DeviceMem* zeroed : {&impl->attention_workspace, &impl->few_rows_workspace})
     if (zeroed->bytes() > 0) CUDA_RETURN_IF_ERROR(cudaMemsetAsync(zeroed->ptr(), 0, zeroed->bytes(), impl->stream));

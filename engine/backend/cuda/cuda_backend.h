@@ -142,8 +142,8 @@ struct CudaBackendOptions {
   // activations' E4M3 rounding moves the outputs. The 128 x 128 block forms and the warpgroup GEMM
   // promote regardless (LLM_FP8_FAST_ACCUM=0: off).
   bool fp8_fast_accumulation = true;
-  // FP8 linears on cuBLASLt with N <= kFp8SplitScalesMaxCols outputs and up to
-  // kFp8SplitScalesMaxRows rows: cuBLASLt's per-tensor scale form (raw float32 sums; split-K
+  // FP8 linears on cuBLASLt with at most 8192 outputs and 65-256 rows (linear_kernels.cc's
+  // Fp8SumsSlot): cuBLASLt's per-tensor scale form (raw float32 sums; split-K
   // algorithms) and a kernel applying the per-token and per-channel scales, instead of its
   // per-token x per-channel form, whose one algorithm's tiles leave most SMs idle there (H200, in a
   // graph, 128 rows: down 36.8 -> 24.2 us, o 13.8 -> 8.6, qkv 14.1 -> 10.2, before the scales'

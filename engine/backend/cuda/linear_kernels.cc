@@ -497,23 +497,25 @@ bool LinearKernels::TakesFp8Input(const LinearCall& c, const LinearContext& ctx)
   return probe.ok();
 }
 
-// Where cuBLASLt's raw float32 sums of a chunk of `rows` rows go (CudaBackendOptions::
-// fp8_split_scales), null where that form does not apply: per-tensor or per-channel x per-token or
-// static scales, narrow weights, decode-sized chunks, and room in the FP8 workspace after the chunk's
-// quantized rows and scales (all of it when x came quantized from elsewhere).
+// Where cuBLASLt's raw float32 sums of a chunk go (CudaBackendOptions::fp8_split_scales), null
+// where that form does not apply: per-tensor or per-channel x per-token or static scales, narrow
+// weights, decode-sized chunks, and room in the FP8 workspace after `chunk` (its quantized rows and
+// their per-token scales: Fp8ChunkAt) or all of it (`chunk` null: x came quantized from elsewhere).
 constexpr int64_t kFp8SplitScalesMaxCols = 8192;
 constexpr int64_t kFp8SplitScalesMaxRows = 256;
-float* Fp8SumsSlot(const LinearCall& c, const LinearContext& ctx, const cuda::Fp8GemmArgs& a, bool given,
-                   int64_t rows) {
+float* Fp8SumsSlot(const LinearCall& c, const LinearContext& ctx, const cuda::Fp8GemmArgs& a,
+                   const Fp8Chunk* chunk, int64_t rows) {
   auto simple = [](cuda::Fp8ScaleMode m) {
     return m == cuda::Fp8ScaleMode::kScalar || m == cuda::Fp8ScaleMode::kOuterVector;
   };
   if (ctx.unit_scale == nullptr || ctx.fp8_workspace == nullptr || !simple(a.x_mode) || !simple(a.w_mode) ||
       c.n % 4 != 0 || c.n > kFp8SplitScalesMaxCols || a.m > kFp8SplitScalesMaxRows)
     return nullptr;
-  const int64_t used = given ? 0 : (rows * c.k + 255) / 256 * 256 + (rows * 4 + 255) / 256 * 256;
+  char* const base = static_cast<char*>(ctx.fp8_workspace);
+  const int64_t used =
+      chunk == nullptr ? 0 : reinterpret_cast<char*>(chunk->scales) - base + (rows * 4 + 255) / 256 * 256;
   if (used + a.m * c.n * 4 > static_cast<int64_t>(ctx.fp8_workspace_bytes)) return nullptr;
-  return reinterpret_cast<float*>(static_cast<char*>(ctx.fp8_workspace) + used);
+  return reinterpret_cast<float*>(base + used);
 }
 
 // Quantizes x a chunk of rows at a time into the FP8 workspace (E4M3 rows, then their scales),
@@ -545,7 +547,10 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
                                                wo, ctx.stream));
       continue;
     }
-    if (float* sums = options_.fp8_split_scales ? Fp8SumsSlot(c, ctx, a, given, rows) : nullptr) {
+    float* const sums = options_.fp8_split_scales && !fp8_raw_sums_refused_.count(Fp8RefusalKey(c))
+                            ? Fp8SumsSlot(c, ctx, a, given ? nullptr : &chunk, rows)
+                            : nullptr;
+    if (sums != nullptr) {
       cuda::Fp8GemmArgs raw = a;
       raw.x_scale = raw.w_scale = ctx.unit_scale;
       raw.x_mode = raw.w_mode = cuda::Fp8ScaleMode::kScalar;
@@ -560,7 +565,9 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
             options_.programmatic_launch));
         continue;
       }
-      if (!absl::IsUnimplemented(raw_st)) return raw_st;  // refused: the per-token x per-channel form below
+      if (!absl::IsUnimplemented(raw_st)) return raw_st;
+      fp8_raw_sums_refused_.insert(
+          Fp8RefusalKey(c));  // refused: the per-token x per-channel form, now and later
     }
     const absl::Status st = ctx.gemm->RunFp8(a, ctx.stream);
     if (absl::IsUnimplemented(st) && given)  // planned by TakesFp8Input: x itself may be unwritten

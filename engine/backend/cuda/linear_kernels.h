@@ -152,6 +152,8 @@ class LinearKernels {
   // (m, n, k, weight granularity, input quantization) that cuBLASLt refused: its FP8 rules depend
   // on all of them (a static input refused at a shape says nothing of a per-token one).
   std::set<std::tuple<int64_t, int64_t, int64_t, int, int>> fp8_cublas_refused_;
+  // Shapes whose raw-sums form (CudaBackendOptions::fp8_split_scales) cuBLASLt refused: not asked again.
+  std::set<std::tuple<int64_t, int64_t, int64_t, int, int>> fp8_raw_sums_refused_;
 };
 
 }  // namespace llm

@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) AttentionPrefillMmaKernel(Page
       float(&om)[kTilesD * 4] = reinterpret_cast<float(&)[kTilesD * 4]>(o[mt]);
 #pragma unroll
       for (int kk = 0; kk < kMmaBlockN / 16; ++kk)
-        WgmmaRsMnB<kWgmmaType, D>::Run(
+        WgmmaRs<kWgmmaType, D, /*kTransB=*/true>::Run(
             om, pa[mt][kk], WgmmaDescSwizzle128MnMajor(v_addr + kk * 16 * 128, kMmaBlockN * 128), true);
     }
     WgmmaCommit();

@@ -1,10 +1,11 @@
+#include "kernels/cuda/quant/fp8_gemm_scales.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
-#include "kernels/cuda/quant/fp8_gemm_scales.h"
 
 namespace llm::cuda {
 namespace {

@@ -7,7 +7,7 @@ set -uo pipefail
 source benchmarks/device_prelude.sh
 end=$(( $(date +%s) + ${BUDGET_S:-520} ))
 for spec in cuda_memory_test:60:'*' cuda_sampler_test:45:'*' cuda_model_test:150:'*' cuda_int4_test:150:'*' \
-            cuda_fp8_test:150:'-*LinearEveryFormatShapeAndKernel*' cuda_ops_test:300:'*'; do
+            cuda_fp8_test:240:'-*LinearEveryFormatShapeAndKernel*' cuda_ops_test:300:'*'; do
   IFS=: read -r t limit filter <<< "$spec"
   left=$(( end - $(date +%s) )); (( left < 20 )) && { echo "$t not run (time)" >> "$OUT/summary.txt"; continue; }
   (( limit > left )) && limit=$left

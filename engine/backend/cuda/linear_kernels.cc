@@ -54,7 +54,7 @@ RowCutovers RowCutoversFor(const CudaBackendOptions& o, const LinearContext& ctx
     return option != CudaBackendOptions::kByDevice ? option : fast_memory ? fast : slow;
   };
   return {pick(o.fp8_gemv_max_rows, cuda::kGemvMaxRows, 1), pick(o.gemm_few_rows_max_rows, 8, 0),
-          pick(o.gemm_fp8_wgmma_max_rows, 32, 16)};
+          pick(o.gemm_fp8_wgmma_max_rows, 32, 64)};
 }
 
 absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaBackendOptions& o,
@@ -366,8 +366,8 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
   // slower in the step and is not kept.
   if (c.w->scale_grid().cols == 1 && FewRowsTakes(c, ctx, cut.fp8_few_rows_max))
     return {LinearKernel::kFp8GemmFewRows, 0};
-  // Then up to 32 or 16 rows (RowCutovers), x quantized per token or tensor: the warpgroup GEMM
-  // (W8A8), faster than both in the 8B step at 9-32 rows on an H100 (benchmarks/RESULTS.md).
+  // Then up to 32 or 64 rows (RowCutovers), x quantized per token or tensor: the warpgroup GEMM
+  // (W8A8), faster than both in the 8B step at 9-32 rows (benchmarks/RESULTS.md).
   if (c.m <= cut.fp8_wgmma_max && Fp8WgmmaTakes(c, ctx)) return {LinearKernel::kFp8Wgmma, 0};
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (modes && c.out.dtype() == c.act && ctx.fp8_workspace != nullptr &&

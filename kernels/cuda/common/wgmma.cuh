@@ -273,97 +273,58 @@ struct WgmmaRs<WgmmaRsType::kF16, 128, kTransB> {
   }
 };
 
+// The PTX type must be a literal in the asm string, so the statement is written once here and
+// expanded per type (TYPE: bf16 or f16). ACC: "+f" (d accumulated, predicate from %34) or "=f"
+// (d written only, predicate false); the trailing operand list follows ACC.
+#define LLM_WGMMA_SS64_ASM(TYPE, ACC, PRED, ...)                                                           \
+  asm volatile(                                                                                            \
+      "{\n"                                                                                                \
+      ".reg .pred p;\n"                                                                                    \
+      "setp.ne.b32 p, " PRED                                                                               \
+      ", 0;\n"                                                                                             \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." #TYPE "." #TYPE                                        \
+      " "                                                                                                  \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "             \
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                                 \
+      "%32, %33, p, 1, 1, 0, 0;\n"                                                                         \
+      "}\n"                                                                                                \
+      : ACC(d[0]), ACC(d[1]), ACC(d[2]), ACC(d[3]), ACC(d[4]), ACC(d[5]), ACC(d[6]), ACC(d[7]), ACC(d[8]), \
+        ACC(d[9]), ACC(d[10]), ACC(d[11]), ACC(d[12]), ACC(d[13]), ACC(d[14]), ACC(d[15]), ACC(d[16]),     \
+        ACC(d[17]), ACC(d[18]), ACC(d[19]), ACC(d[20]), ACC(d[21]), ACC(d[22]), ACC(d[23]), ACC(d[24]),    \
+        ACC(d[25]), ACC(d[26]), ACC(d[27]), ACC(d[28]), ACC(d[29]), ACC(d[30]), ACC(d[31])                 \
+      : __VA_ARGS__)
+#define LLM_WGMMA_ACCUMULATED(x) "+f"(x)
+#define LLM_WGMMA_WRITTEN(x) "=f"(x)
+
 // d[64 x 64] = A[64 x 16] · B[64 x 16]ᵀ (+ d if `accumulate`), both 16-bit operands (kType) read
 // from shared memory through K-major descriptors (WgmmaDescSwizzle128), d float32 as WgmmaFp8's.
 // Shared memory written by the threads (st.shared, cp.async) must be made visible to the MMAs'
 // asynchronous reads first: each writer's FenceProxyAsyncShared (bulk_copy.cuh), then a barrier.
 template <WgmmaRsType kType>
-struct WgmmaSs64;
-
-template <>
-struct WgmmaSs64<WgmmaRsType::kBF16> {
+struct WgmmaSs64 {
   static __device__ __forceinline__ void Run(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
-        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "%32, %33, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-          "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-          "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+    if constexpr (kType == WgmmaRsType::kBF16)
+      LLM_WGMMA_SS64_ASM(bf16, LLM_WGMMA_ACCUMULATED, "%34", "l"(a), "l"(b),
+                         "r"(static_cast<int>(accumulate)));
+    else
+      LLM_WGMMA_SS64_ASM(f16, LLM_WGMMA_ACCUMULATED, "%34", "l"(a), "l"(b),
+                         "r"(static_cast<int>(accumulate)));
 #endif
   }
   // d = A · Bᵀ, d's earlier values neither read nor kept (their registers free before the MMA).
   static __device__ __forceinline__ void RunFirst(float (&d)[32], uint64_t a, uint64_t b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, 0, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
-        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "%32, %33, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
-          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]),
-          "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]),
-          "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]),
-          "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
-        : "l"(a), "l"(b));
+    if constexpr (kType == WgmmaRsType::kBF16)
+      LLM_WGMMA_SS64_ASM(bf16, LLM_WGMMA_WRITTEN, "0", "l"(a), "l"(b));
+    else
+      LLM_WGMMA_SS64_ASM(f16, LLM_WGMMA_WRITTEN, "0", "l"(a), "l"(b));
 #endif
   }
 };
 
-template <>
-struct WgmmaSs64<WgmmaRsType::kF16> {
-  static __device__ __forceinline__ void Run(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
-        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "%32, %33, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-          "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-          "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-          "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
-#endif
-  }
-  // d = A · Bᵀ, d's earlier values neither read nor kept (their registers free before the MMA).
-  static __device__ __forceinline__ void RunFirst(float (&d)[32], uint64_t a, uint64_t b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, 0, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
-        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "%32, %33, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),
-          "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]),
-          "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]),
-          "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]),
-          "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
-        : "l"(a), "l"(b));
-#endif
-  }
-};
+#undef LLM_WGMMA_WRITTEN
+#undef LLM_WGMMA_ACCUMULATED
+#undef LLM_WGMMA_SS64_ASM
 
 }  // namespace llm::cuda

@@ -59,7 +59,8 @@ absl::Status LaunchTyped(const float* sums, int64_t m, int64_t n, const float* x
 absl::Status LaunchApplyFp8GemmScales(DType out_dtype, const float* sums, int64_t m, int64_t n,
                                       const float* x_scale, bool x_per_token, const float* w_scale,
                                       bool w_per_row, const void* bias, void* out, Stream stream, bool pdl) {
-  if (m < 0 || n <= 0 || n % 4 != 0 || n > 0x7fffffff || m * (n / 4) > (int64_t{1} << 40) ||
+  // One thread a quad: the grid's blocks must fit gridDim.x.
+  if (m < 0 || n <= 0 || n % 4 != 0 || n > 0x7fffffff || m > (int64_t{kThreads} * 0x7fffffff) / (n / 4) ||
       sums == nullptr || x_scale == nullptr || w_scale == nullptr || out == nullptr ||
       (out_dtype != DType::kBF16 && out_dtype != DType::kF16))
     return absl::InvalidArgumentError(absl::StrCat("ApplyFp8GemmScales: unsupported call m ", m, " n ", n,

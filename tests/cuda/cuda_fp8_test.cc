@@ -1001,7 +1001,17 @@ INSTANTIATE_TEST_SUITE_P(DTypes, CudaFp8Test, ::testing::Values(DType::kBF16, DT
 
 // The FP8 fixtures on a bf16 GPU, teacher-forced, against the references, held to the CPU
 // emulation of a bf16 W8A8 engine (rounding_backend.h with FP8 formats and emulated activation
-// quantization) on the same fixture, with the margins cuda_model_test gives bf16 engines.
+// quantization) on the same fixture, with the error margins cuda_model_test gives bf16 engines.
+// Top-1: the W8A8 emulation flips 12-26% of these fixtures' positions (near ties), and which near
+// ties flip depends on the summation order: the same quantized operands summed by cuBLASLt or by
+// the warpgroup GEMM (o and down of llama-fp8-tensor-kv at 17-64 rows, an H200) flipped 46 and 42
+// positions. So the margin is the flip count's own spread, sqrt(flips), where the bf16 engines'
+// margin is 3 flips (at 2-9 flips).
+int Fp8TopOneMargin(const testing::LogitParity& emulated) {
+  const int flips = emulated.positions - emulated.top1;
+  return std::max(3, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(flips)))));
+}
+
 class CudaFp8FixtureTest : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
 
 TEST_P(CudaFp8FixtureTest, TeacherForcedWithinTheEmulationsBand) {
@@ -1040,7 +1050,8 @@ TEST_P(CudaFp8FixtureTest, TeacherForcedWithinTheEmulationsBand) {
               gpu->agreement(), gpu->max_err, gpu->mean_err());
   EXPECT_LE(gpu->max_err, 1.25 * emulated->max_err);
   EXPECT_LE(gpu->mean_err(), 1.2 * emulated->mean_err());
-  EXPECT_GE(gpu->agreement(), emulated->agreement() - 3.0 / gpu->positions);
+  EXPECT_GE(gpu->agreement(),
+            emulated->agreement() - static_cast<double>(Fp8TopOneMargin(*emulated)) / gpu->positions);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fp8Fixtures, CudaFp8FixtureTest,

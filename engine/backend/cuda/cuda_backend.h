@@ -95,11 +95,11 @@ struct CudaBackendOptions {
   // 64): the warpgroup GEMM (gemm_fp8_wgmma.h) instead of cuBLASLt's FP8 GEMM. By measurement (8B
   // FP8 step, benchmarks/RESULTS.md): on an H100 batch 16 -5% against the few-rows GEMM, 32 -4%
   // against cuBLASLt, and with its two-stage ring (sixteenth session) batch 48 / 64 still +0.7% /
-  // +1.0%, so 32; on an H200 batch 48 / 64 -2.8% / -2.6%, so 64. 0: cuBLASLt (LLM_GEMM_FP8_WGMMA=N).
+  // +1.0%, so 32; on an H200 batch 48 / 64 -2.8% / -2.6%, so 64 then. 0: cuBLASLt (LLM_GEMM_FP8_WGMMA=N).
   // Those were against cuBLASLt's per-token x per-channel form. Against its raw-sums form (since
-  // the twenty-fourth session) an H200 step is faster with 16 here (the 64-row graph -9.5%), but
-  // with 16 the FP8 fixture test (cuda_fp8_test, llama-fp8-tensor-kv with an FP8 cache) falls 2
-  // top-1 positions outside its band, so 64 stays until that is understood (benchmarks/RESULTS.md).
+  // the twenty-fourth session) an H200 step is faster with 16 here (the 32-row graph -1.2%, the
+  // 64-row graph -9.5%), so 16 there; the H100's 32 predates that form (cutovers_device.sh
+  // compares 16 and 32 there).
   int gemm_fp8_wgmma_max_rows = kByDevice;
   // The same for 16-bit weights; 0 by measurement (an H100 8B step at batch 8 ties cuBLASLt, at 32
   // and 64 it is 5-12% slower: benchmarks/RESULTS.md). LLM_GEMM_FEW_ROWS_16BIT.

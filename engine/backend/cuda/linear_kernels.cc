@@ -54,7 +54,7 @@ RowCutovers RowCutoversFor(const CudaBackendOptions& o, const LinearContext& ctx
     return option != CudaBackendOptions::kByDevice ? option : fast_memory ? fast : slow;
   };
   return {pick(o.fp8_gemv_max_rows, cuda::kGemvMaxRows, 1), pick(o.gemm_few_rows_max_rows, 8, 0),
-          pick(o.gemm_fp8_wgmma_max_rows, 32, 64)};
+          pick(o.gemm_fp8_wgmma_max_rows, 32, 16)};
 }
 
 absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaBackendOptions& o,
@@ -373,7 +373,26 @@ LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearCon
   if (modes && c.out.dtype() == c.act && ctx.fp8_workspace != nullptr &&
       !fp8_cublas_refused_.count(Fp8RefusalKey(c)))
     return {LinearKernel::kFp8CublasLt, 0};
+  return Fp8WithoutCublas(c, ctx);
+}
+
+// Where cuBLASLt takes no W8A8 form of the call (or refused it): the warpgroup GEMM where it takes
+// the rows, so that the call still computes W8A8 as the checkpoint declares (the dequantizing GEMM
+// keeps x in 16 bits: W8A16, closer to float32 than the emulation the GPU is held to; measured on
+// the per-tensor fixture, RESULTS.md twenty-sixth session), else the dequantizing GEMM.
+LinearKernelChoice LinearKernels::Fp8WithoutCublas(const LinearCall& c, const LinearContext& ctx) const {
+  if (Fp8WgmmaTakes(c, ctx)) return {LinearKernel::kFp8Wgmma, 0};
   return {LinearKernel::kFp8Dequant, 0};
+}
+
+LinearKernelChoice LinearKernels::AfterFp8Refusal(const LinearCall& c, const LinearContext& ctx,
+                                                  const absl::Status& why) {
+  const LinearKernelChoice fallback = Fp8WithoutCublas(c, ctx);
+  if (fp8_cublas_refused_.insert(Fp8RefusalKey(c)).second && LogLinearChoice())
+    std::fprintf(stderr, "FP8 linear %lld x %lld x %lld: cuBLASLt refused (%s); the %s takes it\n",
+                 static_cast<long long>(c.m), static_cast<long long>(c.n), static_cast<long long>(c.k),
+                 std::string(why.message()).c_str(), std::string(fallback.Name()).c_str());
+  return fallback;
 }
 
 // Int4 weights, by measurement (benchmarks/RESULTS.md, 4-bit weights: CUDA kernels): regular
@@ -493,7 +512,7 @@ bool LinearKernels::TakesFp8Input(const LinearCall& c, const LinearContext& ctx)
   if (kernel != LinearKernel::kFp8CublasLt) return false;
   // One GEMM over every row of the quantized input (RunFp8W8A8): planned now, as Choose would.
   const absl::Status probe = ProbeFp8Cublas(c, ctx, /*whole=*/true);
-  if (absl::IsUnimplemented(probe)) fp8_cublas_refused_.insert(Fp8RefusalKey(c));
+  if (absl::IsUnimplemented(probe)) return AfterFp8Refusal(c, ctx, probe).kernel == LinearKernel::kFp8Wgmma;
   return probe.ok();
 }
 
@@ -575,12 +594,10 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
                                               c.m, " x ", c.n, " x ", c.k, "): ", st.message()));
     if (absl::IsUnimplemented(st)) {
       // Choose probed the first chunk; a shorter last one can still be refused: the whole call
-      // then takes the dequantizing GEMM (it rewrites every row, so the output stays one kernel's).
-      fp8_cublas_refused_.insert(Fp8RefusalKey(c));
-      if (LogLinearChoice())
-        std::fprintf(stderr, "FP8 linear %lld x %lld: %s; the dequantizing GEMM takes it\n",
-                     static_cast<long long>(c.n), static_cast<long long>(c.k), std::string(st.message()).c_str());
-      return RunFp8Dequant(c, ctx);
+      // then takes what runs without cuBLASLt (it rewrites every row, so the output stays one kernel's).
+      const LinearKernelChoice fallback = AfterFp8Refusal(c, ctx, st);
+      return fallback.kernel == LinearKernel::kFp8Wgmma ? RunFp8W8A8(c, fallback, ctx)
+                                                        : RunFp8Dequant(c, ctx);
     }
     RETURN_IF_ERROR(st);
   }
@@ -594,10 +611,7 @@ absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, co
     // cuBLASLt's FP8 rules (shapes, scale modes) vary between versions: ask it now, so that a
     // refusal is the dequantizing GEMM from the start (and the op is labelled by what runs).
     const absl::Status probe = ProbeFp8Cublas(c, ctx, c.quantized != nullptr);
-    if (absl::IsUnimplemented(probe)) {
-      fp8_cublas_refused_.insert(Fp8RefusalKey(c));
-      return LinearKernelChoice{LinearKernel::kFp8Dequant, 0};
-    }
+    if (absl::IsUnimplemented(probe)) return AfterFp8Refusal(c, ctx, probe);
     RETURN_IF_ERROR(probe);
     return choice;
   }

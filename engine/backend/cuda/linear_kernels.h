@@ -28,16 +28,18 @@ class CublasLtGemm;
 
 enum class LinearKernel : uint8_t {
   // 16/32-bit weights.
-  kCublasLt,  // cuBLASLt GEMM on 16/32-bit operands
-  kGemv,      // the register GEMV, LinearKernelChoice::warps_per_row warps per output row
-  kGemvRing,  // the GEMV's shared-memory ring form (gemv_smem_ring.cuh)
+  kCublasLt,     // cuBLASLt GEMM on 16/32-bit operands
+  kGemv,         // the register GEMV, LinearKernelChoice::warps_per_row warps per output row
+  kGemvRing,     // the GEMV's shared-memory ring form (gemv_smem_ring.cuh)
   kGemmFewRows,  // the tensor-core GEMM for a few rows, stream-K over the SMs (gemm_few_rows.h)
   // FP8 E4M3 weights (gemv_fp8.h, cublaslt_gemm.h, gemm_fp8_dequant.h).
-  kFp8Gemv,      // register GEMV dequantizing in registers, 16-bit x (W8A16)
-  kFp8GemvRing,  // its shared-memory ring form
-  kFp8GemvMma,   // the ring form on the tensor cores (gemv_fp8_mma.cuh): per-tensor/channel scales
-  kFp8CublasLt,  // x quantized to FP8 as the weight declares (fp8_quantize.h), then cuBLASLt's FP8 GEMM (W8A8)
-  kFp8Dequant,   // tensor-core GEMM on weights widened in shared memory, 16-bit x (W8A16): what cuBLASLt refuses
+  kFp8Gemv,         // register GEMV dequantizing in registers, 16-bit x (W8A16)
+  kFp8GemvRing,     // its shared-memory ring form
+  kFp8GemvMma,      // the ring form on the tensor cores (gemv_fp8_mma.cuh): per-tensor/channel scales
+  kFp8CublasLt,     // x quantized to FP8 as the weight declares (fp8_quantize.h), then cuBLASLt's FP8 GEMM
+                    // (W8A8)
+  kFp8Dequant,      // tensor-core GEMM on weights widened in shared memory, 16-bit x (W8A16): what neither
+                    // cuBLASLt nor kFp8Wgmma takes
   kFp8GemmFewRows,  // the few-rows GEMM widening E4M3 in registers, 16-bit x (W8A16): one scale a row
   kFp8Wgmma,        // x quantized as kFp8CublasLt, then the warpgroup GEMM (gemm_fp8_wgmma.h, W8A8)
   // Int4 weights, 16-bit x (W4A16: gemv_w4a16_mma.h, w4a16_dequant.h, gemm_w4a16.h); act-order
@@ -45,8 +47,9 @@ enum class LinearKernel : uint8_t {
   kW4A16MmaGemv,      // the decode batches' kernel: GEMV on the tensor cores (gemv_w4a16_mma.h)
   kW4A16DequantGemm,  // larger batches: slices of rows widened to 16 bits, each cuBLASLt's (w4a16_dequant.h)
   kW4A16Gemm,         // tensor-core GEMM on codes in registers: where the workspace holds no slice
-  kW4A16GemmFewRows,  // the few-rows GEMM forming (code - zero) in registers (gemm_few_rows.h): regular groups
-  kW4A16Wgmma,        // the warpgroup GEMM, fragments formed in registers (gemm_w4a16_wgmma.h): regular groups
+  kW4A16GemmFewRows,  // the few-rows GEMM forming (code - zero) in registers (gemm_few_rows.h): regular
+                      // groups
+  kW4A16Wgmma,  // the warpgroup GEMM, fragments formed in registers (gemm_w4a16_wgmma.h): regular groups
 };
 
 struct LinearKernelChoice {
@@ -138,6 +141,13 @@ class LinearKernels {
   absl::StatusOr<LinearKernelChoice> TimeGemvAgainstCublas(const LinearCall& call, const LinearContext& ctx);
   absl::Status TuneCublas(const LinearCall& call, const LinearContext& ctx);
   LinearKernelChoice ChooseFp8(const LinearCall& call, const LinearContext& ctx) const;
+  // What runs an FP8 call that cuBLASLt does not take: the warpgroup GEMM (W8A8) where it can,
+  // else the dequantizing GEMM.
+  LinearKernelChoice Fp8WithoutCublas(const LinearCall& call, const LinearContext& ctx) const;
+  // Remembers that cuBLASLt refused `call` (`why`: logged with LLM_LOG_LINEAR_CHOICE) and returns
+  // Fp8WithoutCublas.
+  LinearKernelChoice AfterFp8Refusal(const LinearCall& call, const LinearContext& ctx,
+                                     const absl::Status& why);
 
   LinearKernelChoice ChooseW4A16(const LinearCall& call, const LinearContext& ctx) const;
   absl::Status RunW4A16(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx);
@@ -148,7 +158,7 @@ class LinearKernels {
   const CudaBackendOptions& options_;
   std::map<ShapeKey, LinearKernelChoice> timed_;  // autotune_linear's winners
   std::set<ShapeKey> cublas_tuned_;               // tune_cublas_max_rows
-  // FP8 shapes and scale modes for which cuBLASLt has no algorithm: they take kFp8Dequant.
+  // FP8 shapes and scale modes for which cuBLASLt has no algorithm: they take Fp8WithoutCublas.
   // (m, n, k, weight granularity, input quantization) that cuBLASLt refused: its FP8 rules depend
   // on all of them (a static input refused at a shape says nothing of a per-token one).
   std::set<std::tuple<int64_t, int64_t, int64_t, int, int>> fp8_cublas_refused_;

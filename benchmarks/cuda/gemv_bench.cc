@@ -8,7 +8,9 @@
 // does the same after a 10 us predecessor (spin_kernel.h): what each form hides behind it.
 //
 // --fp8: E4M3 weights with per-channel scales (gemv_fp8.h) instead: the register GEMV, the
-// CUDA-core ring and the tensor-core ring (gemv_fp8_mma.cuh); floor = the FP8 bytes.
+// CUDA-core ring and the tensor-core ring (gemv_fp8_mma.cuh), all W8A16, and the W8A8 GEMV
+// (gemv_fp8_w8a8.h) on x's E4M3 codes with per-token scales (as the norm would write them; here
+// they are fixed); floor = the FP8 bytes.
 //
 //   gemv_bench [--out FILE.md] [--reps 10] [--rows 1] [--fp8]
 #include <cuda_runtime.h>
@@ -25,6 +27,7 @@
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemv_fp8.h"
+#include "kernels/cuda/gemm/gemv_fp8_w8a8.h"
 #include "kernels/cuda/norm/rms_norm.h"
 
 namespace llm::bench {
@@ -42,6 +45,7 @@ struct Variant {
   int wpr;  // < 0: cuBLASLt; 0: the GEMV's automatic choice
   int ring_kb = 0;  // != 0: the shared-memory ring form with this ring per block (< 0: its default)
   bool tensor_cores = false;  // FP8: the ring's tensor-core form
+  bool w8a8 = false;          // FP8: the W8A8 GEMV on x's codes
 };
 
 int Main(int argc, char** argv) {
@@ -75,7 +79,8 @@ int Main(int argc, char** argv) {
   const std::vector<Variant> fp8_variants = {{"GEMV auto", 0},
                                              {"GEMV wpr 1", 1},
                                              {"ring (CUDA cores)", 0, -1, false},
-                                             {"ring (tensor cores)", 0, -1, true}};
+                                             {"ring (tensor cores)", 0, -1, true},
+                                             {"W8A8 GEMV", 0, 0, false, true}};
   const std::vector<Variant> bf16_variants = {{"GEMV auto", 0},  {"GEMV wpr 1", 1}, {"GEMV wpr 2", 2},
                                          {"GEMV wpr 4", 4}, {"GEMV wpr 8", 8}, {"ring 96 KB", 0, 96},
                                          {"ring (default: all free shared memory)", 0, -1}, {"cuBLASLt", -1}};
@@ -104,6 +109,11 @@ int Main(int argc, char** argv) {
   BENCH_CUDA(cudaMalloc(&y, rows * 28672 * 2));
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, x, rows * max_k, 1, -1.0f, 1.0f, s));
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kBF16, nw, max_k, 2, 0.5f, 1.5f, s));
+  void *x_codes = nullptr, *x_scales = nullptr;  // the W8A8 GEMV's input
+  BENCH_CUDA(cudaMalloc(&x_codes, rows * max_k));
+  BENCH_CUDA(cudaMalloc(&x_scales, rows * sizeof(float)));
+  BENCH_CHECK(cuda::LaunchFillUniform(DType::kF8E4M3, x_codes, rows * max_k, 4, -400.0f, 400.0f, s));
+  BENCH_CHECK(cuda::LaunchFillUniform(DType::kF32, x_scales, rows, 5, 0.5f / 448, 1.5f / 448, s));
   void* scales = nullptr;
   BENCH_CUDA(cudaMalloc(&scales, 28672 * sizeof(float)));
   BENCH_CHECK(cuda::LaunchFillUniform(DType::kF32, scales, 28672, 3, 0.5f / 448, 1.5f / 448, s));
@@ -129,7 +139,22 @@ int Main(int argc, char** argv) {
     std::vector<std::string> row = {sh.what, std::to_string(sh.n) + " x " + std::to_string(sh.k),
                                     Fmt("%.1f", bytes / 1e6), Fmt("%.2f", floor_us)};
     auto linear = [&](const Variant& v, int i) {
-      if (fp8) {
+      if (v.w8a8) {
+        cuda::Fp8GemmArgs a;
+        a.x = x_codes;
+        a.w = w[i % copies];
+        a.x_scale = static_cast<const float*>(x_scales);
+        a.w_scale = static_cast<const float*>(scales);
+        a.x_mode = a.w_mode = cuda::Fp8ScaleMode::kOuterVector;
+        a.out = y;
+        a.m = rows;
+        a.n = sh.n;
+        a.k = sh.k;
+        cuda::GemvFp8W8A8Options o;
+        o.pdl = true;
+        o.num_sms = prop.multiProcessorCount;
+        BENCH_CHECK(cuda::LaunchGemvFp8W8A8(a, o, s));
+      } else if (fp8) {
         cuda::GemvOptions o;
         o.num_sms = prop.multiProcessorCount;
         o.warps_per_row = v.wpr;

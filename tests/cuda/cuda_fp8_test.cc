@@ -141,7 +141,8 @@ class CudaFp8Test : public ::testing::TestWithParam<DType> {
     ASSERT_TRUE(ops.ok() && !ops->empty());
     const std::string kernel = ops->back().op;
     ASSERT_NE(kernel.find("fp8"), std::string::npos) << kernel;
-    const bool w8a8 = kernel.find("cublasLt") != std::string::npos || kernel.find("wgmma") != std::string::npos;
+    const bool w8a8 = kernel.find("cublasLt") != std::string::npos ||
+                      kernel.find("wgmma") != std::string::npos || kernel.find("w8a8") != std::string::npos;
     const std::vector<float> got = Download(gpu, gout.t);
     const std::vector<float> want = Download(cpu_, (w8a8 ? want8 : want16).t);
     const double err = RelErr(got, want);
@@ -158,23 +159,29 @@ class CudaFp8Test : public ::testing::TestWithParam<DType> {
     ++kernels_seen_[kernel.substr(kernel.find(' ', kernel.find(' ') + 1) + 1)];
   }
 
-  // The GPU's W8A8 Linear of x [m, k] by `g` through the warpgroup GEMM or cuBLASLt (checked by
-  // its op label), with or without cuBLASLt's fast accumulation: its relative error against
-  // `reference`. Leaves the options changed (the caller resets them).
-  double W8A8Error(Tensor x, const DeviceLinear& g, int64_t m, int64_t n, bool wgmma, bool fast_accumulation,
-                   const std::vector<float>& reference) {
+  // The GPU's W8A8 Linear of x [m, k] by `g` through `kernel` (the warpgroup GEMM, the W8A8 GEMV
+  // or cuBLASLt: checked by its op label), with or without cuBLASLt's fast accumulation: its
+  // relative error against `reference`. Leaves the options changed (the caller resets them).
+  enum class W8A8Kernel { kCublasLt, kWgmma, kGemv };
+  double W8A8Error(Tensor x, const DeviceLinear& g, int64_t m, int64_t n, W8A8Kernel kernel,
+                   bool fast_accumulation, const std::vector<float>& reference) {
     CudaBackendOptions& o = gpu_->mutable_options();
     o.gemv_max_rows = 0;
     o.gemm_few_rows_max_rows = 0;
-    o.gemm_fp8_wgmma_max_rows = wgmma ? 64 : 0;
+    o.gemm_fp8_wgmma_max_rows = kernel == W8A8Kernel::kWgmma ? 64 : 0;
+    o.fp8_w8a8_gemv_min_rows = 1;
+    o.fp8_w8a8_gemv_max_rows = kernel == W8A8Kernel::kGemv ? 16 : 0;
     o.fp8_fast_accumulation = fast_accumulation;
     OwnedTensor out = MakeTensor(*gpu_, dtype_, {m, n});
     gpu_->StartOpTiming();
     EXPECT_TRUE(gpu_->Linear(x, g.lw, out.t).ok());
     auto ops = gpu_->CollectOpTimings();
     EXPECT_TRUE(ops.ok() && !ops->empty());
+    const char* label = kernel == W8A8Kernel::kWgmma  ? "wgmma"
+                        : kernel == W8A8Kernel::kGemv ? "w8a8 gemv"
+                                                      : "cublasLt";
     if (ops.ok() && !ops->empty()) {
-      EXPECT_NE(ops->back().op.find(wgmma ? "wgmma" : "cublasLt"), std::string::npos) << ops->back().op;
+      EXPECT_NE(ops->back().op.find(label), std::string::npos) << ops->back().op;
     }
     return RelErr(Download(*gpu_, out.t), reference);
   }
@@ -228,6 +235,7 @@ TEST_P(CudaFp8Test, LinearEveryFormatShapeAndKernel) {
           // default they take those rows only on some GPUs.)
           o.gemm_few_rows_max_rows = variant == 1 ? 8 : CudaBackendOptions::kByDevice;
           o.fp8_gemv_max_rows = variant >= 2 ? 4 : CudaBackendOptions::kByDevice;
+          o.fp8_w8a8_gemv_max_rows = variant >= 1 ? 0 : CudaBackendOptions::kByDevice;
           o.autotune_linear = variant < 2;
           o.gemv_warps_per_row = variant == 2 ? 2 : variant == 3 ? CudaBackendOptions::kGemvRingForm : 0;
           const std::string what = absl::StrCat(s.m, "x", s.n, "x", s.k, " ", f.ToString(), " inputs ",
@@ -258,6 +266,7 @@ TEST_P(CudaFp8Test, GemvMmaEveryRowCountAndShape) {
   CudaBackendOptions& o = gpu_->mutable_options();
   o.gemv_max_rows = 8;
   o.fp8_gemv_max_rows = 8;
+  o.fp8_w8a8_gemv_max_rows = 0;
   o.autotune_linear = false;
   o.gemv_warps_per_row = CudaBackendOptions::kGemvRingForm;
   int calls = 0;
@@ -289,6 +298,7 @@ TEST_P(CudaFp8Test, FewRowsGemmEveryRowCountAndShape) {
   const Shape2 shapes[] = {{130, 256}, {1000, 4096}, {300, 14336}, {4096, 1024}, {264, 384}};
   CudaBackendOptions& o = gpu_->mutable_options();
   o.gemm_few_rows_max_rows = 64;
+  o.fp8_w8a8_gemv_max_rows = 0;
   int calls = 0;
   for (const Shape2& s : shapes) {
     for (int64_t m : {5, 8, 9, 17, 32, 33, 64}) {
@@ -324,6 +334,7 @@ TEST_P(CudaFp8Test, WgmmaGemmEveryRowCountAndShape) {
   o.gemv_max_rows = 0;
   o.gemm_few_rows_max_rows = 0;
   o.gemm_fp8_wgmma_max_rows = 64;
+  o.fp8_w8a8_gemv_max_rows = 0;
   int calls = 0;
   for (const Shape2& s : shapes) {
     for (int64_t m : {1, 5, 16, 17, 31, 32, 33, 50, 64}) {
@@ -359,10 +370,70 @@ TEST_P(CudaFp8Test, WgmmaAsAccurateAsCublas) {
     const std::vector<float> reference = Download(cpu_, want.t);
     double err[2];
     for (int wgmma = 0; wgmma < 2; ++wgmma)
-      err[wgmma] = W8A8Error(gx.t, g, s.m, s.n, /*wgmma=*/wgmma != 0, /*fast_accumulation=*/false, reference);
+      err[wgmma] = W8A8Error(gx.t, g, s.m, s.n, wgmma ? W8A8Kernel::kWgmma : W8A8Kernel::kCublasLt,
+                             /*fast_accumulation=*/false, reference);
     std::printf("[wgmma vs cublasLt] %lldx%lldx%lld: relative error %.3g against %.3g\n", static_cast<long long>(s.m),
                 static_cast<long long>(s.n), static_cast<long long>(s.k), err[1], err[0]);
     EXPECT_LE(err[1], 1.25 * err[0] + 1e-5) << s.m << "x" << s.n << "x" << s.k;
+  }
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
+}
+
+// The W8A8 GEMV (1-16 rows) against the CPU's W8A8 emulation: weight rows in partial groups of 8
+// (n = 7, 9, 130, 300), K from one 64-column chunk to 14336 (every split of K it picks), per-tensor
+// and per-channel weights, static and per-token inputs, bias or none, tiny and large inputs; and
+// K not a multiple of 64 goes to another kernel.
+TEST_P(CudaFp8Test, W8A8GemvEveryRowCountAndShape) {
+  struct Shape2 {
+    int64_t n, k;
+  };
+  const Shape2 shapes[] = {{130, 256}, {1000, 4096}, {300, 14336}, {4096, 1024}, {264, 448},
+                           {512, 192}, {64, 64},     {7, 128},     {9, 320},     {6144, 4096}};
+  CudaBackendOptions& o = gpu_->mutable_options();
+  o.fp8_w8a8_gemv_min_rows = 1;
+  o.fp8_w8a8_gemv_max_rows = 16;
+  int calls = 0;
+  for (const Shape2& s : shapes) {
+    for (int64_t m : {1, 2, 3, 5, 8, 9, 12, 16}) {
+      const StorageFormat f =
+          StorageFormat::Fp8((s.n + m) % 2 ? ScaleGranularity::kTensor : ScaleGranularity::kChannel);
+      const float amp = m == 9 && dtype_ == DType::kBF16 ? 3.0e5f : m == 3 ? 1.0e-3f : 2.0f;
+      const ActivationQuant quant =
+          m == 16 || m == 5 ? ActivationQuant::kStaticPerTensor : ActivationQuant::kDynamicPerToken;
+      const std::string what = absl::StrCat(m, "x", s.n, "x", s.k, " ", f.ToString(), " |x| < ", amp,
+                                            " inputs ", std::string(ActivationQuantName(quant)));
+      CheckLinear(what, m, s.n, s.k, f, quant, (s.n + m) % 3 == 0, *gpu_, amp);
+      ++calls;
+    }
+  }
+  EXPECT_EQ(kernels_seen_["fp8 w8a8 gemv"], calls);
+  kernels_seen_.clear();
+  CheckLinear("4x256x208", 4, 256, 208, StorageFormat::Fp8(ScaleGranularity::kChannel),
+              ActivationQuant::kDynamicPerToken, false, *gpu_);
+  EXPECT_EQ(kernels_seen_["fp8 w8a8 gemv"], 0);
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
+}
+
+// The W8A8 GEMV is as accurate as cuBLASLt's FP8 GEMM with promoted sums (as the warpgroup GEMM
+// above): it adds its MMAs' sums into float32 totals every 128 columns.
+TEST_P(CudaFp8Test, W8A8GemvAsAccurateAsCublas) {
+  struct Shape3 {
+    int64_t m, n, k;
+  };
+  const Shape3 shapes[] = {{1, 4096, 4096}, {8, 1000, 320}, {16, 512, 14336}, {3, 640, 2048}, {12, 256, 128}};
+  for (const Shape3& s : shapes) {
+    PerChannelCase c = MakePerChannelCase(s.m, s.n, s.k);
+    OwnedTensor want = MakeTensor(cpu_, DType::kF32, {s.m, s.n});
+    ASSERT_TRUE(cpu_w8a8_->Linear(c.hx.t, c.h.lw, want.t).ok());
+    const std::vector<float> reference = Download(cpu_, want.t);
+    const double cublas = W8A8Error(c.gx.t, c.g, s.m, s.n, W8A8Kernel::kCublasLt, false, reference);
+    const double gemv = W8A8Error(c.gx.t, c.g, s.m, s.n, W8A8Kernel::kGemv, false, reference);
+    std::printf("[w8a8 gemv vs cublasLt] %lldx%lldx%lld: relative error %.3g against %.3g\n",
+                static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), gemv,
+                cublas);
+    EXPECT_LE(gemv, 1.25 * cublas + 1e-5) << s.m << "x" << s.n << "x" << s.k;
   }
   gpu_->mutable_options() = CudaBackendOptions{};
   gpu_->mutable_options().dtype = dtype_;
@@ -390,7 +461,8 @@ TEST_P(CudaFp8Test, CublasFastAccumulationCostsLittleAgainstTheActivationRoundin
     const double activation_rounding = RelErr(Download(cpu_, w8a16.t), reference);
     double err[2];
     for (int fast = 0; fast < 2; ++fast)
-      err[fast] = W8A8Error(gx.t, g, s.m, s.n, /*wgmma=*/false, /*fast_accumulation=*/fast != 0, reference);
+      err[fast] =
+          W8A8Error(gx.t, g, s.m, s.n, W8A8Kernel::kCublasLt, /*fast_accumulation=*/fast != 0, reference);
     std::printf("[fast accumulation] %lldx%lldx%lld: relative error %.3g (promoted %.3g); activation rounding %.3g\n",
                 static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), err[1], err[0],
                 activation_rounding);
@@ -490,6 +562,7 @@ TEST_P(CudaFp8Test, NormAndResidualFusedInTheGemv) {
   o.fp8_gemv_max_rows = 4;  // the H100's cut-overs, whatever runs the test
   o.gemm_few_rows_max_rows = 8;
   o.gemm_fp8_wgmma_max_rows = 32;
+  o.fp8_w8a8_gemv_max_rows = 0;
   const float eps = 1e-5f;
   for (const Case& c : cases)
     for (const StorageFormat& format : Formats()) {
@@ -537,7 +610,15 @@ TEST_P(CudaFp8Test, LinearInRowChunks) {
 // at 64 rows every tile straddles blocks) and cuBLASLt (128 rows, and the block-scaled weights).
 TEST_P(CudaFp8Test, LinearReplayedFromAGraph) {
   gpu_->mutable_options().gemm_fp8_wgmma_max_rows = 64;
-  for (int64_t m : {1, 2, 3, 4, 8, 16, 32, 64, 128}) {
+  gpu_->mutable_options().fp8_w8a8_gemv_min_rows = 1;
+  struct Rows {
+    int64_t m;
+    int w8a8_gemv_rows;
+  };
+  for (const Rows r : {Rows{1, 0}, Rows{2, 0}, Rows{3, 0}, Rows{4, 0}, Rows{8, 0}, Rows{16, 0}, Rows{32, 0},
+                       Rows{64, 0}, Rows{128, 0}, Rows{1, 16}, Rows{8, 16}, Rows{16, 16}}) {
+    const int64_t m = r.m;
+    gpu_->mutable_options().fp8_w8a8_gemv_max_rows = r.w8a8_gemv_rows;
     for (const StorageFormat& f : Formats()) {
       const int64_t n = 512, k = 1024;
       const Fp8Weight q = Quantize(RandomVec(rng_, n * k, -0.5f, 0.5f), n, k, f);
@@ -555,11 +636,14 @@ TEST_P(CudaFp8Test, LinearReplayedFromAGraph) {
         Poison(*gpu_, out.t);
         ASSERT_TRUE((*graph)->Replay().ok());
         ASSERT_TRUE(gpu_->Linear(gx.t, g.lw, eager.t).ok());
-        EXPECT_EQ(Download(*gpu_, out.t), Download(*gpu_, eager.t)) << m << " rows, " << f.ToString();
+        EXPECT_EQ(Download(*gpu_, out.t), Download(*gpu_, eager.t))
+            << m << " rows, " << f.ToString() << ", W8A8 GEMV up to " << r.w8a8_gemv_rows;
       }
     }
   }
   gpu_->mutable_options().gemm_fp8_wgmma_max_rows = CudaBackendOptions{}.gemm_fp8_wgmma_max_rows;
+  gpu_->mutable_options().fp8_w8a8_gemv_max_rows = CudaBackendOptions{}.fp8_w8a8_gemv_max_rows;
+  gpu_->mutable_options().fp8_w8a8_gemv_min_rows = CudaBackendOptions{}.fp8_w8a8_gemv_min_rows;
 }
 
 // --- FP8 inputs quantized by the op that writes them (Backend::Fp8Input) ---
@@ -718,68 +802,79 @@ TEST_P(CudaFp8Test, LinearTakesItsInputQuantizedByTheNorm) {
   o.fp8_gemv_max_rows = 4;
   o.gemm_few_rows_max_rows = 8;
   o.gemm_fp8_wgmma_max_rows = 32;
-  for (const StorageFormat& f : Formats()) {
-    for (ActivationQuant a : {ActivationQuant::kDynamicPerToken, ActivationQuant::kStaticPerTensor,
-                              ActivationQuant::kDynamicPerGroup}) {
-      const Fp8Weight q = Quantize(RandomVec(rng_, n * k, -0.5f, 0.5f), n, k, f);
-      DeviceLinear g = Place(*gpu_, dtype_, q, n, k, Rand(n), a, 3.0f / 448.0f);
-      const bool per_group = a == ActivationQuant::kDynamicPerGroup;
-      for (const int64_t m : {1, 8, 9, 32, 48, 200}) {
-        SCOPED_TRACE(absl::StrCat(f.ToString(), " input ", static_cast<int>(a), ", ", m, " rows"));
-        const bool takes = gpu_->TakesFp8Input(g.lw, m);
-        const bool w8a16_rows = m <= 8;
-        const bool block_scaled = f.granularity == ScaleGranularity::kBlock || f.granularity == ScaleGranularity::kGroup;
-        // Block/group weights with per-token or static inputs: cuBLASLt's rules decide (no claim).
-        if (per_group || (w8a16_rows && !block_scaled)) {
-          EXPECT_FALSE(takes);
+  o.fp8_w8a8_gemv_min_rows = 1;
+  for (const int w8a8_gemv_rows : {0, 16})  // and with the W8A8 GEMV taking 1-16 rows
+    for (const StorageFormat& f : Formats()) {
+      o.fp8_w8a8_gemv_max_rows = w8a8_gemv_rows;
+      for (ActivationQuant a : {ActivationQuant::kDynamicPerToken, ActivationQuant::kStaticPerTensor,
+                                ActivationQuant::kDynamicPerGroup}) {
+        const Fp8Weight q = Quantize(RandomVec(rng_, n * k, -0.5f, 0.5f), n, k, f);
+        DeviceLinear g = Place(*gpu_, dtype_, q, n, k, Rand(n), a, 3.0f / 448.0f);
+        const bool per_group = a == ActivationQuant::kDynamicPerGroup;
+        for (const int64_t m : {1, 8, 9, 32, 48, 200}) {
+          SCOPED_TRACE(absl::StrCat(f.ToString(), " input ", static_cast<int>(a), ", ", m, " rows"));
+          const bool takes = gpu_->TakesFp8Input(g.lw, m);
+          const bool w8a16_rows = m <= 8 && m > w8a8_gemv_rows;
+          const bool block_scaled =
+              f.granularity == ScaleGranularity::kBlock || f.granularity == ScaleGranularity::kGroup;
+          // Block/group weights with per-token or static inputs: cuBLASLt's rules decide (no claim).
+          if (per_group || (w8a16_rows && !block_scaled)) {
+            EXPECT_FALSE(takes);
+          }
+          if (!takes) continue;
+          const std::vector<float> residual = Rand(m * k, -2, 2);
+          OwnedTensor res_a = Upload(*gpu_, dtype_, {m, k}, residual),
+                      res_b = Upload(*gpu_, dtype_, {m, k}, residual),
+                      delta = Upload(*gpu_, dtype_, {m, k}, Rand(m * k)),
+                      norm_w = Upload(*gpu_, dtype_, {k}, Rand(k, 0.5f, 1.5f));
+          OwnedTensor normed_a = MakeTensor(*gpu_, dtype_, {m, k}),
+                      normed_b = MakeTensor(*gpu_, dtype_, {m, k});
+          OwnedTensor codes = MakeTensor(*gpu_, DType::kF8E4M3, {m, k}),
+                      scales = MakeTensor(*gpu_, DType::kF32, {m});
+          OwnedTensor out_a = MakeTensor(*gpu_, dtype_, {m, n}), out_b = MakeTensor(*gpu_, dtype_, {m, n});
+          const Fp8Input input{codes.t, scales.t};
+          Poison(*gpu_, normed_a.t);
+          gpu_->StartOpTiming();
+          ASSERT_TRUE(gpu_->AddRmsNormFp8(res_a.t, delta.t, norm_w.t, 1e-5f, normed_a.t, g.lw, input).ok());
+          const std::vector<uint8_t> normed_after = Bytes(*gpu_, normed_a.t);
+          ASSERT_TRUE(gpu_->LinearFp8Input(normed_a.t, input, g.lw, out_a.t).ok());
+          auto ops = gpu_->CollectOpTimings();
+          ASSERT_TRUE(ops.ok() && ops->size() == 2);
+          const std::string kernel = ops->back().op;
+          ASSERT_TRUE(gpu_->AddRmsNorm(res_b.t, delta.t, norm_w.t, 1e-5f, normed_b.t).ok());
+          ASSERT_TRUE(gpu_->Linear(normed_b.t, g.lw, out_b.t).ok());
+          EXPECT_EQ(Bytes(*gpu_, out_a.t), Bytes(*gpu_, out_b.t)) << kernel;
+          // TakesFp8Input asked cuBLASLt first (it refuses e.g. per-tensor weights with a static
+          // input scale at 48 rows on an H100; then the answer was no): a yes is a W8A8 GEMM that
+          // reads only the codes, so the norm left its 16-bit output unwritten.
+          EXPECT_TRUE(kernel.find("wgmma") != std::string::npos ||
+                      kernel.find("cublasLt") != std::string::npos ||
+                      kernel.find("w8a8") != std::string::npos)
+              << kernel;
+          EXPECT_TRUE(std::all_of(normed_after.begin(), normed_after.end(), [](uint8_t b) {
+            return b == 0xFF;
+          })) << "the 16-bit output was written";
+          ASSERT_TRUE(gpu_->TakesFp8Input(g.lw, m));
+          // Replayed from a graph after new inputs: still the plain path's outputs.
+          ASSERT_TRUE(gpu_->BeginCapture().ok());
+          ASSERT_TRUE(gpu_->AddRmsNormFp8(res_a.t, delta.t, norm_w.t, 1e-5f, normed_a.t, g.lw, input).ok());
+          ASSERT_TRUE(gpu_->LinearFp8Input(normed_a.t, input, g.lw, out_a.t).ok());
+          auto graph = gpu_->EndCapture();
+          ASSERT_TRUE(graph.ok()) << graph.status();
+          const std::vector<float> next = Rand(m * k, -3, 3);
+          ASSERT_TRUE(gpu_->UploadConverted(next.data(), DType::kF32, res_a.t).ok());
+          ASSERT_TRUE(gpu_->UploadConverted(next.data(), DType::kF32, res_b.t).ok());
+          Poison(*gpu_, out_a.t);
+          ASSERT_TRUE((*graph)->Replay().ok());
+          ASSERT_TRUE(gpu_->AddRmsNorm(res_b.t, delta.t, norm_w.t, 1e-5f, normed_b.t).ok());
+          ASSERT_TRUE(gpu_->Linear(normed_b.t, g.lw, out_b.t).ok());
+          EXPECT_EQ(Bytes(*gpu_, out_a.t), Bytes(*gpu_, out_b.t)) << kernel << ", replayed";
         }
-        if (!takes) continue;
-        const std::vector<float> residual = Rand(m * k, -2, 2);
-        OwnedTensor res_a = Upload(*gpu_, dtype_, {m, k}, residual), res_b = Upload(*gpu_, dtype_, {m, k}, residual),
-                    delta = Upload(*gpu_, dtype_, {m, k}, Rand(m * k)), norm_w = Upload(*gpu_, dtype_, {k}, Rand(k, 0.5f, 1.5f));
-        OwnedTensor normed_a = MakeTensor(*gpu_, dtype_, {m, k}), normed_b = MakeTensor(*gpu_, dtype_, {m, k});
-        OwnedTensor codes = MakeTensor(*gpu_, DType::kF8E4M3, {m, k}), scales = MakeTensor(*gpu_, DType::kF32, {m});
-        OwnedTensor out_a = MakeTensor(*gpu_, dtype_, {m, n}), out_b = MakeTensor(*gpu_, dtype_, {m, n});
-        const Fp8Input input{codes.t, scales.t};
-        Poison(*gpu_, normed_a.t);
-        gpu_->StartOpTiming();
-        ASSERT_TRUE(gpu_->AddRmsNormFp8(res_a.t, delta.t, norm_w.t, 1e-5f, normed_a.t, g.lw, input).ok());
-        const std::vector<uint8_t> normed_after = Bytes(*gpu_, normed_a.t);
-        ASSERT_TRUE(gpu_->LinearFp8Input(normed_a.t, input, g.lw, out_a.t).ok());
-        auto ops = gpu_->CollectOpTimings();
-        ASSERT_TRUE(ops.ok() && ops->size() == 2);
-        const std::string kernel = ops->back().op;
-        ASSERT_TRUE(gpu_->AddRmsNorm(res_b.t, delta.t, norm_w.t, 1e-5f, normed_b.t).ok());
-        ASSERT_TRUE(gpu_->Linear(normed_b.t, g.lw, out_b.t).ok());
-        EXPECT_EQ(Bytes(*gpu_, out_a.t), Bytes(*gpu_, out_b.t)) << kernel;
-        // TakesFp8Input asked cuBLASLt first (it refuses e.g. per-tensor weights with a static
-        // input scale at 48 rows on an H100; then the answer was no): a yes is a W8A8 GEMM that
-        // reads only the codes, so the norm left its 16-bit output unwritten.
-        EXPECT_TRUE(kernel.find("wgmma") != std::string::npos || kernel.find("cublasLt") != std::string::npos)
-            << kernel;
-        EXPECT_TRUE(std::all_of(normed_after.begin(), normed_after.end(), [](uint8_t b) { return b == 0xFF; }))
-            << "the 16-bit output was written";
-        ASSERT_TRUE(gpu_->TakesFp8Input(g.lw, m));
-        // Replayed from a graph after new inputs: still the plain path's outputs.
-        ASSERT_TRUE(gpu_->BeginCapture().ok());
-        ASSERT_TRUE(gpu_->AddRmsNormFp8(res_a.t, delta.t, norm_w.t, 1e-5f, normed_a.t, g.lw, input).ok());
-        ASSERT_TRUE(gpu_->LinearFp8Input(normed_a.t, input, g.lw, out_a.t).ok());
-        auto graph = gpu_->EndCapture();
-        ASSERT_TRUE(graph.ok()) << graph.status();
-        const std::vector<float> next = Rand(m * k, -3, 3);
-        ASSERT_TRUE(gpu_->UploadConverted(next.data(), DType::kF32, res_a.t).ok());
-        ASSERT_TRUE(gpu_->UploadConverted(next.data(), DType::kF32, res_b.t).ok());
-        Poison(*gpu_, out_a.t);
-        ASSERT_TRUE((*graph)->Replay().ok());
-        ASSERT_TRUE(gpu_->AddRmsNorm(res_b.t, delta.t, norm_w.t, 1e-5f, normed_b.t).ok());
-        ASSERT_TRUE(gpu_->Linear(normed_b.t, g.lw, out_b.t).ok());
-        EXPECT_EQ(Bytes(*gpu_, out_a.t), Bytes(*gpu_, out_b.t)) << kernel << ", replayed";
+        gpu_->mutable_options().fuse_fp8_input_quant = false;
+        EXPECT_FALSE(gpu_->TakesFp8Input(g.lw, 32));
+        gpu_->mutable_options().fuse_fp8_input_quant = true;
       }
-      gpu_->mutable_options().fuse_fp8_input_quant = false;
-      EXPECT_FALSE(gpu_->TakesFp8Input(g.lw, 32));
-      gpu_->mutable_options().fuse_fp8_input_quant = true;
     }
-  }
   // A bad call is an error, not a crash: rows for which the weight takes no quantized input.
   const Fp8Weight q = Quantize(RandomVec(rng_, n * k, -0.5f, 0.5f), n, k, StorageFormat::Fp8(ScaleGranularity::kChannel));
   DeviceLinear g = Place(*gpu_, dtype_, q, n, k, {}, ActivationQuant::kDynamicPerToken, 0);
@@ -869,6 +964,7 @@ TEST_P(CudaFp8Test, QkvRopeFusedInTheGemv) {
   o.fp8_gemv_max_rows = 4;  // the H100's cut-overs, whatever runs the test
   o.gemm_few_rows_max_rows = 8;
   o.gemm_fp8_wgmma_max_rows = 32;
+  o.fp8_w8a8_gemv_max_rows = 0;
   const int heads = 8, kv_heads = 2, k = 1024;
   for (const Case& c : cases) {
     o.autotune_linear = c.wpr == 0;

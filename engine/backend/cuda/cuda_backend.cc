@@ -224,6 +224,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
     impl->options.tune_cublas_candidates = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS"); v != nullptr) impl->options.gemm_few_rows_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FP8_WGMMA"); v != nullptr) impl->options.gemm_fp8_wgmma_max_rows = std::atoi(v);
+  if (const char* v = std::getenv("LLM_FP8_W8A8_GEMV"); v != nullptr)
+    impl->options.fp8_w8a8_gemv_max_rows = std::atoi(v);
+  if (const char* v = std::getenv("LLM_FP8_W8A8_GEMV_MIN"); v != nullptr)
+    impl->options.fp8_w8a8_gemv_min_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_FP8_GEMV_MAX_ROWS"); v != nullptr) impl->options.fp8_gemv_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_FP8_FUSED_QUANT"); v != nullptr && v[0] == '0')
     impl->options.fuse_fp8_input_quant = false;

@@ -101,6 +101,17 @@ struct CudaBackendOptions {
   // 64-row graph -9.5%), so 16 there; the H100's 32 predates that form (cutovers_device.sh
   // compares 16 and 32 there).
   int gemm_fp8_wgmma_max_rows = kByDevice;
+  // FP8 linears that quantize x per token or per tensor (W8A8), with one weight scale a row or a
+  // tensor, from fp8_w8a8_gemv_min_rows to this many rows (at most cuda::kGemvFp8W8A8MaxRows: 16):
+  // the W8A8 GEMV (gemv_fp8_w8a8.h) before any other FP8 kernel. By measurement (8B FP8 step,
+  // benchmarks/RESULTS.md, twenty-sixth session): on an H200 batch 2 / 4 / 8 -3.7% / -2.1% / -0.8%
+  // against the warpgroup GEMM, 16 +16% (its two token tiles carry half the loads), so 8 there; on
+  // an H100 not measured (cutovers_device.sh compares it), so 0. 0: none (LLM_FP8_W8A8_GEMV=N).
+  int fp8_w8a8_gemv_max_rows = kByDevice;
+  // One row keeps the W8A16 register GEMV, which takes the norm, RoPE, SiLU and the residual add
+  // into its kernels (the W8A8 GEMV fuses none: batch 1 +7% with it on an H200).
+  // LLM_FP8_W8A8_GEMV_MIN=N.
+  int fp8_w8a8_gemv_min_rows = 2;
   // The same for 16-bit weights; 0 by measurement (an H100 8B step at batch 8 ties cuBLASLt, at 32
   // and 64 it is 5-12% slower: benchmarks/RESULTS.md). LLM_GEMM_FEW_ROWS_16BIT.
   int gemm_few_rows_16bit_max_rows = 0;

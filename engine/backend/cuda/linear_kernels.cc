@@ -20,6 +20,7 @@
 #include "kernels/cuda/gemm/gemm_w4a16_wgmma.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemv_fp8.h"
+#include "kernels/cuda/gemm/gemv_fp8_w8a8.h"
 #include "kernels/cuda/gemm/gemv_w4a16_mma.h"
 #include "kernels/cuda/gemm/w4a16_dequant.h"
 #include "kernels/cuda/gemm/w4a16_permute.h"
@@ -46,7 +47,7 @@ const void* BiasOf(const LinearCall& c) { return c.w->bias.empty() ? nullptr : c
 // (cuda_backend.h says where): an H100 SXM (3.35 TB/s) takes the first values, an H200 (4.8 TB/s)
 // the second. Between them nothing was measured; 4 TB/s splits them.
 struct RowCutovers {
-  int fp8_gemv_max, fp8_few_rows_max, fp8_wgmma_max;
+  int fp8_gemv_max, fp8_few_rows_max, fp8_wgmma_max, fp8_w8a8_gemv_max;
 };
 RowCutovers RowCutoversFor(const CudaBackendOptions& o, const LinearContext& ctx) {
   const bool fast_memory = ctx.dram_bytes_per_second >= 4e12;
@@ -54,7 +55,7 @@ RowCutovers RowCutoversFor(const CudaBackendOptions& o, const LinearContext& ctx
     return option != CudaBackendOptions::kByDevice ? option : fast_memory ? fast : slow;
   };
   return {pick(o.fp8_gemv_max_rows, cuda::kGemvMaxRows, 1), pick(o.gemm_few_rows_max_rows, 8, 0),
-          pick(o.gemm_fp8_wgmma_max_rows, 32, 16)};
+          pick(o.gemm_fp8_wgmma_max_rows, 32, 16), pick(o.fp8_w8a8_gemv_max_rows, 0, 8)};
 }
 
 absl::Status RunGemv(const LinearCall& c, LinearKernelChoice choice, const CudaBackendOptions& o,
@@ -301,6 +302,13 @@ absl::Status ProbeFp8Cublas(const LinearCall& c, const LinearContext& ctx, bool 
   return ctx.gemm->PlanFp8(last);
 }
 
+// Whether the W8A8 GEMV takes the call (x quantized whole: at most 16 rows).
+bool Fp8W8A8GemvTakes(const LinearCall& c, const LinearContext& ctx) {
+  if (c.out.dtype() != c.act) return false;
+  const std::optional<cuda::Fp8GemmArgs> first = FirstFp8Chunk(c, ctx);
+  return first && first->m == c.m && cuda::GemvFp8W8A8Supports(*first);
+}
+
 // Whether the warpgroup GEMM takes every chunk of the call (x quantized whole when it fits).
 bool Fp8WgmmaTakes(const LinearCall& c, const LinearContext& ctx) {
   if (c.out.dtype() != c.act || ctx.few_rows_workspace_bytes < cuda::GemmFp8WgmmaWorkspaceBytes(ctx.num_sms))
@@ -324,6 +332,8 @@ std::string_view LinearKernelChoice::Name() const {
     case LinearKernel::kFp8Dequant: return "fp8 dequant gemm";
     case LinearKernel::kFp8GemmFewRows: return "fp8 few-rows gemm";
     case LinearKernel::kFp8Wgmma: return "fp8 wgmma gemm";
+    case LinearKernel::kFp8W8A8Gemv:
+      return "fp8 w8a8 gemv";
     case LinearKernel::kW4A16MmaGemv: return "w4a16 mma gemv";
     case LinearKernel::kW4A16DequantGemm: return "w4a16 dequant gemm";
     case LinearKernel::kW4A16Gemm: return "w4a16 gemm";
@@ -339,6 +349,9 @@ std::string_view LinearKernelChoice::Name() const {
 LinearKernelChoice LinearKernels::ChooseFp8(const LinearCall& c, const LinearContext& ctx) const {
   const CudaBackendOptions& o = options_;
   const RowCutovers cut = RowCutoversFor(o, ctx);
+  // Where the rows are in the W8A8 GEMV's range (RowCutovers), x quantized per token or tensor.
+  if (c.m >= o.fp8_w8a8_gemv_min_rows && c.m <= cut.fp8_w8a8_gemv_max && Fp8W8A8GemvTakes(c, ctx))
+    return {LinearKernel::kFp8W8A8Gemv, 0};
   if (c.m <= o.gemv_max_rows && c.m <= cut.fp8_gemv_max && c.m <= cuda::kGemvMaxRows &&
       cuda::GemvFp8Supported(c.act, c.k, WeightScales(*c.w))) {
     const int wpr = o.gemv_warps_per_row;
@@ -508,7 +521,7 @@ bool LinearKernels::TakesFp8Input(const LinearCall& c, const LinearContext& ctx)
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (!modes || modes->quantize == cuda::Fp8ActivationScaling::kPerGroup) return false;
   const LinearKernel kernel = ChooseFp8(c, ctx).kernel;
-  if (kernel == LinearKernel::kFp8Wgmma) return true;
+  if (kernel == LinearKernel::kFp8Wgmma || kernel == LinearKernel::kFp8W8A8Gemv) return true;
   if (kernel != LinearKernel::kFp8CublasLt) return false;
   // One GEMM over every row of the quantized input (RunFp8W8A8): planned now, as Choose would.
   const absl::Status probe = ProbeFp8Cublas(c, ctx, /*whole=*/true);
@@ -559,6 +572,13 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
                                               chunk.q, chunk.scales, mc, c.k, modes->quantize, static_scale,
                                               ctx.stream, options_.programmatic_launch));
     const cuda::Fp8GemmArgs a = Fp8ArgsFor(c, ctx, *modes, chunk.q, chunk.scales, r0, mc);
+    if (choice.kernel == LinearKernel::kFp8W8A8Gemv) {
+      cuda::GemvFp8W8A8Options go;
+      go.pdl = options_.programmatic_launch;
+      go.num_sms = ctx.num_sms;
+      RETURN_IF_ERROR(cuda::LaunchGemvFp8W8A8(a, go, ctx.stream));
+      continue;
+    }
     if (choice.kernel == LinearKernel::kFp8Wgmma) {
       cuda::GemmFp8WgmmaOptions wo;
       wo.pdl = options_.programmatic_launch;
@@ -730,7 +750,9 @@ absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, 
     case LinearKernel::kFp8GemvRing:
     case LinearKernel::kFp8GemvMma: return RunFp8Gemv(c, choice, options_, ctx);
     case LinearKernel::kFp8CublasLt:
-    case LinearKernel::kFp8Wgmma: return RunFp8W8A8(c, choice, ctx);
+    case LinearKernel::kFp8Wgmma:
+    case LinearKernel::kFp8W8A8Gemv:
+      return RunFp8W8A8(c, choice, ctx);
     case LinearKernel::kFp8Dequant: return RunFp8Dequant(c, ctx);
     case LinearKernel::kW4A16MmaGemv:
     case LinearKernel::kW4A16DequantGemm:

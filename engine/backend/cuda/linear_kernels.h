@@ -42,6 +42,7 @@ enum class LinearKernel : uint8_t {
                     // cuBLASLt nor kFp8Wgmma takes
   kFp8GemmFewRows,  // the few-rows GEMM widening E4M3 in registers, 16-bit x (W8A16): one scale a row
   kFp8Wgmma,        // x quantized as kFp8CublasLt, then the warpgroup GEMM (gemm_fp8_wgmma.h, W8A8)
+  kFp8W8A8Gemv,     // x quantized as kFp8CublasLt, then the W8A8 GEMV (gemv_fp8_w8a8.h): 1-16 rows
   // Int4 weights, 16-bit x (W4A16: gemv_w4a16_mma.h, w4a16_dequant.h, gemm_w4a16.h); act-order
   // inputs permuted first.
   kW4A16MmaGemv,      // the decode batches' kernel: GEMV on the tensor cores (gemv_w4a16_mma.h)

@@ -38,6 +38,19 @@ struct Mma16816<__half> {
   }
 };
 
+// c += A · B on E4M3 operands over 32 columns (mma.m16n8k32, float32 accumulation; sm_89+). A
+// (16 x 32, row-major): a0 (g, 4t..4t+3), a1 (g + 8, 4t..), a2 (g, 16 + 4t..), a3 (g + 8, 16 + 4t..);
+// B (32 x 8, col-major): b0 (k 4t..4t+3, n g), b1 (k 16 + 4t.., n g); C as above. The lowest index
+// in each register's low byte.
+__device__ __forceinline__ void MmaE4m3x32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                           uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // Four 8 x 8 matrices of 16-bit elements; lane l gives the address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void LdMatrixX4(uint32_t r[4], const void* smem) {
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));

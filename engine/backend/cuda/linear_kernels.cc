@@ -629,7 +629,7 @@ absl::StatusOr<LinearKernelChoice> LinearKernels::Choose(const LinearCall& c, co
     const LinearKernelChoice choice = ChooseFp8(c, ctx);
     if (choice.kernel != LinearKernel::kFp8CublasLt) return choice;
     // cuBLASLt's FP8 rules (shapes, scale modes) vary between versions: ask it now, so that a
-    // refusal is the dequantizing GEMM from the start (and the op is labelled by what runs).
+    // refusal takes what runs without cuBLASLt from the start (and the op is labelled by what runs).
     const absl::Status probe = ProbeFp8Cublas(c, ctx, c.quantized != nullptr);
     if (absl::IsUnimplemented(probe)) return AfterFp8Refusal(c, ctx, probe);
     RETURN_IF_ERROR(probe);

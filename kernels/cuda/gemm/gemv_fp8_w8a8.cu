@@ -82,55 +82,48 @@ __device__ __forceinline__ void StorePair(const W8A8Params& p, int tok, int col,
   }
 }
 
-// grid: ceil(ceil(n / (8 kGroups)) * split / kWarps) blocks of kWarps warps. Warp w of block b
-// takes row tile b * (kWarps / split) + w / split (kGroups groups of 8 weight rows) and part
-// w % split of its 64-column chunks; lane (g, t) loads row g's bytes 16t..16t+15 of each chunk in
-// each group (the B operands of the chunk's two MMAs a group: .x/.y, then .z/.w) and, for tokens g
-// and g + 8, the same bytes of x (A, shared by the groups: x is read once for 8 kGroups rows).
-// kUnroll chunks of W are in flight a lane ahead of the ones being multiplied. The split's sums are
-// added in part order through shared memory (deterministic); lane (g, t) then holds tokens g, g + 8
-// at weight rows 2t, 2t + 1 of each group.
-template <typename TOut, bool kTwoTokenTiles, int kUnroll, int kGroups>
+// grid: ceil(ceil(n / 8) * split / kWarps) blocks of kWarps warps. Warp w of block b takes row
+// group b * (kWarps / split) + w / split (weight rows 8 of them) and part w % split of its 64-column
+// chunks; lane (g, t) loads row g's bytes 16t..16t+15 of each chunk (the B operand of the chunk's
+// two MMAs: .x/.y, then .z/.w) and, for tokens g and g + 8, the same bytes of x (A). kUnroll chunks
+// of W are in flight a lane ahead of the ones being multiplied. The split's sums are added in part
+// order through shared memory (deterministic); lane (g, t) then holds tokens g, g + 8 at weight
+// rows 2t, 2t + 1 of its group.
+template <typename TOut, bool kTwoTokenTiles, int kUnroll>
 __global__ void __launch_bounds__(kWarps * 32, 2) GemvFp8W8A8Kernel(W8A8Params p) {
   static_assert(kUnroll % kPromoteChunks == 0, "promotion at batch boundaries");
-  __shared__ float partial[kWarps][kGroups * 4][32];
+  __shared__ float partial[kWarps][4][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int tiles_per_block = kWarps / p.split;
-  const int tile = blockIdx.x * tiles_per_block + warp / p.split, part = warp % p.split;
-  const int n0 = tile * 8 * kGroups;
+  const int groups_per_block = kWarps / p.split;
+  const int group = blockIdx.x * groups_per_block + warp / p.split, part = warp % p.split;
+  const int n0 = group * 8;
   const bool active = n0 < p.n;
+  const int row = min(n0 + g, p.n - 1);  // rows past n load row n - 1; their sums are never stored
   const int chunks = p.k / kChunkCols;
   const int len = (chunks + p.split - 1) / p.split;
   const int begin = min(chunks, part * len), end = min(chunks, begin + len);
-  const uint8_t* wr[kGroups];
-#pragma unroll
-  for (int q = 0; q < kGroups; ++q)  // rows past n load row n - 1; their sums are never stored
-    wr[q] = p.w + static_cast<int64_t>(min(n0 + 8 * q + g, p.n - 1)) * p.k + 16 * t;
+  const uint8_t* wr = p.w + static_cast<int64_t>(row) * p.k + 16 * t;
   const bool tok0 = g < p.m, tok1 = kTwoTokenTiles && g + 8 < p.m;
   const uint8_t* x0 = p.x + static_cast<int64_t>(tok0 ? g : 0) * p.k + 16 * t;
   const uint8_t* x1 = p.x + static_cast<int64_t>(tok1 ? g + 8 : 0) * p.k + 16 * t;
 
-  uint4 cur[kUnroll][kGroups];
+  uint4 cur[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int idx = begin + u;
-#pragma unroll
-    for (int q = 0; q < kGroups; ++q)
-      cur[u][q] = active && idx < end ? LoadWeights(wr[q] + static_cast<int64_t>(idx) * kChunkCols)
-                                      : make_uint4(0, 0, 0, 0);
+    cur[u] = active && idx < end ? LoadWeights(wr + static_cast<int64_t>(idx) * kChunkCols)
+                                 : make_uint4(0, 0, 0, 0);
   }
   GridDependencyWait();
 
-  float total[kGroups][4] = {};
+  float total[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int base = begin; base < end; base += kUnroll) {
-    uint4 nxt[kUnroll][kGroups];
+    uint4 nxt[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int idx = base + kUnroll + u;
-#pragma unroll
-      for (int q = 0; q < kGroups; ++q)
-        nxt[u][q] = active && idx < end ? LoadWeights(wr[q] + static_cast<int64_t>(idx) * kChunkCols)
-                                        : make_uint4(0, 0, 0, 0);
+      nxt[u] = active && idx < end ? LoadWeights(wr + static_cast<int64_t>(idx) * kChunkCols)
+                                   : make_uint4(0, 0, 0, 0);
     }
     uint4 xa[kUnroll], xb[kUnroll];
 #pragma unroll
@@ -142,48 +135,34 @@ __global__ void __launch_bounds__(kWarps * 32, 2) GemvFp8W8A8Kernel(W8A8Params p
     }
 #pragma unroll
     for (int u0 = 0; u0 < kUnroll; u0 += kPromoteChunks) {
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int q = 0; q < kGroups; ++q) {
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int u = u0; u < u0 + kPromoteChunks; ++u) {
-          // Chunks past `end` hold zeros in both operands: their MMAs add nothing.
-          MmaE4m3x32(acc, xa[u].x, xb[u].x, xa[u].y, xb[u].y, cur[u][q].x, cur[u][q].y);
-          MmaE4m3x32(acc, xa[u].z, xb[u].z, xa[u].w, xb[u].w, cur[u][q].z, cur[u][q].w);
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) total[q][i] += acc[i];
+      for (int u = u0; u < u0 + kPromoteChunks; ++u) {
+        // Chunks past `end` hold zeros in both operands: their MMAs add nothing.
+        MmaE4m3x32(acc, xa[u].x, xb[u].x, xa[u].y, xb[u].y, cur[u].x, cur[u].y);
+        MmaE4m3x32(acc, xa[u].z, xb[u].z, xa[u].w, xb[u].w, cur[u].z, cur[u].w);
       }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) total[i] += acc[i];
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int q = 0; q < kGroups; ++q) cur[u][q] = nxt[u][q];
+    for (int u = 0; u < kUnroll; ++u) cur[u] = nxt[u];
   }
   AllowDependentLaunch();
 
   if (p.split > 1) {
 #pragma unroll
-    for (int q = 0; q < kGroups; ++q)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) partial[warp][q * 4 + i][lane] = total[q][i];
+    for (int i = 0; i < 4; ++i) partial[warp][i][lane] = total[i];
     __syncthreads();
     if (part != 0) return;
-    for (int r = 1; r < p.split; ++r) {
+    for (int q = 1; q < p.split; ++q) {
 #pragma unroll
-      for (int q = 0; q < kGroups; ++q)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) total[q][i] += partial[warp + r][q * 4 + i][lane];
+      for (int i = 0; i < 4; ++i) total[i] += partial[warp + q][i][lane];
     }
   }
-  if (!active) return;
-#pragma unroll
-  for (int q = 0; q < kGroups; ++q) {
-    const int col = n0 + 8 * q + 2 * t;
-    if (col >= p.n) continue;
-    if (tok0) StorePair<TOut>(p, g, col, total[q][0], total[q][1]);
-    if (tok1) StorePair<TOut>(p, g + 8, col, total[q][2], total[q][3]);
-  }
+  if (!active || n0 + 2 * t >= p.n) return;
+  if (tok0) StorePair<TOut>(p, g, n0 + 2 * t, total[0], total[1]);
+  if (tok1) StorePair<TOut>(p, g + 8, n0 + 2 * t, total[2], total[3]);
 }
 
 bool ScaleModeTaken(Fp8ScaleMode m) { return m == Fp8ScaleMode::kScalar || m == Fp8ScaleMode::kOuterVector; }
@@ -191,40 +170,22 @@ bool ScaleModeTaken(Fp8ScaleMode m) { return m == Fp8ScaleMode::kScalar || m == 
 // Warps sharing a row group's K: the most (up to kWarps) that keep the grid within one wave of two
 // blocks an SM and every warp at least two batches of chunks, so that small weights still have
 // enough loads in flight and large ones take no split sums.
-int SplitFor(int64_t n, int64_t k, int rows_per_warp, int num_sms) {
-  const int64_t tiles = (n + rows_per_warp - 1) / rows_per_warp, chunks = k / kChunkCols;
+int SplitFor(int64_t n, int64_t k, int num_sms) {
+  const int64_t groups = (n + 7) / 8, chunks = k / kChunkCols;
   int split = 1;
-  while (split < kWarps && num_sms > 0 && tiles * split * 2 <= int64_t{2} * kWarps * num_sms &&
+  while (split < kWarps && num_sms > 0 && groups * split * 2 <= int64_t{2} * kWarps * num_sms &&
          chunks / (split * 2) >= 16)
     split *= 2;
   return split;
 }
 
-// Row groups a warp: two from kTwoGroupsFromRows rows where that grid still has 1.5 blocks an SM
-// (x then costs half of what it does with one group, which reads x's m x 64 bytes for W's 512 each
-// chunk; fewer warps keep fewer loads in flight). On an H200 at 4 and 8 rows (gemv_bench): gate_up
-// -7.5%, down -3%, but o +17% and qkv +5% with two groups, whose grids are 1 and 1.5 blocks an SM.
-constexpr int kTwoGroupsFromRows = 3;
-
-int64_t BlocksFor(int64_t n, int64_t k, int rows_per_warp, int num_sms) {
-  const int64_t tiles = (n + rows_per_warp - 1) / rows_per_warp;
-  return (tiles * SplitFor(n, k, rows_per_warp, num_sms) + kWarps - 1) / kWarps;
-}
-
-template <typename TOut, bool kTwoTokenTiles, int kUnroll, int kGroups>
-cudaError_t LaunchForm(W8A8Params p, int num_sms, bool pdl, cudaStream_t stream) {
-  p.split = SplitFor(p.n, p.k, 8 * kGroups, num_sms);
-  const dim3 grid(static_cast<unsigned>(BlocksFor(p.n, p.k, 8 * kGroups, num_sms)));
-  return LaunchKernel(GemvFp8W8A8Kernel<TOut, kTwoTokenTiles, kUnroll, kGroups>, grid, dim3(kWarps * 32), 0,
-                      stream, pdl, p);
-}
-
 template <typename TOut>
-cudaError_t Launch(const W8A8Params& p, int num_sms, bool pdl, cudaStream_t stream) {
-  if (p.m > 8) return LaunchForm<TOut, true, 4, 2>(p, num_sms, pdl, stream);
-  if (p.m >= kTwoGroupsFromRows && 2 * BlocksFor(p.n, p.k, 16, num_sms) >= 3 * int64_t{num_sms})
-    return LaunchForm<TOut, false, 4, 2>(p, num_sms, pdl, stream);
-  return LaunchForm<TOut, false, 8, 1>(p, num_sms, pdl, stream);
+cudaError_t Launch(const W8A8Params& p, bool pdl, cudaStream_t stream) {
+  const int64_t groups = (p.n + 7) / 8;
+  const dim3 grid(static_cast<unsigned>((groups * p.split + kWarps - 1) / kWarps));
+  if (p.m > 8)
+    return LaunchKernel(GemvFp8W8A8Kernel<TOut, true, 4>, grid, dim3(kWarps * 32), 0, stream, pdl, p);
+  return LaunchKernel(GemvFp8W8A8Kernel<TOut, false, 8>, grid, dim3(kWarps * 32), 0, stream, pdl, p);
 }
 
 }  // namespace
@@ -253,9 +214,9 @@ absl::Status LaunchGemvFp8W8A8(const Fp8GemmArgs& a, const GemvFp8W8A8Options& o
   p.m = static_cast<int>(a.m);
   p.n = static_cast<int>(a.n);
   p.k = static_cast<int>(a.k);
-  CUDA_RETURN_IF_ERROR(a.out_dtype == DType::kBF16
-                           ? Launch<__nv_bfloat16>(p, options.num_sms, options.pdl, stream)
-                           : Launch<__half>(p, options.num_sms, options.pdl, stream));
+  p.split = SplitFor(a.n, a.k, options.num_sms);
+  CUDA_RETURN_IF_ERROR(a.out_dtype == DType::kBF16 ? Launch<__nv_bfloat16>(p, options.pdl, stream)
+                                                   : Launch<__half>(p, options.pdl, stream));
   return absl::OkStatus();
 }
 

@@ -104,11 +104,9 @@ struct CudaBackendOptions {
   // FP8 linears that quantize x per token or per tensor (W8A8), with one weight scale a row or a
   // tensor, from fp8_w8a8_gemv_min_rows to this many rows (at most cuda::kGemvFp8W8A8MaxRows: 16):
   // the W8A8 GEMV (gemv_fp8_w8a8.h) before any other FP8 kernel. By measurement (8B FP8 step,
-  // benchmarks/RESULTS.md, twenty-sixth session): on an H200 batch 2 / 4 / 8 -3.5% / -1.9% / -0.5%
-  // against the warpgroup GEMM with one row group a warp, and a further -2.7% / -2.7% / -3.1% with
-  // two where they fill the GPU; at 16 rows (two token tiles) slower than the warpgroup GEMM, so 8
-  // there; on an H100 not measured (cutovers_device.sh compares it), so 0. 0: none
-  // (LLM_FP8_W8A8_GEMV=N).
+  // benchmarks/RESULTS.md, twenty-sixth session): on an H200 against the warpgroup GEMM batch 2
+  // -3.6%, 3-4 -1.5%, 5-8 level (+-0.6%), 9-16 slower (two token tiles), so 8 there; on an H100 not
+  // measured (cutovers_device.sh compares it), so 0. 0: none (LLM_FP8_W8A8_GEMV=N).
   int fp8_w8a8_gemv_max_rows = kByDevice;
   // One row keeps the W8A16 register GEMV, which takes the norm, RoPE, SiLU and the residual add
   // into its kernels (the W8A8 GEMV fuses none: batch 1 +7% with it on an H200).

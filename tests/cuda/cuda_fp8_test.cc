@@ -15,20 +15,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/thread_pool.h"
 #include "engine/kv_cache/kv_block_pool.h"
 #include "engine/model/dummy_weights.h"
 #include "engine/runtime/model_runner.h"
 #include "kernels/core/fp8_scale.h"
-#include "absl/strings/str_cat.h"
-#include "kernels/cuda/quant/fp8_quantize.h"
-#include "kernels/cuda/norm/rms_norm.h"
 #include "kernels/cuda/elementwise/elementwise.h"
+#include "kernels/cuda/norm/rms_norm.h"
+#include "kernels/cuda/quant/fp8_quantize.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/runtime/fixture_reference.h"
 #include "tests/runtime/rounding_backend.h"
@@ -186,6 +187,14 @@ class CudaFp8Test : public ::testing::TestWithParam<DType> {
     return RelErr(Download(*gpu_, out.t), reference);
   }
 
+  // At each shape [m, n, k] (per-channel weights, per-token inputs), `kernel`'s error against the
+  // CPU's W8A8 emulation is at most 1.25x cuBLASLt's with promoted sums (plus 1e-5). Resets the
+  // options.
+  struct Shape3 {
+    int64_t m, n, k;
+  };
+  void ExpectAsAccurateAsCublas(W8A8Kernel kernel, const char* label, std::initializer_list<Shape3> shapes);
+
   // A random per-channel FP8 weight [n, k] with dynamic per-token inputs, and a random input [m, k],
   // on both backends.
   struct PerChannelCase {
@@ -207,6 +216,24 @@ class CudaFp8Test : public ::testing::TestWithParam<DType> {
   std::mt19937 rng_;
   std::map<std::string, int> kernels_seen_;
 };
+
+void CudaFp8Test::ExpectAsAccurateAsCublas(W8A8Kernel kernel, const char* label,
+                                           std::initializer_list<Shape3> shapes) {
+  for (const Shape3& s : shapes) {
+    PerChannelCase c = MakePerChannelCase(s.m, s.n, s.k);
+    OwnedTensor want = MakeTensor(cpu_, DType::kF32, {s.m, s.n});
+    ASSERT_TRUE(cpu_w8a8_->Linear(c.hx.t, c.h.lw, want.t).ok());
+    const std::vector<float> reference = Download(cpu_, want.t);
+    const double cublas = W8A8Error(c.gx.t, c.g, s.m, s.n, W8A8Kernel::kCublasLt, false, reference);
+    const double err = W8A8Error(c.gx.t, c.g, s.m, s.n, kernel, false, reference);
+    std::printf("[%s vs cublasLt] %lldx%lldx%lld: relative error %.3g against %.3g\n", label,
+                static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), err,
+                cublas);
+    EXPECT_LE(err, 1.25 * cublas + 1e-5) << label << " " << s.m << "x" << s.n << "x" << s.k;
+  }
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
+}
 
 std::vector<StorageFormat> Formats() {
   return {StorageFormat::Fp8(ScaleGranularity::kTensor), StorageFormat::Fp8(ScaleGranularity::kChannel),
@@ -357,27 +384,9 @@ TEST_P(CudaFp8Test, WgmmaGemmEveryRowCountAndShape) {
 // one stage to many (the tensor cores keep fewer bits than float32 while they sum E4M3 products;
 // both kernels add their MMAs' sums into float32 totals every few MMAs).
 TEST_P(CudaFp8Test, WgmmaAsAccurateAsCublas) {
-  struct Shape3 {
-    int64_t m, n, k;
-  };
-  const Shape3 shapes[] = {{12, 256, 128}, {24, 1000, 320}, {32, 4096, 4096}, {17, 512, 14336}, {32, 640, 2048}};
-  for (const Shape3& s : shapes) {
-    PerChannelCase c = MakePerChannelCase(s.m, s.n, s.k);
-    DeviceLinear &g = c.g, &h = c.h;
-    OwnedTensor &gx = c.gx, &hx = c.hx;
-    OwnedTensor want = MakeTensor(cpu_, DType::kF32, {s.m, s.n});
-    ASSERT_TRUE(cpu_w8a8_->Linear(hx.t, h.lw, want.t).ok());
-    const std::vector<float> reference = Download(cpu_, want.t);
-    double err[2];
-    for (int wgmma = 0; wgmma < 2; ++wgmma)
-      err[wgmma] = W8A8Error(gx.t, g, s.m, s.n, wgmma ? W8A8Kernel::kWgmma : W8A8Kernel::kCublasLt,
-                             /*fast_accumulation=*/false, reference);
-    std::printf("[wgmma vs cublasLt] %lldx%lldx%lld: relative error %.3g against %.3g\n", static_cast<long long>(s.m),
-                static_cast<long long>(s.n), static_cast<long long>(s.k), err[1], err[0]);
-    EXPECT_LE(err[1], 1.25 * err[0] + 1e-5) << s.m << "x" << s.n << "x" << s.k;
-  }
-  gpu_->mutable_options() = CudaBackendOptions{};
-  gpu_->mutable_options().dtype = dtype_;
+  ExpectAsAccurateAsCublas(
+      W8A8Kernel::kWgmma, "wgmma",
+      {{12, 256, 128}, {24, 1000, 320}, {32, 4096, 4096}, {17, 512, 14336}, {32, 640, 2048}});
 }
 
 // The W8A8 GEMV (1-16 rows) against the CPU's W8A8 emulation: weight rows in partial groups of 8
@@ -419,24 +428,9 @@ TEST_P(CudaFp8Test, W8A8GemvEveryRowCountAndShape) {
 // The W8A8 GEMV is as accurate as cuBLASLt's FP8 GEMM with promoted sums (as the warpgroup GEMM
 // above): it adds its MMAs' sums into float32 totals every 128 columns.
 TEST_P(CudaFp8Test, W8A8GemvAsAccurateAsCublas) {
-  struct Shape3 {
-    int64_t m, n, k;
-  };
-  const Shape3 shapes[] = {{1, 4096, 4096}, {8, 1000, 320}, {16, 512, 14336}, {3, 640, 2048}, {12, 256, 128}};
-  for (const Shape3& s : shapes) {
-    PerChannelCase c = MakePerChannelCase(s.m, s.n, s.k);
-    OwnedTensor want = MakeTensor(cpu_, DType::kF32, {s.m, s.n});
-    ASSERT_TRUE(cpu_w8a8_->Linear(c.hx.t, c.h.lw, want.t).ok());
-    const std::vector<float> reference = Download(cpu_, want.t);
-    const double cublas = W8A8Error(c.gx.t, c.g, s.m, s.n, W8A8Kernel::kCublasLt, false, reference);
-    const double gemv = W8A8Error(c.gx.t, c.g, s.m, s.n, W8A8Kernel::kGemv, false, reference);
-    std::printf("[w8a8 gemv vs cublasLt] %lldx%lldx%lld: relative error %.3g against %.3g\n",
-                static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), gemv,
-                cublas);
-    EXPECT_LE(gemv, 1.25 * cublas + 1e-5) << s.m << "x" << s.n << "x" << s.k;
-  }
-  gpu_->mutable_options() = CudaBackendOptions{};
-  gpu_->mutable_options().dtype = dtype_;
+  ExpectAsAccurateAsCublas(
+      W8A8Kernel::kGemv, "w8a8 gemv",
+      {{1, 4096, 4096}, {8, 1000, 320}, {16, 512, 14336}, {3, 640, 2048}, {12, 256, 128}});
 }
 
 // cuBLASLt's fast accumulation (the default for per-channel x per-token scales: the E4M3 products

@@ -537,11 +537,9 @@ constexpr int64_t kFp8SplitScalesMaxCols = 8192;
 constexpr int64_t kFp8SplitScalesMaxRows = 256;
 float* Fp8SumsSlot(const LinearCall& c, const LinearContext& ctx, const cuda::Fp8GemmArgs& a,
                    const Fp8Chunk* chunk, int64_t rows) {
-  auto simple = [](cuda::Fp8ScaleMode m) {
-    return m == cuda::Fp8ScaleMode::kScalar || m == cuda::Fp8ScaleMode::kOuterVector;
-  };
-  if (ctx.unit_scale == nullptr || ctx.fp8_workspace == nullptr || !simple(a.x_mode) || !simple(a.w_mode) ||
-      c.n % 4 != 0 || c.n > kFp8SplitScalesMaxCols || a.m > kFp8SplitScalesMaxRows)
+  if (ctx.unit_scale == nullptr || ctx.fp8_workspace == nullptr || !cuda::ScaleModeIsTensorOrRow(a.x_mode) ||
+      !cuda::ScaleModeIsTensorOrRow(a.w_mode) || c.n % 4 != 0 || c.n > kFp8SplitScalesMaxCols ||
+      a.m > kFp8SplitScalesMaxRows)
     return nullptr;
   char* const base = static_cast<char*>(ctx.fp8_workspace);
   const int64_t used =

@@ -17,6 +17,12 @@ enum class Fp8ScaleMode {
   kVector128,    // activations only: [ceil(K/128), M], one per row and 128 columns, group-major
 };
 
+// The two modes a single scale or one scale a row/token covers (the warpgroup GEMM's, the W8A8
+// GEMV's and the raw-sums form's): no scale changes along K.
+constexpr bool ScaleModeIsTensorOrRow(Fp8ScaleMode m) {
+  return m == Fp8ScaleMode::kScalar || m == Fp8ScaleMode::kOuterVector;
+}
+
 // out[M, N] = (x[M, K] · W[N, K]ᵀ) with E4M3 operands, each dequantized by its scales, (+ bias),
 // fp32 accumulation, out in bf16/fp16 (cuBLASLt also float32, with both scales scalar and no bias).
 struct Fp8GemmArgs {

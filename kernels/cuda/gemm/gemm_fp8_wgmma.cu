@@ -263,17 +263,13 @@ absl::Status LaunchRows(const Fp8GemmArgs& a, int num_sms, void* workspace, size
   return LaunchTyped<T, 64>(a, num_sms, workspace, workspace_bytes, options, stream);
 }
 
-bool ScaleModeTaken(Fp8ScaleMode mode) {
-  return mode == Fp8ScaleMode::kScalar || mode == Fp8ScaleMode::kOuterVector;
-}
-
 }  // namespace
 
 bool GemmFp8WgmmaSupports(const Fp8GemmArgs& a) {
   return a.m >= 1 && a.m <= kGemmFp8WgmmaMaxRows && a.n >= 1 && a.k >= 16 && a.k % 16 == 0 &&
          (a.n + 127) / 128 * ((a.k + 127) / 128) < (int64_t{1} << 30) && a.n < (int64_t{1} << 31) &&
-         (a.out_dtype == DType::kBF16 || a.out_dtype == DType::kF16) && ScaleModeTaken(a.w_mode) &&
-         ScaleModeTaken(a.x_mode) && a.w_scale != nullptr && a.x_scale != nullptr && Aligned16(a.x) &&
+         (a.out_dtype == DType::kBF16 || a.out_dtype == DType::kF16) && ScaleModeIsTensorOrRow(a.w_mode) &&
+         ScaleModeIsTensorOrRow(a.x_mode) && a.w_scale != nullptr && a.x_scale != nullptr && Aligned16(a.x) &&
          Aligned16(a.w) && Aligned16(a.out) && TensorMapsAvailable();
 }
 

@@ -43,15 +43,6 @@ __device__ __forceinline__ uint4 LoadCodes(const uint8_t* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
-template <typename TOut>
-__device__ __forceinline__ float BiasAt(const void* bias, int col) {
-  if constexpr (std::is_same_v<TOut, __nv_bfloat16>) {
-    return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
-  } else {
-    return __half2float(static_cast<const __half*>(bias)[col]);
-  }
-}
-
 // Token `tok`'s outputs at weight rows col, col + 1 (those < n) from their sums.
 template <typename TOut>
 __device__ __forceinline__ void StorePair(const W8A8Params& p, int tok, int col, float s0, float s1) {
@@ -61,8 +52,9 @@ __device__ __forceinline__ void StorePair(const W8A8Params& p, int tok, int col,
   const float ws1 = p.w_scale[p.w_per_channel && second ? col + 1 : 0];
   float v0 = s0 * xs * ws0, v1 = s1 * xs * ws1;
   if (p.bias != nullptr) {
-    v0 += BiasAt<TOut>(p.bias, col);
-    if (second) v1 += BiasAt<TOut>(p.bias, col + 1);
+    const TOut* bias = static_cast<const TOut*>(p.bias);
+    v0 += ToFloat(bias[col]);
+    if (second) v1 += ToFloat(bias[col + 1]);
   }
   TOut* o = static_cast<TOut*>(p.out) + static_cast<int64_t>(tok) * p.n + col;
   if (second && p.n % 2 == 0) {  // col is even: a 4-byte aligned pair
@@ -73,13 +65,8 @@ __device__ __forceinline__ void StorePair(const W8A8Params& p, int tok, int col,
     }
     return;
   }
-  if constexpr (std::is_same_v<TOut, __nv_bfloat16>) {
-    o[0] = __float2bfloat16_rn(v0);
-    if (second) o[1] = __float2bfloat16_rn(v1);
-  } else {
-    o[0] = __float2half_rn(v0);
-    if (second) o[1] = __float2half_rn(v1);
-  }
+  o[0] = FromFloat<TOut>(v0);
+  if (second) o[1] = FromFloat<TOut>(v1);
 }
 
 // grid: ceil(ceil(n / 8) * split / kWarps) blocks of kWarps warps. Warp w of block b takes row
@@ -165,8 +152,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) GemvFp8W8A8Kernel(W8A8Params p
   if (tok1) StorePair<TOut>(p, g + 8, n0 + 2 * t, total[2], total[3]);
 }
 
-bool ScaleModeTaken(Fp8ScaleMode m) { return m == Fp8ScaleMode::kScalar || m == Fp8ScaleMode::kOuterVector; }
-
 // Warps sharing a row group's K: the most (up to kWarps) that keep the grid within one wave of two
 // blocks an SM and every warp at least two batches of chunks, so that small weights still have
 // enough loads in flight and large ones take no split sums.
@@ -193,8 +178,8 @@ cudaError_t Launch(const W8A8Params& p, bool pdl, cudaStream_t stream) {
 bool GemvFp8W8A8Supports(const Fp8GemmArgs& a) {
   return a.m >= 1 && a.m <= kGemvFp8W8A8MaxRows && a.n >= 1 && a.n < (int64_t{1} << 30) &&
          a.k >= kChunkCols && a.k % kChunkCols == 0 && a.k < (int64_t{1} << 30) &&
-         (a.out_dtype == DType::kBF16 || a.out_dtype == DType::kF16) && ScaleModeTaken(a.w_mode) &&
-         ScaleModeTaken(a.x_mode) && a.w_scale != nullptr && a.x_scale != nullptr && Aligned16(a.x) &&
+         (a.out_dtype == DType::kBF16 || a.out_dtype == DType::kF16) && ScaleModeIsTensorOrRow(a.w_mode) &&
+         ScaleModeIsTensorOrRow(a.x_mode) && a.w_scale != nullptr && a.x_scale != nullptr && Aligned16(a.x) &&
          Aligned16(a.w) && a.out != nullptr;
 }
 

@@ -70,7 +70,16 @@ template <typename T>
 __device__ __forceinline__ void StoreVec(T* p, const Vec16<T>& v) {
   *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(&v);
 }
-// Streaming load that skips L1 (weights read once per step).
+// Streaming load of 16 bytes that skips L1 (weights read once per step).
+__device__ __forceinline__ uint4 LoadU4Streaming(const void* p) {
+  uint4 u;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+               : "l"(p));
+  return u;
+}
+// The same load into a Vec16 (its own statement: routed through LoadU4Streaming, the 16-bit GEMV's
+// PTX changed).
 template <typename T>
 __device__ __forceinline__ Vec16<T> LoadVecStreaming(const T* p) {
   uint4 u;

@@ -31,14 +31,6 @@ struct ScaleArgs {
   int cols;
 };
 
-__device__ __forceinline__ uint4 LoadU4Streaming(const void* p) {
-  uint4 u;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
-               : "l"(p));
-  return u;
-}
-
 // 16 weights times the same 16 columns of x (two 16-byte vectors of T).
 template <typename T>
 __device__ __forceinline__ float Dot16(const float (&wf)[16], const T* x) {

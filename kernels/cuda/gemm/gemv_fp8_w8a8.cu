@@ -30,14 +30,6 @@ struct W8A8Params {
   int split;  // warps sharing a row group's K (1, 2, 4 or 8)
 };
 
-__device__ __forceinline__ uint4 LoadWeights(const uint8_t* p) {
-  uint4 u;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
-               : "l"(p));
-  return u;
-}
-
 // x's codes: every warp of the SM reads the same ones, so through L1.
 __device__ __forceinline__ uint4 LoadCodes(const uint8_t* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
@@ -98,7 +90,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) GemvFp8W8A8Kernel(W8A8Params p
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int idx = begin + u;
-    cur[u] = active && idx < end ? LoadWeights(wr + static_cast<int64_t>(idx) * kChunkCols)
+    cur[u] = active && idx < end ? LoadU4Streaming(wr + static_cast<int64_t>(idx) * kChunkCols)
                                  : make_uint4(0, 0, 0, 0);
   }
   GridDependencyWait();
@@ -109,7 +101,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) GemvFp8W8A8Kernel(W8A8Params p
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int idx = base + kUnroll + u;
-      nxt[u] = active && idx < end ? LoadWeights(wr + static_cast<int64_t>(idx) * kChunkCols)
+      nxt[u] = active && idx < end ? LoadU4Streaming(wr + static_cast<int64_t>(idx) * kChunkCols)
                                    : make_uint4(0, 0, 0, 0);
     }
     uint4 xa[kUnroll], xb[kUnroll];

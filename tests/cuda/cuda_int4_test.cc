@@ -283,11 +283,13 @@ TEST_P(CudaInt4Test, LinearSiluMulFusedInTheGemv) {
 }
 
 // The decode GEMV forms its input's RMSNorm itself and adds its output into the residual
-// (Backend::RmsNormLinear, LinearAddInto): the int4 tensor-core GEMV's register form at 1-8 rows,
-// regular and irregular weights (N not a multiple of 16, groups of 32, one group; the norm staged
-// after the chunk groups), with and without zeros, with and without the gate/up form: bit for bit
-// what the norm kernel then Linear (Linear then Add) give, and near the CPU's float32. Act-order
-// weights (x permuted first), 16 rows, and norms too large to stage (8 rows of 4096) run apart.
+// (Backend::RmsNormLinear, LinearAddInto): the int4 tensor-core GEMV's register form at 1-8 rows
+// (each block stages the norm) and at 9-32 rows (the kernel that rewrites x in fragment order forms
+// the norm; the GEMV adds), regular and irregular weights (N not a multiple of 16, groups of 32,
+// one group; the norm staged after the chunk groups), with and without zeros, with and without the
+// gate/up form (up to 16 rows): bit for bit what the norm kernel then Linear (Linear then Add)
+// give, and near the CPU's float32. Act-order weights (x permuted first) and norms too large to
+// stage (8 rows of 4096) run apart.
 TEST_P(CudaInt4Test, NormAndResidualFusedInTheGemv) {
   struct Case {
     int64_t n, k, group, m;
@@ -301,7 +303,14 @@ TEST_P(CudaInt4Test, NormAndResidualFusedInTheGemv) {
                         {512, 4096, 128, 4, false, false, false, true, true},
                         {512, 4096, 128, 8, true, false, false, false, true},
                         {256, 320, 0, 1, true, true, false, false, false},
-                        {256, 1024, 128, 16, true, false, false, false, false}};
+                        {256, 1024, 128, 16, true, false, false, true, true},
+                        {512, 4096, 128, 9, false, false, false, true, true},
+                        {200, 1024, 128, 12, true, false, false, true, true},
+                        {256, 512, 32, 32, false, false, false, true, true},
+                        {384, 384, 0, 20, true, false, false, true, true},
+                        {3584, 1024, 128, 16, true, false, true, true, true},
+                        {1024, 4096, 128, 24, true, false, false, true, true},
+                        {256, 1024, 128, 16, true, true, false, false, false}};
   const float eps = 1e-6f;
   for (const Case& c : cases) {
     const HostInt4 w = MakeInt4(rng_, c.n, c.k, c.group, c.zeros, c.act_order);

@@ -27,11 +27,13 @@ struct CpuBackendOptions {
   // Take int4 weights with float16 scales only, as the CUDA backend stores them, so that the GPU's
   // storage runs through the oracle (the default, float32 scales, is exact for every checkpoint).
   bool int4_fp16_scales = false;
-  // Steps of up to this many rows take the decoder's fused norm, residual and QKV-RoPE path
-  // (Backend::FusesRmsNormInto, AddsIntoResidual, FusesQkvRope), as the CUDA GEMVs' decode steps
-  // do, so that CI runs it; the oracle still runs the ops apart (the Backend defaults), with the
-  // same values.
-  int64_t fused_norm_max_rows = 8;
+  // Steps of up to these many rows take the decoder's fused norm and residual path
+  // (Backend::FusesRmsNormInto, AddsIntoResidual) and its QKV-RoPE end (FusesQkvRope), as the
+  // CUDA GEMVs' decode steps do (the int4 GEMV forms the norm and the add up to 32 rows, RoPE up
+  // to 8), so that CI runs both combinations; the oracle still runs the ops apart (the Backend
+  // defaults), with the same values.
+  int64_t fused_norm_max_rows = 32;
+  int64_t fused_rope_max_rows = 8;
 };
 
 class CpuBackend final : public Backend {
@@ -67,7 +69,7 @@ class CpuBackend final : public Backend {
     return rows <= options_.fused_norm_max_rows;
   }
   bool FusesQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const override {
-    return rows <= options_.fused_norm_max_rows;
+    return rows <= options_.fused_rope_max_rows;
   }
   absl::Status AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
                              const LinearWeight& consumer, Fp8Input quantized) override;

@@ -240,6 +240,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (const char* v = std::getenv("LLM_FUSE_DECODE_OPS"); v != nullptr && v[0] == '0') impl->options.fuse_decode_ops = false;
   if (const char* v = std::getenv("LLM_FUSE_GEMV_NORM"); v != nullptr) impl->options.fuse_gemv_norm = v[0] != '0';
   if (const char* v = std::getenv("LLM_FUSE_GEMV_ROPE"); v != nullptr) impl->options.fuse_gemv_rope = v[0] != '0';
+  if (const char* v = std::getenv("LLM_FUSE_REORDERED_NORM"); v != nullptr)
+    impl->options.fuse_reordered_norm = v[0] != '0';
   if (const char* v = std::getenv("LLM_ATTENTION_SPLITS"); v != nullptr) impl->options.attention_splits = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_16BIT"); v != nullptr)
     impl->options.gemm_few_rows_16bit_max_rows = std::atoi(v);

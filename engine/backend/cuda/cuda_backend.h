@@ -180,6 +180,10 @@ struct CudaBackendOptions {
   // (LLM_FUSE_GEMV_ROPE=0/1).
   bool fuse_gemv_norm = true;
   bool fuse_gemv_rope = true;
+  // Under fuse_gemv_norm, the int4 GEMV at 9-32 rows (x reordered into fragment order first): the
+  // norm formed by the reordering kernel, the residual add by the GEMV (LLM_FUSE_REORDERED_NORM=0:
+  // the norm kernel, the plain reordering and the add apart, as at 33 rows and more).
+  bool fuse_reordered_norm = true;
   // Test knobs.
   bool force_simt_attention = false;
   int attention_splits = 0;  // > 0: fixed decode split count (LLM_ATTENTION_SPLITS)

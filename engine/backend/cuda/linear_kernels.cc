@@ -704,7 +704,7 @@ bool LinearKernels::Fuses(const LinearCall& c, LinearKernelChoice choice, bool n
     if (choice.kernel == LinearKernel::kW4A16MmaGemv)
       return c.w->input_perm.empty() && c.w->int4_storage_columns() == c.k &&
              cuda::GemvW4A16MmaRopeSameSums(c.m, c.n, c.k, ctx.num_sms, *c.rope) &&
-             (!norm || cuda::GemvW4A16MmaFuses(c.m, c.n, c.k, true, 0, ctx.num_sms));
+             (!norm || cuda::GemvW4A16MmaFuses(c.m, c.n, c.k, true, 0, ctx.num_sms, ctx.fp8_workspace_bytes));
     return false;
   }
   if (!norm && !add) return true;
@@ -721,7 +721,8 @@ bool LinearKernels::Fuses(const LinearCall& c, LinearKernelChoice choice, bool n
     }
     case LinearKernel::kW4A16MmaGemv:  // x read in input order: no act-order permutation
       return same_out && c.w->input_perm.empty() && c.w->int4_storage_columns() == c.k &&
-             cuda::GemvW4A16MmaFuses(c.m, c.n, c.k, norm, c.glu_cols, ctx.num_sms);
+             (c.m <= 8 || options_.fuse_reordered_norm) &&
+             cuda::GemvW4A16MmaFuses(c.m, c.n, c.k, norm, c.glu_cols, ctx.num_sms, ctx.fp8_workspace_bytes);
     default: return false;
   }
 }

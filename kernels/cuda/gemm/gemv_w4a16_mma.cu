@@ -232,7 +232,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   }
 
-  static_assert(!kFragmentX || !kFusable, "fragment-order x: nothing fused");
+  // Fragment-order x: its norm was formed by the reordering kernel (NormFragmentOrderKernel); only
+  // the residual add is the kernel's own.
+  static_assert(!kFragmentX || !kFusable, "fragment-order x: not the fusable form");
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -380,7 +382,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     for (int q = 0; q < wpt; ++q) s += red[lt * wpt + q][r][token];
     if (bias) s += ToFloat(bias[row]);
     const int64_t at = static_cast<int64_t>(token) * n + row;
-    if (kFusable && add_to_out) {
+    if ((kFusable || kFragmentX) && add_to_out) {
       out[at] = FromFloat<TOut>(ToFloat(out[at]) + ToFloat(FromFloat<TOut>(s)));
     } else {
       out[at] = FromFloat<TOut>(s);
@@ -421,6 +423,75 @@ __global__ void __launch_bounds__(kFragmentThreads)
   if (token < m && chunk < kv)
     v = *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(token) * kp + chunk * kW4Chunk + jj * 8);
   reinterpret_cast<uint4*>(out)[i] = v;
+}
+
+// The RMSNorm of x's rows written straight in fragment order (FragmentOrderKernel's pieces), for a
+// norm fused into a 9-32-row call: one block a token row of the NT n8 tiles, with the norm kernel's
+// held form (RmsNormHeldKernel: RmsNormHeldThreads threads, thread v holding the row's 16-byte
+// chunks v, v + threads, ..., the same sums and roundings), each chunk then stored where the
+// GEMV's lane reads it; rows past m and chunks past the last unit's end are zeros. It stands in for
+// the norm kernel and the plain reordering, the same values bit for bit.
+template <typename T, int NT, int kChunks>
+__global__ void NormFragmentOrderKernel(const T* __restrict__ x, const T* __restrict__ weight, float eps,
+                                        T* __restrict__ out, int m, int kp) {
+  AllowDependentLaunch();
+  constexpr int kVec = Vec16<T>::kVec;
+  static_assert(kW4Chunk == 4 * kVec, "a chunk is four 16-byte vectors (its code words' columns)");
+  __shared__ float scratch[32];
+  const int token = blockIdx.x, kv = kp / kW4Chunk, vecs = kp / kVec;
+  const int pieces = (kv + kUnitChunks - 1) / kUnitChunks * kUnitChunks * 4;  // a token's, in whole units
+  const int nt = token / 8, lane_base = (token % 8) * 4;
+  // Vector c of the row (chunk c / 4, code word c % 4) goes to its lane's piece.
+  auto piece = [&](int c) {
+    const int chunk = c / 4, unit_word = chunk / kUnitChunks * kUnitChunks + c % 4;
+    return (unit_word * NT + nt) * 32 + lane_base + chunk % kUnitChunks;
+  };
+  uint4* o = reinterpret_cast<uint4*>(out);
+  for (int c = (token < m ? vecs : 0) + threadIdx.x; c < pieces; c += blockDim.x)
+    o[piece(c)] = make_uint4(0, 0, 0, 0);
+  if (token >= m) return;
+  Vec16<T> w[kChunks], v[kChunks];
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {  // no kernel writes the weight: read before the wait
+    const int c = threadIdx.x + j * blockDim.x;
+    if (c < vecs) w[j] = LoadVec(weight + c * kVec);
+  }
+  GridDependencyWait();
+  const T* row = x + static_cast<int64_t>(token) * kp;
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    if (c >= vecs) continue;
+    v[j] = LoadVec(row + c * kVec);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float f = ToFloat(v[j].v[e]);
+      sum_sq += f * f;
+    }
+  }
+  sum_sq = BlockSum(sum_sq, scratch);
+  const float inv = rsqrtf(sum_sq / static_cast<float>(kp) + eps);
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    if (c >= vecs) continue;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) v[j].v[e] = FromFloat<T>(ToFloat(w[j].v[e]) * (ToFloat(v[j].v[e]) * inv));
+    o[piece(c)] = *reinterpret_cast<const uint4*>(&v[j]);
+  }
+}
+
+template <typename T, int NT>
+cudaError_t LaunchNormFragmentOrder(const T* x, const FusedRmsNorm& norm, T* out, int m, int kp, bool pdl,
+                                    cudaStream_t stream) {
+  const int vecs = kp / Vec16<T>::kVec, chunks = RmsNormHeldChunks(vecs);
+  auto kernel = chunks == 1   ? NormFragmentOrderKernel<T, NT, 1>
+                : chunks == 2 ? NormFragmentOrderKernel<T, NT, 2>
+                : chunks == 4 ? NormFragmentOrderKernel<T, NT, 4>
+                              : NormFragmentOrderKernel<T, NT, 8>;
+  return LaunchKernel(kernel, dim3(NT * 8), dim3(RmsNormHeldThreads(vecs)), 0, stream, pdl, x,
+                      static_cast<const T*>(norm.weight), norm.eps, out, m, kp);
 }
 
 // Warps splitting each tile's K: the most that keep every warp resident at once (and at least 4
@@ -496,19 +567,22 @@ cudaError_t LaunchTiles(const T* x, const MmaArgs& w, const T* bias, TOut* out, 
   }
   if (reorder) {
     const int64_t pieces = FragmentPieces(kp, NT);
+    T* x_ws = static_cast<T*>(o.x_workspace);
     const cudaError_t err =
-        LaunchKernel(FragmentOrderKernel<T, NT>,
-                     dim3(static_cast<unsigned>((pieces + kFragmentThreads - 1) / kFragmentThreads)),
-                     dim3(kFragmentThreads), 0, stream, o.pdl, x, static_cast<T*>(o.x_workspace), m, kp);
+        o.norm.active()
+            ? LaunchNormFragmentOrder<T, NT>(x, o.norm, x_ws, m, kp, o.pdl, stream)
+            : LaunchKernel(FragmentOrderKernel<T, NT>,
+                           dim3(static_cast<unsigned>((pieces + kFragmentThreads - 1) / kFragmentThreads)),
+                           dim3(kFragmentThreads), 0, stream, o.pdl, x, x_ws, m, kp);
     if (err != cudaSuccess) return err;
-    x = static_cast<const T*>(o.x_workspace);
+    x = x_ws;
   }
   auto* kernel = reorder ? (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, true>
                                     : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, true>)
                          : (regular ? GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, true, false, false>
                                     : GemvW4A16MmaKernel<T, TOut, NT, U, B, kZeros, false, false, false>);
   return LaunchKernel(kernel, grid, dim3(kWarps * 32), groups_bytes, stream, o.pdl, x, w, bias, out, m, n, kp,
-                      wpt, glu_f, FusedRmsNorm{}, false, QkvRopeParams{});
+                      wpt, glu_f, FusedRmsNorm{}, reorder && o.add_to_out, QkvRopeParams{});
 }
 
 // The register form's shape, by measurement on an H100 (w4a16_bench, the regular form at 1 row,
@@ -885,9 +959,14 @@ size_t GemvW4A16MmaXWorkspaceBytes(int64_t m, int64_t kp) {
   return static_cast<size_t>(FragmentPieces(kp, TokenTilesOf(m))) * sizeof(uint4);
 }
 
-bool GemvW4A16MmaFuses(int64_t m, int64_t n, int64_t kp, bool norm, int64_t glu_cols, int num_sms) {
-  if (m < 1 || m > 8 || n < 1 || kp <= 0 || kp % kW4Chunk != 0 || kp / kW4Chunk * 4 + (norm ? m * kp * 2 : 0) > (48 << 10))
-    return false;
+bool GemvW4A16MmaFuses(int64_t m, int64_t n, int64_t kp, bool norm, int64_t glu_cols, int num_sms,
+                       size_t x_workspace_bytes) {
+  if (m < 1 || m > kGemvW4A16MmaMaxRows || n < 1 || kp <= 0 || kp % kW4Chunk != 0) return false;
+  if (m > 8) {  // x through the workspace in fragment order: the reordering kernel forms the norm
+    return x_workspace_bytes >= GemvW4A16MmaXWorkspaceBytes(m, kp) && kp / kW4Chunk * 4 <= kMaxGroupSmem &&
+           (!norm || RmsNormHeldChunks(kp * 2 / 16) > 0);
+  }
+  if (kp / kW4Chunk * 4 + (norm ? m * kp * 2 : 0) > (48 << 10)) return false;
   if (!norm) return true;
   const RegisterForm form = RegisterFormOf(m, n, kp, num_sms);
   const int tiles_per_block = kWarps / GluWarpsPerTile(form.wpt, glu_cols);
@@ -946,13 +1025,19 @@ absl::Status LaunchGemvW4A16Mma(DType dtype, DType out_dtype, const void* x, con
                                                    "a tile, up to 8 rows, no q/k norms and whole rotated heads (N ",
                                                    n, ")"));
   if (m > 0 && (options.norm.active() || options.add_to_out) &&
-      (out_dtype != dtype || m > 8 || kp / kW4Chunk * 4 + (options.norm.active() ? m * kp * 2 : 0) > (48 << 10) ||
-       (options.norm.active() && !GemvNormTakes(m, kp, 2)) ||
-       options.form == GemvW4A16MmaOptions::Form::kBulk || (options.add_to_out && options.glu_cols != 0) ||
-       (options.norm.active() && !Aligned16(options.norm.weight))))
-    return absl::InvalidArgumentError(absl::StrCat("GemvW4A16Mma: a fused norm or residual add takes the register form, "
-                                                   "up to 8 rows, an output in the input dtype and an aligned norm "
-                                                   "weight (m ", m, ", kp ", kp, ")"));
+      (out_dtype != dtype || options.form == GemvW4A16MmaOptions::Form::kBulk ||
+       (options.add_to_out && options.glu_cols != 0) ||
+       (options.norm.active() && !Aligned16(options.norm.weight)) ||
+       (m <= 8 ? kp / kW4Chunk * 4 + (options.norm.active() ? m * kp * 2 : 0) > (48 << 10) ||
+                     (options.norm.active() && !GemvNormTakes(m, kp, 2))
+               : options.x_workspace == nullptr ||
+                     !GemvW4A16MmaFuses(m, n, kp, options.norm.active(), options.glu_cols, num_sms,
+                                        options.x_workspace_bytes))))
+    return absl::InvalidArgumentError(
+        absl::StrCat("GemvW4A16Mma: a fused norm or residual add takes the register form, "
+                     "up to 8 rows (9-32 with the x workspace), an output in the input "
+                     "dtype and an aligned norm weight (m ",
+                     m, ", kp ", kp, ")"));
   if (m == 0) return absl::OkStatus();
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(kp);
   if (dtype == DType::kBF16) {

@@ -47,10 +47,12 @@ struct GemvW4A16MmaOptions {
   // then up rows) and out [M, F] = silu(x·gateᵀ) * (x·upᵀ), each product rounded to the input
   // dtype first, as Linear then SiluMul would.
   int64_t glu_cols = 0;
-  // The register form up to 8 rows of x, 16-bit out, as GemvOptions::norm and ::add_to_out (gemv.h):
-  // x holds the rows before their RMSNorm, which every block forms into shared memory itself, and/or
-  // out holds a residual that the product is added into (not with the gate/up form). x in input
-  // order (no act-order permutation): the norm weight is in that order.
+  // The register form, 16-bit out, as GemvOptions::norm and ::add_to_out (gemv.h): x holds the rows
+  // before their RMSNorm, and/or out holds a residual that the product is added into (not with the
+  // gate/up form). Up to 8 rows every block forms the norm into shared memory itself; at 9-32 rows
+  // (x_workspace needed) the kernel that rewrites x in fragment order forms it, in place of the
+  // norm kernel and the plain reordering. x in input order (no act-order permutation): the norm
+  // weight is in that order. GemvW4A16MmaFuses says where.
   FusedRmsNorm norm;
   bool add_to_out = false;
   // Set: the QKV projection's outputs go through RoPE into rope->q_out and the KV cache instead
@@ -66,10 +68,13 @@ size_t GemvW4A16MmaXWorkspaceBytes(int64_t m, int64_t kp);
 bool GemvW4A16MmaRopeSameSums(int64_t m, int64_t n, int64_t kp, int num_sms, const QkvRopeParams& rope);
 
 // Whether the kernel can take GemvW4A16MmaOptions::norm / ::add_to_out for an m x kp input and N
-// rows (glu_cols: the gate/up form's F) on num_sms SMs: the register form, up to 8 rows; the norm
-// where m * kp 16-bit values fit kGemvNormMaxBytes and the grid is one wave (every wave of blocks
-// would pay the norm's latency again).
-bool GemvW4A16MmaFuses(int64_t m, int64_t n, int64_t kp, bool norm, int64_t glu_cols, int num_sms);
+// rows (glu_cols: the gate/up form's F) on num_sms SMs: the register form. Up to 8 rows each block
+// forms the norm itself, where m * kp 16-bit values fit kGemvNormMaxBytes and the grid is one wave
+// (every wave of blocks would pay the norm's latency again); at 9-32 rows x goes through the x
+// workspace in fragment order (x_workspace_bytes at least GemvW4A16MmaXWorkspaceBytes) and the
+// kernel that reorders it forms the norm (rows the norm kernel holds in registers).
+bool GemvW4A16MmaFuses(int64_t m, int64_t n, int64_t kp, bool norm, int64_t glu_cols, int num_sms,
+                       size_t x_workspace_bytes);
 
 // Whether the gate/up form (GemvW4A16MmaOptions::glu_cols = n / 2) sums exactly as the plain
 // call of the same m x n x kp does (the same warps a tile splitting K; the plain call up to 16 rows

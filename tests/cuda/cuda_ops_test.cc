@@ -523,24 +523,37 @@ class AttentionHarness {
 std::vector<AttnCase> AttentionCases() {
   return {
       {"decode_gqa", {{1, 1}, {1, 17}, {1, 300}, {1, 1000}}, 8, 2, 128},
-      {"decode_batch_llama", {{1, 1024}, {1, 1024}, {1, 999}, {1, 1025}, {1, 64}, {1, 1}, {1, 513}, {1, 2}}, 32, 8, 128},
+      {"decode_batch_llama",
+       {{1, 1024}, {1, 1024}, {1, 999}, {1, 1025}, {1, 64}, {1, 1}, {1, 513}, {1, 2}},
+       32,
+       8,
+       128},
       // 24 sequences x 8 KV heads: blocks enough to fill an H100/H200, so the decode kernel takes
       // its 128-register variant (V through shared memory).
       {"decode_batch_fills_gpu",
-       {{1, 700}, {1, 33}, {1, 1}, {1, 256}, {1, 257}, {1, 1000}, {1, 31}, {1, 64}, {1, 65}, {1, 500}, {1, 129},
-        {1, 2}, {1, 300}, {1, 301}, {1, 17}, {1, 800}, {1, 96}, {1, 97}, {1, 640}, {1, 5}, {1, 450}, {1, 255},
-        {1, 511}, {1, 512}},
-       32, 8, 128},
+       {{1, 700}, {1, 33},  {1, 1},   {1, 256}, {1, 257}, {1, 1000}, {1, 31},  {1, 64},
+        {1, 65},  {1, 500}, {1, 129}, {1, 2},   {1, 300}, {1, 301},  {1, 17},  {1, 800},
+        {1, 96},  {1, 97},  {1, 640}, {1, 5},   {1, 450}, {1, 255},  {1, 511}, {1, 512}},
+       32,
+       8,
+       128},
       {"prefill_single", {{100, 100}}, 32, 8, 128},
       {"prefill_hd64", {{130, 130}, {3, 3}}, 8, 8, 64},
       {"mixed_ragged", {{37, 37}, {1, 200}, {64, 129}, {5, 70}, {1, 1}}, 8, 2, 128},
       // Decodes first, then prefills (as the scheduler orders a mixed step): the decode kernel for
       // the leading ones, the prefill kernel for the rest (a late single-token one included).
-      {"mixed_decodes_first", {{1, 300}, {1, 17}, {1, 1}, {1, 1000}, {37, 37}, {64, 129}, {1, 200}}, 32, 8, 128},
+      {"mixed_decodes_first",
+       {{1, 300}, {1, 17}, {1, 1}, {1, 1000}, {37, 37}, {64, 129}, {1, 200}},
+       32,
+       8,
+       128},
       {"mixed_decodes_fill_gpu",
-       {{1, 700}, {1, 33}, {1, 1}, {1, 256}, {1, 257}, {1, 1000}, {1, 31}, {1, 64}, {1, 65}, {1, 500}, {1, 129},
-        {1, 2}, {1, 300}, {1, 301}, {1, 17}, {1, 800}, {1, 96}, {1, 97}, {1, 640}, {1, 5}, {128, 128}, {100, 612}},
-       32, 8, 128},
+       {{1, 700}, {1, 33},  {1, 1},   {1, 256}, {1, 257},   {1, 1000}, {1, 31}, {1, 64},
+        {1, 65},  {1, 500}, {1, 129}, {1, 2},   {1, 300},   {1, 301},  {1, 17}, {1, 800},
+        {1, 96},  {1, 97},  {1, 640}, {1, 5},   {128, 128}, {100, 612}},
+       32,
+       8,
+       128},
       {"mixed_decodes_hd64_block12", {{1, 77}, {1, 500}, {70, 70}}, 8, 2, 64, 12},
       {"chunked_prefill", {{64, 1000}, {130, 4100}}, 8, 2, 128},
       {"long_decode_split", {{1, 8192}, {1, 16384}, {1, 3}}, 32, 8, 128},
@@ -565,6 +578,8 @@ std::vector<AttnCase> AttentionCases() {
       // More (sequence, KV head) blocks than two an SM hold (a second wave), ragged contexts.
       {"many_decodes", RaggedDecodes(40), 32, 8, 128},
       {"many_decodes_window", RaggedDecodes(40), 32, 8, 64, 16, 100},
+      // (sequence, KV head) rows near one an SM (128 on a 132-SM GPU): a 16-bit cache takes no split.
+      {"decodes_near_one_block_an_sm", RaggedDecodes(16), 32, 8, 128},
   };
 }
 

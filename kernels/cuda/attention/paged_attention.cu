@@ -164,8 +164,17 @@ absl::Status LaunchDecode(const PagedAttentionParams& p, const AttentionOptions&
 template <typename T, int G, int D>
 absl::Status LaunchDecodeMma(const PagedAttentionParams& p, const AttentionOptions& options, int head_tiles,
                              void* workspace, size_t workspace_bytes, Stream stream) {
-  DecodeSplit split = ChooseDecodeSplit(p, options, head_tiles, 2 * attention::kDecodeMmaKeysPerBlockStep, 2,
-                                        attention::kDecodeMmaMaxSplits, workspace, workspace_bytes);
+  // Over a 16-bit cache, (token, KV head) rows that alone come within a sixteenth of one block an SM
+  // take no split, by measurement in the step (H200, 8B step at batch 16, 128 rows on 132 SMs, one
+  // slice against the two below: bf16 -0.6% to -1.2%, int4 -1.4% to -2.8%; an FP8 cache's two
+  // slices were 1.8-2.1% faster, and at 96 rows (batch 12) one slice was level;
+  // benchmarks/RESULTS.md). Likely why: the slices' merge and the second block an SM cost more than
+  // the one-block grid's four idle SMs.
+  const int64_t rows = p.num_tokens * p.num_kv_heads * head_tiles;
+  const int blocks_per_sm = !p.fp8_cache && rows * 16 >= int64_t{options.num_sms} * 15 ? 1 : 2;
+  DecodeSplit split =
+      ChooseDecodeSplit(p, options, head_tiles, 2 * attention::kDecodeMmaKeysPerBlockStep, blocks_per_sm,
+                        attention::kDecodeMmaMaxSplits, workspace, workspace_bytes);
   constexpr int kThreads = attention::kDecodeMmaThreads;
   // Where registers and shared memory let three blocks share an SM (an FP8 cache's smaller tiles:
   // 162 registers, 48 KB), three pay only for grids of at least two waves of three: a smaller grid

@@ -99,9 +99,10 @@ __device__ __forceinline__ void AccumulateScaled(float (&acc)[NT][4], const floa
 // kFusable (16-bit out, up to 8 rows): the instantiation that may normalize x itself into shared
 // memory first (`norm`, after the chunk groups) and add its outputs into out (`add_to_out`).
 //
-// kFragmentX (5-32 rows, nothing fused): x comes in fragment order (FragmentOrderKernel, below), so that a
-// warp's load of one code word's x for one n8 tile is 512 contiguous bytes: 4 L1 wavefronts where x in row
-// order takes 16 (8 token rows x the quad's 4 chunks, 64 bytes apart).
+// kFragmentX (5-32 rows): x comes in fragment order (FragmentOrderKernel, or NormFragmentOrderKernel
+// where the norm is fused; below), so that a warp's load of one code word's x for one n8 tile is 512
+// contiguous bytes: 4 L1 wavefronts where x in row order takes 16 (8 token rows x the quad's 4 chunks, 64
+// bytes apart). Of the fusions it takes only the residual add (add_to_out), in its store.
 template <typename T, typename TOut, int NT, int U, int kMinBlocks, bool kZeros, bool kRegular, bool kFusable,
           bool kFragmentX>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)

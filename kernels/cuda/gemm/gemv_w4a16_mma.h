@@ -37,9 +37,10 @@ struct GemvW4A16MmaOptions {
   int stage_chunks = 0;    // bulk: 32-column chunks of each row a stage, 8, 16 or 32 (0: 16 a tile, 8 two)
   int stages = 0;          // bulk: stages of a warp's ring (0: 2 a tile, 4 two)
   bool pdl = false;        // programmatic dependent launch
-  // 5-32 rows of x, nothing fused: room for x rewritten in the order the lanes read it
+  // 5-32 rows of x: room for x rewritten in the order the lanes read it
   // (GemvW4A16MmaXWorkspaceBytes), which a small kernel does first (from 9 rows; from 5 for very
-  // wide weights, at least 8 tiles an SM). Read in place instead, x's
+  // wide weights, at least 8 tiles an SM; with `norm` at 9-32 rows that kernel forms the norm
+  // too, and the workspace is required). Read in place instead, x's
   // loads cost 4x the L1 wavefronts, and the L1 limits the kernel there (benchmarks/RESULTS.md).
   void* x_workspace = nullptr;
   size_t x_workspace_bytes = 0;

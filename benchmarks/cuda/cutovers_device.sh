@@ -22,5 +22,10 @@ variants=(
   "int4 default (GEMV up to 32, warpgroup from 33)|int4|16,17,24,32,33|-"
   "int4 few-rows 17-32 (the old H100 rule)|int4|16,17,24,32,33|LLM_GEMM_FEW_ROWS_INT4=17,128"
   "int4 warpgroup from 17 (the old H200 rule)|int4|16,17,24,32,33|LLM_GEMM_W4A16_WGMMA=17,448"
+  "int4 default at 9-16 rows (norm in the reordering kernel, one attention slice at 16)|int4|9,12,16|-"
+  "int4 norm and reordering apart (before the twenty-seventh session)|int4|9,12,16|LLM_FUSE_REORDERED_NORM=0"
+  "int4 two attention slices at 16 (the split rule before the twenty-seventh session)|int4|16|LLM_ATTENTION_SPLITS=2"
+  "bf16 default at 16 (one attention slice)|none|16|-"
+  "bf16 two attention slices at 16|none|16|LLM_ATTENTION_SPLITS=2"
 )
 StepVariantsTable "$OUT/cutovers.md" "${ROUNDS:-2}"

@@ -2,7 +2,8 @@
 # The linear kernels' row cut-overs on this GPU, measured in the 8B decode step: for each batch
 # near a cut-over, the step with the kernel on each side of it (forced through the environment,
 # launch/README.md) and with the backend's own choice (CudaBackendOptions::kByDevice, which
-# follows the GPU's DRAM bandwidth). One call on the GPU machine, ~1 minute; ROUNDS (default 2)
+# follows the GPU's DRAM bandwidth); then the fusions and the decode-attention split measured on an
+# H200 only, against the forms before them. One call on the GPU machine, ~2 minutes; ROUNDS (default 2)
 # interleaved rounds; a markdown table in $OUT/cutovers.md. Pack: benchmarks/device_pack.sh
 # llm_cuda_bench. Usage: benchmarks/cuda/cutovers_device.sh
 set -uo pipefail

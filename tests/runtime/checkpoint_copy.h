@@ -1,21 +1,28 @@
 // A fixture checkpoint read into memory, edited, and written back (single file or sharded with an
 // index) with the project's safetensors writer (tests/model/test_files.h): sharded and malformed
-// variants of the FP8 fixtures are built by the tests themselves, from the fixtures.
+// variants of the FP8 and int4 fixtures are built by the tests themselves, from the fixtures; and
+// the loader's call on such a folder (LoadCheckpointWeights, EditedCheckpointTest).
 #pragma once
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/checkpoint.h"
+#include "engine/model/config.h"
 #include "engine/model/json_reader.h"
+#include "engine/model/weights.h"
+#include "gtest/gtest.h"
 #include "tests/model/test_files.h"
+#include "tests/runtime/fixture_reference.h"
 
 namespace llm::testing {
 
@@ -79,6 +86,32 @@ struct CheckpointCopy {
     }
     test_util::WriteFile(dir / "model.safetensors.index.json", index.dump(2));
   }
+};
+
+// The weights of the checkpoint in `dir` as the engine loads them (its config, then its tensors).
+inline absl::StatusOr<std::unique_ptr<ModelWeights>> LoadCheckpointWeights(const std::filesystem::path& dir,
+                                                                           Backend& backend,
+                                                                           ShardSpec shard = {},
+                                                                           LoadOptions options = {}) {
+  auto config = LoadModelConfig(dir);
+  if (!config.ok()) return config.status();
+  auto checkpoint = Checkpoint::Open(dir);
+  if (!checkpoint.ok()) return checkpoint.status();
+  return LoadWeights(*config, **checkpoint, shard, backend, options);
+}
+
+// Malformed and unsupported variants of a fixture: LoadEdited copies the fixture, applies `edit`
+// and returns what loading the copy on the CPU says.
+class EditedCheckpointTest : public ::testing::Test {
+ protected:
+  absl::Status LoadEdited(const char* fixture, const std::function<void(CheckpointCopy&)>& edit) {
+    CheckpointCopy copy = CheckpointCopy::Read(ModelDir(fixture));
+    edit(copy);
+    copy.Write(dir_.path());
+    CpuBackend cpu(2);
+    return LoadCheckpointWeights(dir_.path(), cpu).status();
+  }
+  test_util::TempDir dir_;
 };
 
 }  // namespace llm::testing

@@ -24,16 +24,10 @@ namespace llm {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::CheckpointCopy;
+using ::testing::HasSubstr;
+using testing::LoadCheckpointWeights;
 using testing::LogitParity;
-
-absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::filesystem::path& dir, Backend& backend,
-                                                   ShardSpec shard = {}, LoadOptions options = {}) {
-  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
-  ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(dir));
-  return LoadWeights(config, *checkpoint, shard, backend, options);
-}
 
 // Teacher-forced parity of `dir`'s model with the references of fixture `name`.
 absl::StatusOr<LogitParity> Parity(const std::filesystem::path& dir, const std::string& name,
@@ -56,7 +50,7 @@ CpuBackendOptions Cpu(bool emulate = false) {
 
 TEST(Fp8LoadingTest, BlockLayoutKeepsWholeBlocksAndExpandsCutOnes) {
   CpuBackend cpu(2);
-  auto w = Load(testing::ModelDir("llama-fp8-block"), cpu);
+  auto w = LoadCheckpointWeights(testing::ModelDir("llama-fp8-block"), cpu);
   ASSERT_TRUE(w.ok()) << w.status();
   const LayerWeights& l = (*w)->layers[0];
   // q (192 rows) ends mid-block, so k and v start mid-block in the fused q/k/v: per-row groups.
@@ -84,7 +78,7 @@ TEST(Fp8LoadingTest, BlockLayoutKeepsWholeBlocksAndExpandsCutOnes) {
 
 TEST(Fp8LoadingTest, ChannelLayoutKeepsRowScales) {
   CpuBackend cpu(2);
-  auto w = Load(testing::ModelDir("qwen3-fp8-channel"), cpu);
+  auto w = LoadCheckpointWeights(testing::ModelDir("qwen3-fp8-channel"), cpu);
   ASSERT_TRUE(w.ok()) << w.status();
   const LayerWeights& l = (*w)->layers[2];
   EXPECT_EQ(l.qkv.format, StorageFormat::Fp8(ScaleGranularity::kChannel));
@@ -97,7 +91,7 @@ TEST(Fp8LoadingTest, ChannelLayoutKeepsRowScales) {
 
 TEST(Fp8LoadingTest, ModelOptPerTensorScalesOfFusedPartsBecomeRowScales) {
   CpuBackend cpu(2);
-  auto w = Load(testing::ModelDir("llama-fp8-tensor-kv"), cpu);
+  auto w = LoadCheckpointWeights(testing::ModelDir("llama-fp8-tensor-kv"), cpu);
   ASSERT_TRUE(w.ok()) << w.status();
   auto ckpt = Checkpoint::Open(testing::ModelDir("llama-fp8-tensor-kv"));
   ASSERT_TRUE(ckpt.ok());
@@ -238,7 +232,7 @@ TEST(Fp8LoadingTest, EquivalentLayoutsLoadTheSameModel) {
     EXPECT_LE(parity->max_err, 1e-4);
     EXPECT_EQ(parity->agreement(), 1.0);
     CpuBackend cpu(2);
-    auto w = Load(dir.path(), cpu);
+    auto w = LoadCheckpointWeights(dir.path(), cpu);
     ASSERT_TRUE(w.ok()) << w.status();
     const bool kv_declared = std::string(v.what).find("kv_cache_scheme") != std::string::npos;
     EXPECT_EQ((*w)->has_kv_scales(), kv_declared || std::string(v.what).starts_with("AutoFP8"));
@@ -249,11 +243,11 @@ TEST(Fp8LoadingTest, EquivalentLayoutsLoadTheSameModel) {
 TEST(Fp8LoadingTest, TensorParallelSlicesSplitRowsWithTheirScales) {
   CpuBackend cpu(2);
   const std::string dir = testing::ModelDir("qwen3-fp8-channel");
-  auto whole = Load(dir, cpu);
+  auto whole = LoadCheckpointWeights(dir, cpu);
   ASSERT_TRUE(whole.ok()) << whole.status();
   const LinearWeight& full = (*whole)->layers[0].gate_up;  // [2 * 384, 128]: gate rows, then up rows
   for (int rank = 0; rank < 2; ++rank) {
-    auto part = Load(dir, cpu, ShardSpec{rank, 2});
+    auto part = LoadCheckpointWeights(dir, cpu, ShardSpec{rank, 2});
     ASSERT_TRUE(part.ok()) << part.status();
     const LinearWeight& slice = (*part)->layers[0].gate_up;  // [2 * 192, 128]
     ASSERT_EQ(slice.weight.shape(), Shape({384, 128}));
@@ -275,7 +269,7 @@ TEST(Fp8LoadingTest, TensorParallelSlicesSplitRowsWithTheirScales) {
 TEST(Fp8LoadingTest, BlockScalesRefuseTensorParallelSplitsOffBlockBoundaries) {
   CpuBackend cpu(2);
   // TP 2 splits o_proj's 192 input columns at 96, inside the first 128-column block.
-  auto w = Load(testing::ModelDir("llama-fp8-block"), cpu, ShardSpec{1, 2});
+  auto w = LoadCheckpointWeights(testing::ModelDir("llama-fp8-block"), cpu, ShardSpec{1, 2});
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(w.status().message(), AllOf(HasSubstr("layer 0 o_proj"), HasSubstr("o_proj.weight"),
@@ -286,7 +280,7 @@ TEST(Fp8LoadingTest, PipelineStagesLoadOnlyTheirLayers) {
   CpuBackend cpu(2);
   ShardSpec last;
   last.first_layer = 2;
-  auto w = Load(testing::ModelDir("llama-fp8-tensor-kv"), cpu, last);
+  auto w = LoadCheckpointWeights(testing::ModelDir("llama-fp8-tensor-kv"), cpu, last);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ((*w)->layers.size(), 1u);
   EXPECT_TRUE((*w)->embedding.empty());
@@ -295,17 +289,7 @@ TEST(Fp8LoadingTest, PipelineStagesLoadOnlyTheirLayers) {
 
 // --- malformed checkpoints ---
 
-class Fp8MalformedTest : public ::testing::Test {
- protected:
-  absl::Status LoadEdited(const char* fixture, const std::function<void(CheckpointCopy&)>& edit) {
-    CheckpointCopy copy = CheckpointCopy::Read(testing::ModelDir(fixture));
-    edit(copy);
-    copy.Write(dir_.path());
-    CpuBackend cpu(2);
-    return Load(dir_.path(), cpu).status();
-  }
-  test_util::TempDir dir_;
-};
+using Fp8MalformedTest = testing::EditedCheckpointTest;
 
 TEST_F(Fp8MalformedTest, MissingScale) {
   const absl::Status s = LoadEdited("llama-fp8-block", [](CheckpointCopy& c) {
@@ -424,7 +408,7 @@ TEST(Fp8OnlineQuantizationTest, FloatCheckpointQuantizesPerChannel) {
   CpuBackend cpu(2);
   LoadOptions fp8;
   fp8.quantization = OnlineQuantization::kFp8;
-  auto w = Load(testing::ModelDir("llama-tiny"), cpu, {}, fp8);
+  auto w = LoadCheckpointWeights(testing::ModelDir("llama-tiny"), cpu, {}, fp8);
   ASSERT_TRUE(w.ok()) << w.status();
   for (const LayerWeights& l : (*w)->layers) {
     for (const LinearWeight* lin : {&l.qkv, &l.o_proj, &l.gate_up, &l.down}) {
@@ -450,12 +434,12 @@ TEST(Fp8OnlineQuantizationTest, EveryTensorParallelLayoutQuantizesAlike) {
   LoadOptions fp8;
   fp8.quantization = OnlineQuantization::kFp8;
   const std::string dir = testing::ModelDir("llama-tiny");
-  auto whole = Load(dir, cpu, {}, fp8);
+  auto whole = LoadCheckpointWeights(dir, cpu, {}, fp8);
   ASSERT_TRUE(whole.ok()) << whole.status();
   const LinearWeight& full = (*whole)->layers[3].down;
   const int64_t n = full.out_features(), k = full.in_features();
   for (int rank = 0; rank < 4; ++rank) {
-    auto part = Load(dir, cpu, ShardSpec{rank, 4}, fp8);
+    auto part = LoadCheckpointWeights(dir, cpu, ShardSpec{rank, 4}, fp8);
     ASSERT_TRUE(part.ok()) << part.status();
     const LinearWeight& down = (*part)->layers[3].down;
     ASSERT_EQ(down.in_features(), k / 4);

@@ -26,15 +26,9 @@ namespace llm {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::CheckpointCopy;
-
-absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::filesystem::path& dir, Backend& backend,
-                                                   ShardSpec shard = {}, LoadOptions options = {}) {
-  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
-  ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(dir));
-  return LoadWeights(config, *checkpoint, shard, backend, options);
-}
+using ::testing::HasSubstr;
+using testing::LoadCheckpointWeights;
 
 absl::StatusOr<testing::LogitParity> Parity(const std::filesystem::path& dir, const std::string& name,
                                             CpuBackendOptions cpu = {2}) {
@@ -148,7 +142,7 @@ TEST(Int4LayoutTest, GroupChunksOnlyWhereEveryChunkFollowsTheRule) {
 
 TEST(Int4LoadingTest, AwqKeepsItsZeroPointsInColumnOrderGroups) {
   CpuBackend cpu(2);
-  auto w = Load(testing::ModelDir("llama-w4-awq"), cpu);
+  auto w = LoadCheckpointWeights(testing::ModelDir("llama-w4-awq"), cpu);
   ASSERT_TRUE(w.ok()) << w.status();
   const LayerWeights& l = (*w)->layers[1];
   EXPECT_EQ(l.qkv.format, StorageFormat::Int4(/*zero_points=*/true, DType::kF32));
@@ -181,7 +175,7 @@ TEST(Int4LoadingTest, AwqKeepsItsZeroPointsInColumnOrderGroups) {
 
 TEST(Int4LoadingTest, SymmetricGptqDropsItsStoredEights) {
   CpuBackend cpu(2);
-  auto w = Load(testing::ModelDir("llama-w4-gptq-sym"), cpu);
+  auto w = LoadCheckpointWeights(testing::ModelDir("llama-w4-gptq-sym"), cpu);
   ASSERT_TRUE(w.ok()) << w.status();
   const LinearWeight& qkv = (*w)->layers[0].qkv;
   EXPECT_EQ(qkv.format, StorageFormat::Int4(/*zero_points=*/false, DType::kF32));
@@ -194,7 +188,7 @@ TEST(Int4LoadingTest, SymmetricGptqDropsItsStoredEights) {
 TEST(Int4LoadingTest, ActOrderSortsColumnsByGroup) {
   CpuBackend cpu(2);
   const std::string dir = testing::ModelDir("qwen2-w4-gptq-actorder");
-  auto w = Load(dir, cpu);
+  auto w = LoadCheckpointWeights(dir, cpu);
   ASSERT_TRUE(w.ok()) << w.status();
   auto ckpt = Checkpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok());
@@ -229,7 +223,7 @@ TEST(Int4LoadingTest, DequantizedAndFloat16ScaleBackendsComputeTheSameModel) {
                                       nullptr, testing::ParityRunnerOptions());
     ASSERT_TRUE(runner.ok()) << runner.status();
     testing::RoundingBackend rounding(DType::kBF16, 0, config->vocab_size);
-    auto dequantized = Load(testing::ModelDir(name), rounding);
+    auto dequantized = LoadCheckpointWeights(testing::ModelDir(name), rounding);
     ASSERT_TRUE(dequantized.ok()) << dequantized.status();
     EXPECT_EQ((*dequantized)->layers[0].qkv.format, StorageFormat::Float(DType::kF32));
     auto parity = testing::TeacherForcedParity(**runner, name);
@@ -241,7 +235,7 @@ TEST(Int4LoadingTest, DequantizedAndFloat16ScaleBackendsComputeTheSameModel) {
     fp16.num_threads = 2;
     fp16.int4_fp16_scales = true;
     CpuBackend cpu(fp16);
-    auto w = Load(testing::ModelDir(name), cpu);
+    auto w = LoadCheckpointWeights(testing::ModelDir(name), cpu);
     ASSERT_TRUE(w.ok()) << w.status();
     EXPECT_EQ((*w)->layers[0].down.scale.dtype(), DType::kF16);
     // fp16 holds the fixtures' fp16 and bf16 scales exactly.
@@ -304,13 +298,13 @@ TEST(Int4LoadingTest, TensorParallelSlicesHoldTheirRowsAndColumns) {
   for (const char* name : {"llama-w4-ct", "llama-w4-awq", "qwen2-w4-gptq-actorder", "llama-w4-ct-asym-actorder"}) {
     SCOPED_TRACE(name);
     CpuBackend cpu(2);
-    auto whole = Load(testing::ModelDir(name), cpu);
+    auto whole = LoadCheckpointWeights(testing::ModelDir(name), cpu);
     ASSERT_TRUE(whole.ok()) << whole.status();
     const std::vector<float> gate_up = Values((*whole)->layers[1].gate_up);  // [768, 128]: gate, then up
     const std::vector<float> down = Values((*whole)->layers[1].down);        // [128, 384]
     for (int tp : {2, 4}) {
       for (int rank = 0; rank < tp; ++rank) {
-        auto part = Load(testing::ModelDir(name), cpu, ShardSpec{rank, tp});
+        auto part = LoadCheckpointWeights(testing::ModelDir(name), cpu, ShardSpec{rank, tp});
         ASSERT_TRUE(part.ok()) << part.status();
         const int64_t f = 384 / tp;
         const std::vector<float> gu = Values((*part)->layers[1].gate_up);  // [2f, 128]
@@ -332,7 +326,7 @@ TEST(Int4LoadingTest, TensorParallelSlicesHoldTheirRowsAndColumns) {
 // padded to whole chunks with columns that read no input.
 TEST(Int4LoadingTest, ActOrderSlicesPadTheirGroupsToWholeChunks) {
   CpuBackend cpu(2);
-  auto w = Load(testing::ModelDir("llama-w4-ct-asym-actorder"), cpu, ShardSpec{1, 4});
+  auto w = LoadCheckpointWeights(testing::ModelDir("llama-w4-ct-asym-actorder"), cpu, ShardSpec{1, 4});
   ASSERT_TRUE(w.ok()) << w.status();
   const LinearWeight& down = (*w)->layers[0].down;  // 96 of 384 input columns, scattered over 12 groups
   EXPECT_EQ(down.in_features(), 96);
@@ -349,20 +343,20 @@ TEST(Int4LoadingTest, ActOrderSlicesPadTheirGroupsToWholeChunks) {
 TEST(Int4LoadingTest, SplitsThatCutGroupsAreRefused) {
   CpuBackend cpu(2);
   // Groups of 64: TP 4 gives o_proj input columns [32, 64) of 128, half a group.
-  auto w = Load(testing::ModelDir("llama-w4-gptq-sym"), cpu, ShardSpec{1, 4});
+  auto w = LoadCheckpointWeights(testing::ModelDir("llama-w4-gptq-sym"), cpu, ShardSpec{1, 4});
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(w.status().message(),
               AllOf(HasSubstr("layer 0 o_proj"), HasSubstr("model.layers.0.self_attn.o_proj"), HasSubstr("[32, 64)"),
                     HasSubstr("groups of 64"), HasSubstr("tensor-parallel size")));
-  EXPECT_TRUE(Load(testing::ModelDir("llama-w4-gptq-sym"), cpu, ShardSpec{1, 2}).ok());
+  EXPECT_TRUE(LoadCheckpointWeights(testing::ModelDir("llama-w4-gptq-sym"), cpu, ShardSpec{1, 2}).ok());
 }
 
 TEST(Int4LoadingTest, PipelineStagesLoadOnlyTheirLayers) {
   CpuBackend cpu(2);
   ShardSpec last;
   last.first_layer = 2;
-  auto w = Load(testing::ModelDir("llama-w4-awq"), cpu, last);
+  auto w = LoadCheckpointWeights(testing::ModelDir("llama-w4-awq"), cpu, last);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ((*w)->layers.size(), 1u);
   EXPECT_TRUE((*w)->embedding.empty());
@@ -371,17 +365,7 @@ TEST(Int4LoadingTest, PipelineStagesLoadOnlyTheirLayers) {
 
 // --- malformed checkpoints and unsupported variants ---
 
-class Int4MalformedTest : public ::testing::Test {
- protected:
-  absl::Status LoadEdited(const char* fixture, const std::function<void(CheckpointCopy&)>& edit) {
-    CheckpointCopy copy = CheckpointCopy::Read(testing::ModelDir(fixture));
-    edit(copy);
-    copy.Write(dir_.path());
-    CpuBackend cpu(2);
-    return Load(dir_.path(), cpu).status();
-  }
-  test_util::TempDir dir_;
-};
+using Int4MalformedTest = testing::EditedCheckpointTest;
 
 TEST_F(Int4MalformedTest, WrongQweightShape) {
   const absl::Status s = LoadEdited("llama-w4-awq", [](CheckpointCopy& c) {
@@ -558,7 +542,7 @@ TEST(Int4DummyWeightsTest, FloatCheckpointsAreNotQuantizedAtLoad) {
   CpuBackend cpu(2);
   LoadOptions int4;
   int4.quantization = OnlineQuantization::kInt4;
-  auto w = Load(testing::ModelDir("llama-tiny"), cpu, {}, int4);
+  auto w = LoadCheckpointWeights(testing::ModelDir("llama-tiny"), cpu, {}, int4);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(w.status().message(), AllOf(HasSubstr("dummy weights only"), HasSubstr("tools/w4a16/quantize.py")));

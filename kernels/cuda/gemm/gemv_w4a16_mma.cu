@@ -43,14 +43,8 @@ __device__ __forceinline__ V KeptInRegister(V v) {
   return v;
 }
 
-__device__ __forceinline__ uint4 LoadCodes(const void* p) {
-  uint4 u;
-  // L2::256B: a warp's load covers 512 contiguous bytes of its tile, and the next units follow.
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
-               : "l"(p));
-  return u;
-}
+// A unit's codes: a warp's load covers 512 contiguous bytes of its tile, and the next units follow.
+__device__ __forceinline__ uint4 LoadCodes(const void* p) { return LoadU4StreamingL2Prefetch256(p); }
 
 // What one lane loads for one unit u: chunk c = 4u + t (t = lane % 4) of its two weight rows
 // rA = tile + g and rB = rA + 8 (g = lane / 4), and those rows' scales and zeros of c's group. In
@@ -447,17 +441,19 @@ __global__ void NormFragmentOrderKernel(const T* __restrict__ x, const T* __rest
     const int chunk = c / 4, unit_word = chunk / kUnitChunks * kUnitChunks + c % 4;
     return (unit_word * NT + nt) * 32 + lane_base + chunk % kUnitChunks;
   };
-  uint4* o = reinterpret_cast<uint4*>(out);
-  for (int c = (token < m ? vecs : 0) + threadIdx.x; c < pieces; c += blockDim.x)
-    o[piece(c)] = make_uint4(0, 0, 0, 0);
-  if (token >= m) return;
   Vec16<T> w[kChunks], v[kChunks];
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {  // no kernel writes the weight: read before the wait
     const int c = threadIdx.x + j * blockDim.x;
-    if (c < vecs) w[j] = LoadVec(weight + c * kVec);
+    if (token < m && c < vecs) w[j] = LoadVec(weight + c * kVec);
   }
+  // The workspace is written only after the wait: the kernel before may still read it (another
+  // linear's x in fragment order, or an act-order input's permuted rows).
   GridDependencyWait();
+  uint4* o = reinterpret_cast<uint4*>(out);
+  for (int c = (token < m ? vecs : 0) + threadIdx.x; c < pieces; c += blockDim.x)
+    o[piece(c)] = make_uint4(0, 0, 0, 0);
+  if (token >= m) return;
   const T* row = x + static_cast<int64_t>(token) * kp;
   float sum_sq = 0.0f;
 #pragma unroll
@@ -477,9 +473,8 @@ __global__ void NormFragmentOrderKernel(const T* __restrict__ x, const T* __rest
   for (int j = 0; j < kChunks; ++j) {
     const int c = threadIdx.x + j * blockDim.x;
     if (c >= vecs) continue;
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) v[j].v[e] = FromFloat<T>(ToFloat(w[j].v[e]) * (ToFloat(v[j].v[e]) * inv));
-    o[piece(c)] = *reinterpret_cast<const uint4*>(&v[j]);
+    const Vec16<T> normed = RmsNormScale(v[j], w[j], inv);
+    o[piece(c)] = *reinterpret_cast<const uint4*>(&normed);
   }
 }
 

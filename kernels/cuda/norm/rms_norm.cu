@@ -104,8 +104,7 @@ __global__ void RmsNormHeldKernel(const T* __restrict__ x, T* __restrict__ resid
   for (int j = 0; j < kChunks; ++j) {
     const int64_t c = threadIdx.x + j * blockDim.x;
     if (c >= vecs) continue;
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) v[j].v[e] = FromFloat<T>(ToFloat(w[j].v[e]) * (ToFloat(v[j].v[e]) * inv));
+    v[j] = RmsNormScale(v[j], w[j], inv);
     if (!kQuantize || !quantized.values_unused) StoreVec(o + c * kVec, v[j]);
   }
   if constexpr (kQuantize) QuantizeHeldRowFp8<T, kChunks>(v, row, dim, quantized, scratch);

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/norm/fused_rms_norm.h"
+#include "kernels/cuda/norm/rms_norm_row.cuh"
 
 namespace llm::cuda {
 
@@ -42,11 +43,9 @@ __device__ __forceinline__ void NormalizeRowsToShared(const T* __restrict__ x, c
     const float total = WarpSum(lane < (vthreads >> 5) ? scratch[lane] : 0.0f);
     const float inv = rsqrtf(total / static_cast<float>(k) + eps);
     for (int c = threadIdx.x; c < vecs; c += blockDim.x) {
-      Vec16<T> e = LoadVec(row + c * kVec);
-      const Vec16<T> w = LoadVec(weight + c * kVec);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) e.v[i] = FromFloat<T>(ToFloat(w.v[i]) * (ToFloat(e.v[i]) * inv));
-      StoreVec(xs + static_cast<int64_t>(r) * xs_stride + c * kVec, e);
+      const Vec16<T> e = LoadVec(row + c * kVec);
+      StoreVec(xs + static_cast<int64_t>(r) * xs_stride + c * kVec,
+               RmsNormScale(e, LoadVec(weight + c * kVec), inv));
     }
     __syncthreads();  // xs complete; scratch free for the next row
   }

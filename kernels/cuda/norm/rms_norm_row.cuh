@@ -9,6 +9,17 @@
 
 namespace llm::cuda {
 
+// A normalized 16-byte chunk: T(weight * (x * inv)), the rounding every RMSNorm form shares (the
+// norm kernels, the fused all-reduce epilogues, the GEMVs that form their input's norm), so that
+// each gives the norm kernel's bits.
+template <typename T>
+__device__ __forceinline__ Vec16<T> RmsNormScale(Vec16<T> x, const Vec16<T>& weight, float inv) {
+#pragma unroll
+  for (int e = 0; e < Vec16<T>::kVec; ++e)
+    x.v[e] = FromFloat<T>(ToFloat(weight.v[e]) * (ToFloat(x.v[e]) * inv));
+  return x;
+}
+
 // The first half of an add + RMSNorm over one row, for the norm kernel and the fused all-reduce
 // epilogues alike: res = T(res + delta), where `delta_at(c)` gives the delta of 16-byte chunk c
 // (a Vec16<T>) when kVec16, else of element c (a T) — read from memory, or reduced across ranks.
@@ -51,11 +62,7 @@ __device__ __forceinline__ void FinishRmsNormRow(const T* x, const T* weight, T*
     constexpr int kVec = Vec16<T>::kVec;
     for (int64_t c = threadIdx.x; c < dim / kVec; c += blockDim.x) {
       const Vec16<T> v = LoadVec(x + c * kVec);
-      const Vec16<T> w = LoadVec(weight + c * kVec);
-      Vec16<T> r;
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) r.v[e] = FromFloat<T>(ToFloat(w.v[e]) * (ToFloat(v.v[e]) * inv));
-      StoreVec(out + c * kVec, r);
+      StoreVec(out + c * kVec, RmsNormScale(v, LoadVec(weight + c * kVec), inv));
     }
   } else {
     for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)

@@ -287,8 +287,9 @@ TEST_P(CudaInt4Test, LinearSiluMulFusedInTheGemv) {
 // (each block stages the norm) and at 9-32 rows (the kernel that rewrites x in fragment order forms
 // the norm; the GEMV adds), regular and irregular weights (N not a multiple of 16, groups of 32,
 // one group; the norm staged after the chunk groups), with and without zeros, with and without the
-// gate/up form (up to 16 rows): bit for bit what the norm kernel then Linear (Linear then Add)
-// give, and near the CPU's float32. Act-order weights (x permuted first) and norms too large to
+// gate/up form (up to 16 rows; at 17-32 rows the plain GEMV takes the norm and SiluMul runs
+// apart): bit for bit what the norm kernel then Linear (Linear then Add) give, and near the CPU's
+// float32. Act-order weights (x permuted first) and norms too large to
 // stage (8 rows of 4096) run apart.
 TEST_P(CudaInt4Test, NormAndResidualFusedInTheGemv) {
   struct Case {
@@ -310,6 +311,7 @@ TEST_P(CudaInt4Test, NormAndResidualFusedInTheGemv) {
                         {384, 384, 0, 20, true, false, false, true, true},
                         {3584, 1024, 128, 16, true, false, true, true, true},
                         {1024, 4096, 128, 24, true, false, false, true, true},
+                        {3584, 1024, 128, 24, true, false, true, true, true},
                         {256, 1024, 128, 16, true, true, false, false, false}};
   const float eps = 1e-6f;
   for (const Case& c : cases) {

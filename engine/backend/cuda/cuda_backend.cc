@@ -539,14 +539,23 @@ absl::Status CudaBackend::RmsNormLinear(Tensor x, Tensor norm_weight, float eps,
     glu.glu_cols = call.n / 2;
   }
   const bool glu_fused = act.empty() || (impl_->options.fuse_gate_up_silu && impl_->linears->TakesGlu(glu, choice, ctx));
-  if (!impl_->options.fuse_decode_ops || !impl_->options.fuse_gemv_norm || !glu_fused ||
-      !impl_->linears->Fuses(glu, choice, /*norm=*/true, /*add=*/false, ctx))
+  if (!impl_->options.fuse_decode_ops || !impl_->options.fuse_gemv_norm)
     return Backend::RmsNormLinear(x, norm_weight, eps, normed, w, out, act);  // the ops apart
-  OpScope scope(*impl_, act.empty() ? "RmsNormLinear" : "RmsNormLinearSiluMul",
-                static_cast<double>(w.weight.bytes() + x.bytes() + glu.out.bytes() + w.bias.bytes()),
-                2.0 * call.m * call.n * call.k,
-                impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
-  return impl_->linears->Run(glu, choice, ctx);
+  // A gate/up projection whose kernel has no gate/up form here (the int4 GEMV at 17-32 rows) but
+  // takes the norm: the norm in the linear, then SiluMul apart (FusesRmsNormInto said yes for it).
+  const bool with_glu = glu_fused && impl_->linears->Fuses(glu, choice, /*norm=*/true, /*add=*/false, ctx);
+  const LinearCall& fused = with_glu ? glu : call;
+  if (!with_glu && (act.empty() || !impl_->linears->Fuses(call, choice, /*norm=*/true, /*add=*/false, ctx)))
+    return Backend::RmsNormLinear(x, norm_weight, eps, normed, w, out, act);
+  {
+    OpScope scope(
+        *impl_, with_glu && !act.empty() ? "RmsNormLinearSiluMul" : "RmsNormLinear",
+        static_cast<double>(w.weight.bytes() + x.bytes() + fused.out.bytes() + w.bias.bytes()),
+        2.0 * call.m * call.n * call.k,
+        impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+    RETURN_IF_ERROR(impl_->linears->Run(fused, choice, ctx));
+  }
+  return with_glu || act.empty() ? absl::OkStatus() : SiluMul(out, act);
 }
 
 absl::Status CudaBackend::LinearAddInto(Tensor x, const LinearWeight& w, Tensor residual, Tensor delta) {

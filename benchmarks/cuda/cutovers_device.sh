@@ -28,5 +28,9 @@ variants=(
   "int4 two attention slices at 16 (the split rule before the twenty-seventh session)|int4|16|LLM_ATTENTION_SPLITS=2"
   "bf16 default at 16 (one attention slice)|none|16|-"
   "bf16 two attention slices at 16|none|16|LLM_ATTENTION_SPLITS=2"
+  "FP8 + FP8 KV default (O transposed in decode attention)|fp8|32,128,256|-"
+  "FP8 + FP8 KV, O untransposed (before the twenty-eighth session)|fp8|32,128,256|LLM_ATTENTION_FP8_OT=0"
+  "int4 default at 17-32 rows (gate_up's norm in the reordering)|int4|17,24,32|-"
+  "int4 norms apart at 9-32 rows|int4|17,24,32|LLM_FUSE_REORDERED_NORM=0"
 )
 StepVariantsTable "$OUT/cutovers.md" "${ROUNDS:-2}"

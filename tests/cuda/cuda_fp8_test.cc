@@ -1068,13 +1068,17 @@ TEST_P(CudaFp8Test, AttentionReadsAnE4M3Cache) {
       return Download(b, out.t);
     };
     const std::vector<float> want = run(cpu_, DType::kF32, nullptr);
-    for (int variant = 0; variant < 7; ++variant) {  // as cuda_ops_test: defaults, SIMT, SIMT split, split,
-                                                      // the CUDA-core decode kernel unsplit and split,
-                                                      // a mixed step's two kernels on one stream
+    for (int variant = 0; variant < 9; ++variant) {  // as cuda_ops_test: defaults, SIMT, SIMT split, split,
+                                                     // the CUDA-core decode kernel unsplit and split,
+                                                     // a mixed step's two kernels on one stream; then
+                                                     // the tensor-core decode kernel with O untransposed,
+                                                     // unsplit and split
       gpu_->mutable_options().force_simt_attention = variant == 1 || variant == 2;
-      gpu_->mutable_options().attention_splits = variant == 2 || variant == 3 || variant == 5 ? 7 : 0;
+      gpu_->mutable_options().attention_splits =
+          variant == 2 || variant == 3 || variant == 5 || variant == 8 ? 7 : 0;
       gpu_->mutable_options().warp_decode_attention = variant == 4 || variant == 5;
       gpu_->mutable_options().serial_mixed_attention = variant == 6;
+      gpu_->mutable_options().attention_fp8_transposed_o = variant < 7;
       EXPECT_LE(RelErr(run(*gpu_, dtype_, gpu_.get()), want), Tolerance(dtype_)) << c.name << " variant " << variant;
     }
   }
@@ -1082,6 +1086,7 @@ TEST_P(CudaFp8Test, AttentionReadsAnE4M3Cache) {
   gpu_->mutable_options().attention_splits = 0;
   gpu_->mutable_options().warp_decode_attention = false;
   gpu_->mutable_options().serial_mixed_attention = false;
+  gpu_->mutable_options().attention_fp8_transposed_o = true;
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaFp8Test, ::testing::Values(DType::kBF16, DType::kF16),

@@ -243,6 +243,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (const char* v = std::getenv("LLM_FUSE_REORDERED_NORM"); v != nullptr)
     impl->options.fuse_reordered_norm = v[0] != '0';
   if (const char* v = std::getenv("LLM_ATTENTION_SPLITS"); v != nullptr) impl->options.attention_splits = std::atoi(v);
+  if (const char* v = std::getenv("LLM_ATTENTION_FP8_OT"); v != nullptr)
+    impl->options.attention_fp8_transposed_o = v[0] != '0';
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_16BIT"); v != nullptr)
     impl->options.gemm_few_rows_16bit_max_rows = std::atoi(v);
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_INT4"); v != nullptr) {
@@ -772,6 +774,7 @@ absl::Status CudaBackend::Attention(const AttentionArgs& a) {
   cuda::AttentionOptions opts;
   opts.num_sms = impl_->prop.multiProcessorCount;
   opts.force_splits = impl_->options.attention_splits;
+  opts.decode_fp8_transposed_o = impl_->options.attention_fp8_transposed_o;
   opts.force_simt = impl_->options.force_simt_attention;
   if (impl_->options.warp_decode_attention) opts.decode_kernel = cuda::DecodeKernel::kWarp;
   if (!impl_->options.serial_mixed_attention) {

@@ -187,6 +187,9 @@ struct CudaBackendOptions {
   // Test knobs.
   bool force_simt_attention = false;
   int attention_splits = 0;  // > 0: fixed decode split count (LLM_ATTENTION_SPLITS)
+  // Decode attention over an FP8 cache with O kept transposed (AttentionOptions::decode_fp8_transposed_o;
+  // LLM_ATTENTION_FP8_OT=0: as the 16-bit cache keeps it).
+  bool attention_fp8_transposed_o = true;
   bool warp_decode_attention = false;  // the CUDA-core decode kernel instead of the tensor-core one
   bool serial_mixed_attention = false; // a mixed step's prefill attention after its decode attention, one stream
 };

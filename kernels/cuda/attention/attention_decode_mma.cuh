@@ -18,7 +18,7 @@
 // Memory: each warp owns its own keys (16 at a time, tiles warp, warp + W, ... of the block's
 // slice) and a ring of kStages tiles in shared memory filled by cp.async, so that kStages - 1 tiles
 // a warp (two blocks an SM: 64-128 KB an SM; an FP8 cache's grids of two waves of three or more:
-// three blocks) are always in flight; warps never wait for each other until the merge
+// four blocks) are always in flight; warps never wait for each other until the merge
 // (attention_decode_merge.cuh). A block's first tiles of keys from earlier steps are copied before
 // its grid-dependency wait: only the step's own key is written by the kernel before it.
 //
@@ -28,7 +28,9 @@
 // the MMAs' freedom of order absorbs it: for S, a lane's four K slots of a 16-column step are four
 // adjacent bytes (4t..4t+3, with Q loaded in the same order); for O, the transposing ldmatrix gives
 // a lane two adjacent bytes of two keys, which one byte permute splits into an even-column and an
-// odd-column n8 tile of V, and the output is stored back in order.
+// odd-column n8 tile of V, and the output is stored back in order. Over an FP8 cache O is kept
+// transposed (Oᵀ += Vᵀ Pᵀ, DecodeMmaState): the padding rows above cost accumulator registers
+// (half of O's), and without them four blocks share an SM instead of three.
 #pragma once
 
 #include <type_traits>
@@ -148,23 +150,32 @@ __device__ __forceinline__ void DecodeMmaCopyTile(unsigned char* stage, const vo
 // state so that each O MMA accumulates in place. With two-register accumulators every tile spent
 // ~90 register moves and zeroings on rebuilding the MMAs' four-register operands (SASS of the FP8
 // loop: 77 moves and 16 zeroing pairs against 32 MMAs; benchmarks/RESULTS.md, twentieth session).
-template <int D>
+//
+// kOT (an FP8 cache): O is kept transposed instead, Oᵀ += Vᵀ Pᵀ with head_dim in the MMA's 16 rows
+// and the heads its 8 columns (Pᵀ as the B operand is P's A registers as they are): o[c][e] for
+// the 16 dimensions of chunk c, e = 0 / 1 dimension 16c + 2g of heads 2t / 2t + 1, e = 2 / 3
+// dimension 16c + 2g + 1 of the same heads. Half the accumulators (no padding rows: 32 registers
+// a thread at D = 128 instead of 64) and half the MMAs.
+template <int D, bool kOT = false>
 struct DecodeMmaState {
+  static constexpr int kOTiles = kOT ? D / 16 : D / 8;
   float m, l;
-  float o[D / 8][4];
+  float o[kOTiles][4];
   __device__ __forceinline__ void Reset() {
     m = -INFINITY;
     l = 0.0f;
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    for (int i = 0; i < kOTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   }
 };
 
 // The staged tile of keys k0 .. k0 + 15 (those >= end masked) into the state: S = Q K^T, the online
 // softmax (log2 domain, `scale` folded in), O += P V.
-template <typename T, int D, bool kFp8>
-__device__ __forceinline__ void DecodeMmaTile(const unsigned char* stage, const uint32_t (&qa)[D / 16][2], int k0,
-                                              int end, float scale, DecodeMmaState<D>& st, int lane) {
+template <typename T, int D, bool kFp8, bool kOT>
+__device__ __forceinline__ void DecodeMmaTile(const unsigned char* stage, const uint32_t (&qa)[D / 16][2],
+                                              int k0, int end, float scale, DecodeMmaState<D, kOT>& st,
+                                              int lane) {
+  static_assert(!kOT || kFp8, "the transposed O: an FP8 cache");
   using OT = DecodeMmaOperand<T, kFp8>;
   constexpr int kKeys = kDecodeMmaTileKeys;
   constexpr int kTilesD = D / 8, kStepsD = D / 16;
@@ -219,16 +230,47 @@ __device__ __forceinline__ void DecodeMmaTile(const unsigned char* stage, const 
   }
   st.l = st.l * corr + (pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1]);
   if (__any_sync(0xffffffffu, corr != 1.0f)) {
+    if constexpr (kOT) {  // this lane's heads 2t and 2t + 1: their quads' factors
+      const int t = lane & 3;
+      const float corr_a = __shfl_sync(0xffffffffu, corr, 8 * t),
+                  corr_b = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
 #pragma unroll
-    for (int i = 0; i < kTilesD; ++i) {
-      st.o[i][0] *= corr;
-      st.o[i][1] *= corr;
+      for (int i = 0; i < DecodeMmaState<D, kOT>::kOTiles; ++i) {
+        st.o[i][0] *= corr_a;
+        st.o[i][1] *= corr_b;
+        st.o[i][2] *= corr_a;
+        st.o[i][3] *= corr_b;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kTilesD; ++i) {
+        st.o[i][0] *= corr;
+        st.o[i][1] *= corr;
+      }
     }
   }
   // O += P V: P's fragments are the A operand (keys 2t.. of n-tile 0 in a0, of n-tile 1 in a2).
   const uint32_t a[4] = {MmaTraits<OT>::Pack(pr[0][0], pr[0][1]), 0u, MmaTraits<OT>::Pack(pr[1][0], pr[1][1]), 0u};
   auto mma_o = [&](int nt, uint32_t b0, uint32_t b1) { MmaTraits<OT>::Mma(st.o[nt], a, b0, b1); };
-  if constexpr (kFp8) {
+  if constexpr (kOT) {
+    // Oᵀ += Vᵀ Pᵀ. The same matrices and permutes as below: lo (keys 0-7) holds keys 2t, 2t + 1 of
+    // dimension 16c + 2g in its low half and of 16c + 2g + 1 in its high half, hi the same of keys
+    // 8-15: Vᵀ's A fragment with row g standing for dimension 2g and row g + 8 for 2g + 1. Pᵀ's B
+    // fragment (keys 2t.. and 2t + 8.. of head g) is P's A registers a[0] and a[2].
+    const uint8_t* v_s = stage + kKeys * D;
+#pragma unroll
+    for (int cc = 0; cc < D / 16; cc += 2) {
+      uint32_t r[4];
+      LdMatrixX4Trans(r, v_s + SwzBytes<D>((mi & 1) * 8 + (lane & 7), cc + (mi >> 1)));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t lo = __byte_perm(r[2 * h], 0u, 0x3120), hi = __byte_perm(r[2 * h + 1], 0u, 0x3120);
+        const uint32_t va[4] = {Fp8x2ToHalf2Bits(lo), Fp8x2ToHalf2Bits(lo >> 16), Fp8x2ToHalf2Bits(hi),
+                                Fp8x2ToHalf2Bits(hi >> 16)};
+        MmaTraits<OT>::Mma(st.o[cc + h], va, a[0], a[2]);
+      }
+    }
+  } else if constexpr (kFp8) {
     // Matrices: keys 0-7 and 8-15 of chunk cc, then of chunk cc + 1. Transposed, a lane holds
     // bytes (2g, 2g + 1) of keys 2t and 2t + 1; the permute pairs the keys of column 2g in the
     // low half and of 2g + 1 in the high half: n8 tiles 2cc (even columns) and 2cc + 1 (odd).
@@ -259,8 +301,12 @@ __device__ __forceinline__ void DecodeMmaTile(const unsigned char* stage, const 
 // grid: (num_tokens, num_kv_heads * head_tiles, splits); block: kDecodeMmaThreads. Block (t, kvh,
 // tile, z) as in AttentionDecodeKernel (same split and merge): token t == sequence t, the G query
 // heads kvh * group + tile * G + [0, G), slice z of the visible keys.
-template <typename T, int G, int D, bool kFp8>
-__global__ void __launch_bounds__(kDecodeMmaThreads, 2)
+// kOT (an FP8 cache): O transposed (DecodeMmaState), held to 128 registers so that four blocks
+// share an SM (138 unbounded, no spills either way; 162 with O untransposed: three). 8B step on an
+// H200, FP8 weights + FP8 KV, batch 128 / 256: 6.14 / 10.04 ms with O untransposed, 6.08 / 9.92
+// transposed at three blocks, 5.91 / 9.64 at four; level at 8-64 (benchmarks/RESULTS.md).
+template <typename T, int G, int D, bool kFp8, bool kOT>
+__global__ void __launch_bounds__(kDecodeMmaThreads, kOT ? 4 : 2)
     AttentionDecodeMmaKernel(PagedAttentionParams p, DecodeSplit split) {
   static_assert(sizeof(T) == 2 && (D == 64 || D == 128) && G <= 8);
   using Smem = DecodeMmaSmem<T, G, D, kFp8>;
@@ -334,7 +380,7 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
   int page_now = first_pages[kStages - 1], page_next = tile_page(kStages);
 
   const float scale = p.scale * kLog2e * (kFp8 ? p.k_scale : 1.0f);
-  DecodeMmaState<D> st;
+  DecodeMmaState<D, kOT> st;
   st.Reset();
   for (int j = 0; j < my_tiles; ++j) {
     CpAsyncWait<kStages - 2>();  // tile j has landed (this lane's copies)
@@ -343,8 +389,8 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
     issue_tile(j + kStages - 1, tile_offset(j + kStages - 1, page_now));
     page_now = page_next;
     page_next = tile_page(j + kStages + 1);
-    DecodeMmaTile<T, D, kFp8>(warp_smem + (j % kStages) * Smem::kTileBytes, qa,
-                              tile_k0(j), end, scale, st, lane);
+    DecodeMmaTile<T, D, kFp8, kOT>(warp_smem + (j % kStages) * Smem::kTileBytes, qa, tile_k0(j), end, scale,
+                                   st, lane);
     __syncwarp();  // every lane is done with this stage before it is refilled
   }
   CpAsyncWait<0>();
@@ -366,7 +412,9 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
       }
       float* acc = acc_w + (warp * G + g) * D;
       const int c2 = 2 * (lane & 3);
-      if constexpr (kFp8) {
+      if constexpr (kOT) {
+        // Transposed: this lane has dimensions 16c + 2g, + 1 of heads 2t and 2t + 1 (below).
+      } else if constexpr (kFp8) {
         // n8 tiles 2cc and 2cc + 1 hold columns 16cc + 2n and 16cc + 2n + 1: this lane's four are
         // 16cc + 4t .. 16cc + 4t + 3.
 #pragma unroll
@@ -377,6 +425,18 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2)
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt)
           *reinterpret_cast<float2*>(acc + dt * 8 + c2) = make_float2(st.o[dt][0], st.o[dt][1]);
+      }
+    }
+    if constexpr (kOT) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int head = 2 * (lane & 3) + e;
+        if (head < G) {
+          float* acc = acc_w + (warp * G + head) * D + 2 * g;
+#pragma unroll
+          for (int c = 0; c < D / 16; ++c)
+            *reinterpret_cast<float2*>(acc + 16 * c) = make_float2(st.o[c][e], st.o[c][e + 2]);
+        }
       }
     }
   }

@@ -176,19 +176,23 @@ absl::Status LaunchDecodeMma(const PagedAttentionParams& p, const AttentionOptio
       ChooseDecodeSplit(p, options, head_tiles, 2 * attention::kDecodeMmaKeysPerBlockStep, blocks_per_sm,
                         attention::kDecodeMmaMaxSplits, workspace, workspace_bytes);
   constexpr int kThreads = attention::kDecodeMmaThreads;
-  // Where registers and shared memory let three blocks share an SM (an FP8 cache's smaller tiles:
-  // 162 registers, 48 KB), three pay only for grids of at least two waves of three: a smaller grid
-  // is placed unevenly (three on some SMs, one on others: the split above assumes two) or leaves
-  // a last wave mostly empty. H100, FP8 cache, 8B heads (attention_bench): three an SM took 10-12%
-  // longer at 8-64 sequences of 1k keys (64-512 blocks), 1-5% less at 128-512 sequences.
+  // Where registers and shared memory let more than two blocks share an SM (an FP8 cache's smaller
+  // tiles, 48 KB: four with O transposed, held to 128 registers; three with O as the 16-bit cache
+  // keeps it, 162 registers), they pay only for grids of at least two waves of three: a smaller
+  // grid is placed unevenly (three on some SMs, one on others: the split above assumes two) or
+  // leaves a last wave mostly empty. H100, FP8 cache, 8B heads (attention_bench): three an SM took
+  // 10-12% longer at 8-64 sequences of 1k keys (64-512 blocks), 1-5% less at 128-512 sequences.
   const int64_t blocks = p.num_tokens * p.num_kv_heads * head_tiles * split.splits;
   const bool two_an_sm = options.decode_blocks_per_sm == 2 ||
                          (options.decode_blocks_per_sm == 0 && blocks < 6 * int64_t{options.num_sms});
   if (p.fp8_cache)
-    return LaunchDecodeGrid(AttentionDecodeMmaKernel<T, G, D, true>, kThreads, DecodeMmaSmem<T, G, D, true>::kBytes, p,
-                            options, split, workspace, stream, two_an_sm);
-  return LaunchDecodeGrid(AttentionDecodeMmaKernel<T, G, D, false>, kThreads, DecodeMmaSmem<T, G, D, false>::kBytes, p,
-                          options, split, workspace, stream, two_an_sm);
+    return LaunchDecodeGrid(options.decode_fp8_transposed_o ? AttentionDecodeMmaKernel<T, G, D, true, true>
+                                                            : AttentionDecodeMmaKernel<T, G, D, true, false>,
+                            kThreads, DecodeMmaSmem<T, G, D, true>::kBytes, p, options, split, workspace,
+                            stream, two_an_sm);
+  return LaunchDecodeGrid(AttentionDecodeMmaKernel<T, G, D, false, false>, kThreads,
+                          DecodeMmaSmem<T, G, D, false>::kBytes, p, options, split, workspace, stream,
+                          two_an_sm);
 }
 
 template <typename T, int G>

@@ -81,6 +81,9 @@ struct AttentionOptions {
   // Tensor-core decode kernel: at most this many blocks an SM (2, or 3 where they fit; 0: three for
   // grids of at least two waves of three, else two). Benches.
   int decode_blocks_per_sm = 0;
+  // Tensor-core decode kernel over an FP8 cache: O kept transposed (Oᵀ += Vᵀ Pᵀ: half the
+  // accumulator registers and O MMAs, four blocks an SM; attention_decode_mma.cuh).
+  bool decode_fp8_transposed_o = true;
   // A mixed step's prefill attention runs on side_stream beside its decode attention, forked from
   // and joined back into the call's stream through the two events (all three owned by the caller;
   // null: one after the other). The prefill part of a serving step is often one short prompt: a

@@ -252,28 +252,10 @@ __device__ __forceinline__ void DecodeMmaTile(const unsigned char* stage, const 
   // O += P V: P's fragments are the A operand (keys 2t.. of n-tile 0 in a0, of n-tile 1 in a2).
   const uint32_t a[4] = {MmaTraits<OT>::Pack(pr[0][0], pr[0][1]), 0u, MmaTraits<OT>::Pack(pr[1][0], pr[1][1]), 0u};
   auto mma_o = [&](int nt, uint32_t b0, uint32_t b1) { MmaTraits<OT>::Mma(st.o[nt], a, b0, b1); };
-  if constexpr (kOT) {
-    // Oᵀ += Vᵀ Pᵀ. The same matrices and permutes as below: lo (keys 0-7) holds keys 2t, 2t + 1 of
-    // dimension 16c + 2g in its low half and of 16c + 2g + 1 in its high half, hi the same of keys
-    // 8-15: Vᵀ's A fragment with row g standing for dimension 2g and row g + 8 for 2g + 1. Pᵀ's B
-    // fragment (keys 2t.. and 2t + 8.. of head g) is P's A registers a[0] and a[2].
-    const uint8_t* v_s = stage + kKeys * D;
-#pragma unroll
-    for (int cc = 0; cc < D / 16; cc += 2) {
-      uint32_t r[4];
-      LdMatrixX4Trans(r, v_s + SwzBytes<D>((mi & 1) * 8 + (lane & 7), cc + (mi >> 1)));
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t lo = __byte_perm(r[2 * h], 0u, 0x3120), hi = __byte_perm(r[2 * h + 1], 0u, 0x3120);
-        const uint32_t va[4] = {Fp8x2ToHalf2Bits(lo), Fp8x2ToHalf2Bits(lo >> 16), Fp8x2ToHalf2Bits(hi),
-                                Fp8x2ToHalf2Bits(hi >> 16)};
-        MmaTraits<OT>::Mma(st.o[cc + h], va, a[0], a[2]);
-      }
-    }
-  } else if constexpr (kFp8) {
+  if constexpr (kFp8) {
     // Matrices: keys 0-7 and 8-15 of chunk cc, then of chunk cc + 1. Transposed, a lane holds
     // bytes (2g, 2g + 1) of keys 2t and 2t + 1; the permute pairs the keys of column 2g in the
-    // low half and of 2g + 1 in the high half: n8 tiles 2cc (even columns) and 2cc + 1 (odd).
+    // low half and of 2g + 1 in the high half: lo those of keys 0-7, hi of keys 8-15.
     const uint8_t* v_s = stage + kKeys * D;
 #pragma unroll
     for (int cc = 0; cc < D / 16; cc += 2) {
@@ -282,8 +264,17 @@ __device__ __forceinline__ void DecodeMmaTile(const unsigned char* stage, const 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint32_t lo = __byte_perm(r[2 * h], 0u, 0x3120), hi = __byte_perm(r[2 * h + 1], 0u, 0x3120);
-        mma_o(2 * (cc + h), Fp8x2ToHalf2Bits(lo), Fp8x2ToHalf2Bits(hi));
-        mma_o(2 * (cc + h) + 1, Fp8x2ToHalf2Bits(lo >> 16), Fp8x2ToHalf2Bits(hi >> 16));
+        if constexpr (kOT) {
+          // Oᵀ += Vᵀ Pᵀ: Vᵀ's A fragment with row g standing for dimension 2g of the chunk and row
+          // g + 8 for 2g + 1; Pᵀ's B fragment (keys 2t.. and 2t + 8.. of head g) is P's A
+          // registers a[0] and a[2].
+          const uint32_t va[4] = {Fp8x2ToHalf2Bits(lo), Fp8x2ToHalf2Bits(lo >> 16), Fp8x2ToHalf2Bits(hi),
+                                  Fp8x2ToHalf2Bits(hi >> 16)};
+          MmaTraits<OT>::Mma(st.o[cc + h], va, a[0], a[2]);
+        } else {  // V's B fragments: n8 tiles 2(cc + h) (even columns) and 2(cc + h) + 1 (odd)
+          mma_o(2 * (cc + h), Fp8x2ToHalf2Bits(lo), Fp8x2ToHalf2Bits(hi));
+          mma_o(2 * (cc + h) + 1, Fp8x2ToHalf2Bits(lo >> 16), Fp8x2ToHalf2Bits(hi >> 16));
+        }
       }
     }
   } else {

@@ -147,7 +147,8 @@ int Main(int argc, char** argv) {
                "warp kernel us", "% of floor", "two blocks an SM us", "three an SM us (where they fit)",
                "one pass (no split) us", "SIMT kernel us", "x trivial kernel"});
   Table fp8_table({"shape (heads/kv)", "batch", "context", "KV MB", "floor us", "tensor-core us (default)",
-                   "% of floor", "warp kernel us", "% of floor", "two blocks an SM us", "three an SM us"});
+                   "% of floor", "warp kernel us", "% of floor", "two blocks an SM us", "three an SM us",
+                   "2 slices, four an SM us", "4 slices, four an SM us"});
   std::mt19937 rng(7);
   for (const Case& c : cases) {
     if (!args.only.empty() && (args.only == "prefill" || std::string(c.shape) != "8B (32/8)" ||
@@ -187,6 +188,9 @@ int Main(int argc, char** argv) {
                                       Fmt("%.2f", two_us),
                                       Fmt("%.2f", three_us)};
       if (fp8) {
+        // More blocks than (token, KV head) rows, where four fit (O transposed, 128 registers).
+        row.insert(row.end(), {Fmt("%.2f", run(2, false, cuda::DecodeKernel::kAuto, 4)),
+                               Fmt("%.2f", run(4, false, cuda::DecodeKernel::kAuto, 4))});
         fp8_table.Row(row);
       } else {
         const double one_us = run(1), simt_us = run(0, true);

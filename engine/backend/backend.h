@@ -386,6 +386,32 @@ class Backend {
     return QkvRope(rope);
   }
 
+  // The same where x comes quantized for w (rope.qkv = LinearFp8Input(x, quantized, w), then
+  // QkvRope(rope)). A backend whose FusesFp8InputQkvRope says yes may apply the GEMM's scales in
+  // QkvRope's kernel (rope.qkv left unwritten), with the same values.
+  virtual bool FusesFp8InputQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const {
+    return false;
+  }
+  virtual absl::Status LinearFp8InputQkvRope(Tensor x, Fp8Input quantized, const LinearWeight& w,
+                                             const QkvRopeArgs& rope) {
+    RETURN_IF_ERROR(LinearFp8Input(x, quantized, w, rope.qkv));
+    return QkvRope(rope);
+  }
+
+  // residual += Linear(x, w), then out = RmsNorm(residual, norm_weight, eps): Linear into `delta`,
+  // then AddRmsNorm, or AddRmsNormFp8 for `consumer` where `out_quantized` is set. A backend whose
+  // FusesLinearAddRmsNorm says yes may apply the GEMM's scales in the norm's kernel (`delta` then
+  // left unwritten), with the same values.
+  virtual bool FusesLinearAddRmsNorm(const LinearWeight& w, int64_t rows) const { return false; }
+  virtual absl::Status LinearAddRmsNorm(Tensor x, const LinearWeight& w, Tensor residual, Tensor delta,
+                                        Tensor norm_weight, float eps, Tensor out,
+                                        const LinearWeight& consumer, const Fp8Input* out_quantized) {
+    RETURN_IF_ERROR(Linear(x, w, delta));
+    return out_quantized != nullptr
+               ? AddRmsNormFp8(residual, delta, norm_weight, eps, out, consumer, *out_quantized)
+               : AddRmsNorm(residual, delta, norm_weight, eps, out);
+  }
+
   // --- overlapped steps ---
   // A fence on this backend's stream (see StepFence). The default suits a host backend.
   virtual absl::StatusOr<std::unique_ptr<StepFence>> CreateFence() {

@@ -177,6 +177,8 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
   if (!qkv_input && backend_.FusesQkvRope(w.qkv, rope_args, n)) {  // the projection ends in RoPE
     RETURN_IF_ERROR(backend_.LinearQkvRope(norm_fused ? residual : normed, norm_fused ? w.input_norm : Tensor(), eps,
                                            normed, w.qkv, rope_args));
+  } else if (qkv_input && backend_.FusesFp8InputQkvRope(w.qkv, rope_args, n)) {
+    RETURN_IF_ERROR(backend_.LinearFp8InputQkvRope(normed, *qkv_input, w.qkv, rope_args));
   } else {
     if (norm_fused) {
       RETURN_IF_ERROR(backend_.RmsNormLinear(residual, w.input_norm, eps, normed, w.qkv, qkv, Tensor()));
@@ -196,15 +198,29 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
   attn_args.meta = &meta;
   attn_args.out = attn;
   RETURN_IF_ERROR(backend_.Attention(attn_args));
-  RETURN_IF_ERROR(ResidualLinear(attn, std::nullopt, w.o_proj, residual, delta, n, &w.gate_up));
-  // MLP block.
   std::optional<Fp8Input> gate_up_input = Fp8InputFor(w.gate_up, n);
-  Tensor gate_up = gate_up_.Rows(0, n), act = act_.Rows(0, n);
   const std::optional<Fp8Input> down_input = Fp8InputFor(w.down, n);
-  if (!down_input && NormFusesInto(w.gate_up, gate_up_input, n)) {
+  // o_proj, its residual add and the MLP's norm as one op where the backend joins them (on one
+  // rank, where the norm does not go into gate_up's own kernel).
+  const bool one_rank = tp_comm_ == nullptr || tp_comm_->size() == 1;
+  const bool post_norm_with_o = one_rank &&
+                                !(!down_input && !gate_up_input && backend_.FusesRmsNormInto(w.gate_up, n)) &&
+                                backend_.FusesLinearAddRmsNorm(w.o_proj, n);
+  if (post_norm_with_o) {
+    RETURN_IF_ERROR(backend_.LinearAddRmsNorm(attn, w.o_proj, residual, delta, w.post_attention_norm, eps,
+                                              normed, w.gate_up, gate_up_input ? &*gate_up_input : nullptr));
+    delta_pending_ = false;
+  } else {
+    RETURN_IF_ERROR(ResidualLinear(attn, std::nullopt, w.o_proj, residual, delta, n, &w.gate_up));
+  }
+  // MLP block.
+  Tensor gate_up = gate_up_.Rows(0, n), act = act_.Rows(0, n);
+  if (!post_norm_with_o && !down_input && NormFusesInto(w.gate_up, gate_up_input, n)) {
     RETURN_IF_ERROR(backend_.RmsNormLinear(residual, w.post_attention_norm, eps, normed, w.gate_up, gate_up, act));
   } else {
-    RETURN_IF_ERROR(NormBefore(residual, delta, w.post_attention_norm, eps, normed, w.gate_up, &gate_up_input));
+    if (!post_norm_with_o)
+      RETURN_IF_ERROR(
+          NormBefore(residual, delta, w.post_attention_norm, eps, normed, w.gate_up, &gate_up_input));
     if (!gate_up_input && !down_input) {  // the backend may fuse the two (decode's GEMVs do)
       RETURN_IF_ERROR(backend_.LinearSiluMul(normed, w.gate_up, gate_up, act));
     } else {

@@ -13,6 +13,7 @@
 //    host's draw.
 // Without a GPU the binary exits 77 (skipped).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
@@ -30,6 +31,7 @@
 #include "kernels/cuda/elementwise/elementwise.h"
 #include "kernels/cuda/norm/rms_norm.h"
 #include "kernels/cuda/quant/fp8_quantize.h"
+#include "kernels/cuda/rope/qkv_rope.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/runtime/fixture_reference.h"
 #include "tests/runtime/rounding_backend.h"
@@ -971,6 +973,161 @@ TEST_P(CudaFp8Test, QkvRopeFusedInTheGemv) {
                                absl::StrCat("m ", c.m, " head_dim ", c.head_dim, " wpr ", c.wpr, c.norm ? " norm" : "",
                                             c.fp8_cache ? " e4m3 cache" : "", c.qk_norm ? " q/k norms" : ""));
   }
+}
+
+// cuBLASLt's raw sums with their scales applied by the op after the linear
+// (CudaBackendOptions::fp8_pending_scales): QkvRope after the QKV projection on an input the norm
+// quantized (Backend::LinearFp8InputQkvRope), and the residual add and RMSNorm after o_proj, with
+// and without the next linear's quantized input (Backend::LinearAddRmsNorm). Per-channel and
+// per-tensor weights, per-token and static inputs, with and without bias, both caches: every
+// output bit (query, caches, residual, norm, codes, scales) what the ops apart write, in one
+// kernel fewer; rows of the W8A8 GEMV and the warpgroup GEMM keep the ops apart.
+TEST_P(CudaFp8Test, ScalesAppliedByTheOpAfterTheLinear) {
+  CudaBackendOptions& o = gpu_->mutable_options();
+  o.fp8_gemv_max_rows = 1;  // the H200's cut-overs, whatever runs the test: cuBLASLt from 17 rows
+  o.gemm_few_rows_max_rows = 0;
+  o.gemm_fp8_wgmma_max_rows = 16;
+  o.fp8_w8a8_gemv_max_rows = 8;
+  const int heads = 8, kv_heads = 2, k = 1024;
+  auto bytes = [&](Tensor t) { return Bytes(*gpu_, t); };
+  for (const StorageFormat& f :
+       {StorageFormat::Fp8(ScaleGranularity::kChannel), StorageFormat::Fp8(ScaleGranularity::kTensor)})
+    for (ActivationQuant a : {ActivationQuant::kDynamicPerToken, ActivationQuant::kStaticPerTensor})
+      for (const int64_t m : {12, 40, 128, 200})
+        for (const bool bias : {false, true}) {
+          const bool pending_rows = m > 16;
+          // Per-channel weights and per-token inputs (the online FP8 of --quantization fp8): cuBLASLt
+          // takes these; for the others its rules decide (a refusal runs the ops apart).
+          const bool common =
+              f.granularity == ScaleGranularity::kChannel && a == ActivationQuant::kDynamicPerToken;
+          const std::string what = absl::StrCat(f.ToString(), " input ", static_cast<int>(a), ", ", m,
+                                                " rows", bias ? ", bias" : "");
+          SCOPED_TRACE(what);
+          // The QKV projection's end.
+          for (const int head_dim : {64, 128}) {
+            const bool fp8_cache = head_dim == 128;
+            const int64_t n = int64_t{heads + 2 * kv_heads} * head_dim;
+            DeviceLinear qkv_w = Place(*gpu_, dtype_, Quantize(RandomVec(rng_, n * k, -0.5f, 0.5f), n, k, f),
+                                       n, k, bias ? Rand(n) : std::vector<float>{}, a, 3.0f / 448.0f);
+            if (!gpu_->TakesFp8Input(qkv_w.lw, m)) continue;  // cuBLASLt refused the shape (its rules vary)
+            const std::vector<float> residual = Rand(m * k, -2, 2);
+            OwnedTensor res = Upload(*gpu_, dtype_, {m, k}, residual),
+                        norm_w = Upload(*gpu_, dtype_, {k}, Rand(k, 0.5f, 1.5f));
+            OwnedTensor normed = MakeTensor(*gpu_, dtype_, {m, k}), qkv = MakeTensor(*gpu_, dtype_, {m, n});
+            OwnedTensor codes = MakeTensor(*gpu_, DType::kF8E4M3, {m, k}),
+                        scales = MakeTensor(*gpu_, DType::kF32, {m});
+            const Fp8Input input{codes.t, scales.t};
+            ASSERT_TRUE(
+                gpu_->AddRmsNormFp8(res.t, Tensor(), norm_w.t, 1e-5f, normed.t, qkv_w.lw, input).ok());
+            std::vector<float> inv(head_dim / 2);
+            for (int i = 0; i < head_dim / 2; ++i)
+              inv[i] = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * i / head_dim));
+            std::vector<int32_t> pos(m), slots(m);
+            const int64_t blocks = (m + 15) / 16 + 2, block_size = 16;
+            for (int i = 0; i < m; ++i) {
+              pos[i] = static_cast<int32_t>(rng_() % 3000);
+              slots[i] = i == 1 ? -1 : i;
+            }
+            OwnedTensor tinv = Upload(*gpu_, DType::kF32, {head_dim / 2}, inv), tp = UploadI32(*gpu_, pos),
+                        ts = UploadI32(*gpu_, slots);
+            const DType cache_dt = fp8_cache ? DType::kF8E4M3 : dtype_;
+            const Shape cache_shape{blocks, kv_heads, block_size, head_dim};
+            auto run = [&](bool pending) {
+              std::array<OwnedTensor, 3> out{MakeTensor(*gpu_, dtype_, {m, int64_t{heads} * head_dim}),
+                                             MakeTensor(*gpu_, cache_dt, cache_shape),
+                                             MakeTensor(*gpu_, cache_dt, cache_shape)};
+              for (OwnedTensor& t : out) Poison(*gpu_, t.t);
+              QkvRopeArgs r;
+              r.qkv = qkv.t;
+              r.num_heads = heads;
+              r.num_kv_heads = kv_heads;
+              r.head_dim = head_dim;
+              r.rope.inv_freq = tinv.t;
+              r.rope.rotary_dim = head_dim;
+              r.positions = tp.t;
+              r.slot_mapping = ts.t;
+              r.cache = {out[1].t, out[2].t, 0.02f, 0.011f};
+              r.q_out = out[0].t;
+              o.fp8_pending_scales = pending;
+              const bool fuses = gpu_->FusesFp8InputQkvRope(qkv_w.lw, r, m);
+              if (!pending || !pending_rows) EXPECT_FALSE(fuses) << head_dim;
+              if (pending && pending_rows && common) EXPECT_TRUE(fuses) << head_dim;
+              gpu_->StartOpTiming();
+              EXPECT_TRUE(gpu_->LinearFp8InputQkvRope(normed.t, input, qkv_w.lw, r).ok()) << head_dim;
+              auto ops = gpu_->CollectOpTimings();
+              EXPECT_TRUE(ops.ok());
+              if (ops.ok() && fuses) {
+                EXPECT_EQ(ops->size(), 1u) << head_dim;
+                if (!ops->empty())
+                  EXPECT_EQ(ops->front().op.rfind("LinearQkvRope", 0), 0u) << ops->front().op;
+              }
+              return out;
+            };
+            const std::array<OwnedTensor, 3> fused = run(true), apart = run(false);
+            for (int i = 0; i < 3; ++i)
+              EXPECT_EQ(bytes(fused[i].t), bytes(apart[i].t))
+                  << "qkv end, head_dim " << head_dim << ", output " << i;
+          }
+          // o_proj's end: the residual add and the MLP's norm, with and without the gate/up
+          // projection's quantized input.
+          const int64_t hidden = 768, ffn2 = 1024;
+          DeviceLinear o_w =
+              Place(*gpu_, dtype_, Quantize(RandomVec(rng_, hidden * k, -0.5f, 0.5f), hidden, k, f), hidden,
+                    k, bias ? Rand(hidden) : std::vector<float>{}, a, 3.0f / 448.0f);
+          DeviceLinear up_w =
+              Place(*gpu_, dtype_, Quantize(RandomVec(rng_, ffn2 * hidden, -0.5f, 0.5f), ffn2, hidden, f),
+                    ffn2, hidden, {}, a, 3.0f / 448.0f);
+          const std::vector<float> x = Rand(m * k, -2, 2), residual = Rand(m * hidden, -2, 2);
+          OwnedTensor tx = Upload(*gpu_, dtype_, {m, k}, x),
+                      norm_w = Upload(*gpu_, dtype_, {hidden}, Rand(hidden, 0.5f, 1.5f));
+          for (const bool quantize_out : {false, true}) {
+            if (quantize_out && !gpu_->TakesFp8Input(up_w.lw, m)) continue;
+            auto run = [&](bool pending) {
+              std::array<OwnedTensor, 4> out{
+                  Upload(*gpu_, dtype_, {m, hidden}, residual), MakeTensor(*gpu_, dtype_, {m, hidden}),
+                  MakeTensor(*gpu_, DType::kF8E4M3, {m, hidden}), MakeTensor(*gpu_, DType::kF32, {m})};
+              for (int i = 1; i < 4; ++i) Poison(*gpu_, out[i].t);
+              OwnedTensor delta = MakeTensor(*gpu_, dtype_, {m, hidden});
+              const Fp8Input q{out[2].t, out[3].t};
+              o.fp8_pending_scales = pending;
+              const bool fuses = gpu_->FusesLinearAddRmsNorm(o_w.lw, m);
+              if (!pending || !pending_rows) EXPECT_FALSE(fuses);
+              if (pending && pending_rows && common) EXPECT_TRUE(fuses);
+              gpu_->StartOpTiming();
+              EXPECT_TRUE(gpu_->LinearAddRmsNorm(tx.t, o_w.lw, out[0].t, delta.t, norm_w.t, 1e-5f, out[1].t,
+                                                 up_w.lw, quantize_out ? &q : nullptr)
+                              .ok());
+              auto ops = gpu_->CollectOpTimings();
+              EXPECT_TRUE(ops.ok());
+              if (ops.ok() && fuses) {
+                EXPECT_EQ(ops->size(), 1u);
+                if (!ops->empty())
+                  EXPECT_EQ(ops->front().op.rfind("LinearAddRmsNorm", 0), 0u) << ops->front().op;
+              }
+              return out;
+            };
+            const std::array<OwnedTensor, 4> fused = run(true), apart = run(false);
+            EXPECT_EQ(bytes(fused[0].t), bytes(apart[0].t)) << "residual";
+            // With the quantized output the 16-bit one may be left unwritten (its consumer reads the codes).
+            if (!quantize_out) EXPECT_EQ(bytes(fused[1].t), bytes(apart[1].t)) << "normed";
+            if (quantize_out) {
+              EXPECT_EQ(bytes(fused[2].t), bytes(apart[2].t)) << "codes";
+              if (a == ActivationQuant::kDynamicPerToken)
+                EXPECT_EQ(bytes(fused[3].t), bytes(apart[3].t)) << "scales";
+            }
+          }
+        }
+  // A bad call is an error, not a crash: pending scales where QkvRope cannot take them.
+  cuda::QkvRopeParams bad;
+  bad.num_tokens = 1;
+  bad.num_heads = bad.num_kv_heads = 1;
+  bad.head_dim = bad.rotary_dim = 80;
+  bad.block_size = 16;
+  float sums[4] = {};
+  bad.pending.sums = sums;
+  EXPECT_FALSE(cuda::LaunchQkvRope(dtype_, bad, nullptr).ok());
+  gpu_->mutable_options() = CudaBackendOptions{};
+  gpu_->mutable_options().dtype = dtype_;
 }
 
 std::vector<std::pair<int, int>> RaggedDecodesThenPrefill() {

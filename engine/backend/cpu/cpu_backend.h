@@ -71,6 +71,14 @@ class CpuBackend final : public Backend {
   bool FusesQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const override {
     return rows <= options_.fused_rope_max_rows;
   }
+  // As the CUDA backend's cuBLASLt rows do (its scales applied by the op after the linear), so
+  // that CI runs the decoder's paths through these ops; the oracle composes them (Backend's).
+  bool FusesFp8InputQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const override {
+    return true;
+  }
+  bool FusesLinearAddRmsNorm(const LinearWeight& w, int64_t rows) const override {
+    return rows > options_.fused_norm_max_rows;
+  }
   absl::Status AddRmsNormFp8(Tensor residual, Tensor delta, Tensor weight, float eps, Tensor out,
                              const LinearWeight& consumer, Fp8Input quantized) override;
   absl::Status SiluMulFp8(Tensor gate_up, Tensor out, const LinearWeight& consumer, Fp8Input quantized) override;

@@ -235,6 +235,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
     impl->options.fp8_fast_accumulation = false;
   if (const char* v = std::getenv("LLM_FP8_SPLIT_SCALES"); v != nullptr && v[0] == '0')
     impl->options.fp8_split_scales = false;
+  if (const char* v = std::getenv("LLM_FP8_PENDING_SCALES"); v != nullptr && v[0] == '0')
+    impl->options.fp8_pending_scales = false;
   if (const char* v = std::getenv("LLM_FUSE_GATE_UP_SILU"); v != nullptr && v[0] == '0')
     impl->options.fuse_gate_up_silu = false;
   if (const char* v = std::getenv("LLM_FUSE_DECODE_OPS"); v != nullptr && v[0] == '0') impl->options.fuse_decode_ops = false;
@@ -243,6 +245,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBacke
   if (const char* v = std::getenv("LLM_FUSE_REORDERED_NORM"); v != nullptr)
     impl->options.fuse_reordered_norm = v[0] != '0';
   if (const char* v = std::getenv("LLM_ATTENTION_SPLITS"); v != nullptr) impl->options.attention_splits = std::atoi(v);
+  if (const char* v = std::getenv("LLM_ATTENTION_BLOCKS_PER_SM"); v != nullptr)
+    impl->options.attention_blocks_per_sm = std::atoi(v);
   if (const char* v = std::getenv("LLM_ATTENTION_FP8_OT"); v != nullptr)
     impl->options.attention_fp8_transposed_o = v[0] != '0';
   if (const char* v = std::getenv("LLM_GEMM_FEW_ROWS_16BIT"); v != nullptr)
@@ -734,6 +738,78 @@ absl::Status CudaBackend::LinearQkvRope(Tensor x, Tensor norm_weight, float eps,
   return impl_->linears->Run(call, choice, ctx);
 }
 
+bool CudaBackend::FusesFp8InputQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const {
+  const absl::StatusOr<cuda::QkvRopeParams> p = QkvRopeParamsOf(rope);
+  if (!p.ok() || rows <= 0 || !TakesFp8Input(w, rows)) return false;
+  const DType dt = activation_dtype();
+  LinearCall call{
+      Tensor(),        &w, Tensor(nullptr, dt, {rows, w.out_features()}, device()), rows, w.out_features(),
+      w.in_features(), dt};
+  const Fp8Input given;  // its presence: the input comes quantized (the end's rule reads no operand)
+  call.quantized = &given;
+  call.rope = &*p;
+  return impl_->linears->FusesChosen(call, /*norm=*/false, /*add=*/false, linear_context());
+}
+
+absl::Status CudaBackend::LinearFp8InputQkvRope(Tensor x, Fp8Input quantized, const LinearWeight& w,
+                                                const QkvRopeArgs& rope) {
+  ASSIGN_OR_RETURN(const cuda::QkvRopeParams p, QkvRopeParamsOf(rope));
+  const int64_t k = w.in_features(), m = k > 0 ? x.numel() / k : 0;
+  RETURN_IF_ERROR(Expect(m * k == x.numel() && TakesFp8Input(w, m), "LinearFp8InputQkvRope",
+                         "the weight does not take an FP8 input here"));
+  RETURN_IF_ERROR(ValidateFp8Input("LinearFp8InputQkvRope", quantized, w, m, k));
+  ASSIGN_OR_RETURN(LinearCall call, CheckLinear(x, w, rope.qkv, &quantized));
+  const LinearContext ctx = linear_context();
+  ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(call, ctx));
+  call.rope = &p;
+  if (!impl_->linears->Fuses(call, choice, /*norm=*/false, /*add=*/false, ctx))
+    return Backend::LinearFp8InputQkvRope(x, quantized, w, rope);  // the ops apart
+  OpScope scope(
+      *impl_, "LinearQkvRope",
+      static_cast<double>(w.weight.bytes() + quantized.values.bytes() + w.bias.bytes() + rope.qkv.bytes()),
+      2.0 * call.m * call.n * call.k,
+      impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+  return impl_->linears->Run(call, choice, ctx);
+}
+
+bool CudaBackend::FusesLinearAddRmsNorm(const LinearWeight& w, int64_t rows) const {
+  if (rows <= 0 || w.format.element != DType::kF8E4M3) return false;
+  const DType dt = activation_dtype();
+  const int64_t n = w.out_features();
+  LinearCall call{Tensor(), &w, Tensor(nullptr, dt, {rows, n}, device()), rows, n, w.in_features(), dt};
+  const AddRmsNormEnd end{Tensor(nullptr, dt, {rows, n}, device()), Tensor(nullptr, dt, {n}, device()), 0.0f,
+                          Tensor(nullptr, dt, {rows, n}, device()), nullptr};
+  call.add_norm = &end;
+  return impl_->linears->FusesChosen(call, /*norm=*/false, /*add=*/false, linear_context());
+}
+
+absl::Status CudaBackend::LinearAddRmsNorm(Tensor x, const LinearWeight& w, Tensor residual, Tensor delta,
+                                           Tensor norm_weight, float eps, Tensor out,
+                                           const LinearWeight& consumer, const Fp8Input* out_quantized) {
+  const DType dt = activation_dtype();
+  RETURN_IF_ERROR(ExpectOnDevice("LinearAddRmsNorm", device(), dt, {&residual, &norm_weight, &out}));
+  ASSIGN_OR_RETURN(LinearCall call, CheckLinear(x, w, delta, nullptr));
+  RETURN_IF_ERROR(Expect(
+      residual.numel() == delta.numel() && out.numel() == delta.numel() && norm_weight.numel() == call.n,
+      "LinearAddRmsNorm", "residual, output or norm weight mismatch"));
+  std::optional<cuda::Fp8RowOutput> q;
+  if (out_quantized != nullptr) {
+    ASSIGN_OR_RETURN(q, Fp8RowOutputFor("LinearAddRmsNorm", out, consumer, *out_quantized));
+  }
+  const LinearContext ctx = linear_context();
+  ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(call, ctx));
+  const AddRmsNormEnd end{residual, norm_weight, eps, out, q ? &*q : nullptr};
+  call.add_norm = &end;
+  if (!impl_->linears->Fuses(call, choice, /*norm=*/false, /*add=*/false, ctx))  // the ops apart
+    return Backend::LinearAddRmsNorm(x, w, residual, delta, norm_weight, eps, out, consumer, out_quantized);
+  OpScope scope(
+      *impl_, "LinearAddRmsNorm",
+      static_cast<double>(w.weight.bytes() + x.bytes() + w.bias.bytes() + 3 * residual.bytes()),
+      2.0 * call.m * call.n * call.k,
+      impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+  return impl_->linears->Run(call, choice, ctx);
+}
+
 absl::Status CudaBackend::Attention(const AttentionArgs& a) {
   const DType dt = activation_dtype();
   RETURN_IF_ERROR(ExpectOnDevice("Attention", device(), dt, {&a.q, &a.out}));
@@ -774,6 +850,7 @@ absl::Status CudaBackend::Attention(const AttentionArgs& a) {
   cuda::AttentionOptions opts;
   opts.num_sms = impl_->prop.multiProcessorCount;
   opts.force_splits = impl_->options.attention_splits;
+  opts.decode_blocks_per_sm = impl_->options.attention_blocks_per_sm;
   opts.decode_fp8_transposed_o = impl_->options.attention_fp8_transposed_o;
   opts.force_simt = impl_->options.force_simt_attention;
   if (impl_->options.warp_decode_attention) opts.decode_kernel = cuda::DecodeKernel::kWarp;

@@ -164,6 +164,11 @@ struct CudaBackendOptions {
   // graph, 128 rows: down 36.8 -> 24.2 us, o 13.8 -> 8.6, qkv 14.1 -> 10.2, before the scales'
   // kernel; benchmarks/RESULTS.md). LLM_FP8_SPLIT_SCALES=0: off.
   bool fp8_split_scales = true;
+  // Under fp8_split_scales, where the kernel after the linear reads its output (QkvRope after the
+  // QKV projection, the residual add and RMSNorm after o_proj: Backend::LinearFp8InputQkvRope,
+  // LinearAddRmsNorm), that kernel applies the scales to the raw sums itself, instead of a pass of
+  // their own (LLM_FP8_PENDING_SCALES=0: off).
+  bool fp8_pending_scales = true;
   // LinearSiluMul runs the gate/up projection and SiLU-and-mul as one kernel where the linear's
   // kernel has that form (the register GEMVs of decode: 16-bit, FP8, int4): one kernel boundary
   // less a layer (LLM_FUSE_GATE_UP_SILU=0: off).
@@ -187,6 +192,9 @@ struct CudaBackendOptions {
   // Test knobs.
   bool force_simt_attention = false;
   int attention_splits = 0;  // > 0: fixed decode split count (LLM_ATTENTION_SPLITS)
+  // > 0: the tensor-core decode kernel's blocks an SM (AttentionOptions::decode_blocks_per_sm;
+  // LLM_ATTENTION_BLOCKS_PER_SM).
+  int attention_blocks_per_sm = 0;
   // Decode attention over an FP8 cache with O kept transposed (AttentionOptions::decode_fp8_transposed_o;
   // LLM_ATTENTION_FP8_OT=0: as the 16-bit cache keeps it).
   bool attention_fp8_transposed_o = true;
@@ -244,6 +252,13 @@ class CudaBackend final : public Backend {
                              Tensor out, Tensor act) override;
   absl::Status LinearAddInto(Tensor x, const LinearWeight& w, Tensor residual, Tensor delta) override;
   bool FusesQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const override;
+  bool FusesFp8InputQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const override;
+  absl::Status LinearFp8InputQkvRope(Tensor x, Fp8Input quantized, const LinearWeight& w,
+                                     const QkvRopeArgs& rope) override;
+  bool FusesLinearAddRmsNorm(const LinearWeight& w, int64_t rows) const override;
+  absl::Status LinearAddRmsNorm(Tensor x, const LinearWeight& w, Tensor residual, Tensor delta,
+                                Tensor norm_weight, float eps, Tensor out, const LinearWeight& consumer,
+                                const Fp8Input* out_quantized) override;
   absl::Status LinearQkvRope(Tensor x, Tensor norm_weight, float eps, Tensor normed, const LinearWeight& w,
                              const QkvRopeArgs& rope) override;
   absl::Status EnqueueSample(const SampleArgs& args) override;

@@ -548,11 +548,56 @@ float* Fp8SumsSlot(const LinearCall& c, const LinearContext& ctx, const cuda::Fp
   return reinterpret_cast<float*>(base + used);
 }
 
+bool LinearKernels::EndTakesPendingScales(const LinearCall& c, const LinearContext& ctx) const {
+  if (!options_.fp8_split_scales || !options_.fp8_pending_scales || c.out.dtype() != c.act ||
+      fp8_raw_sums_refused_.count(Fp8RefusalKey(c)))
+    return false;
+  const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
+  if (!modes) return false;
+  const bool given = c.quantized != nullptr;
+  if (!given && Fp8ChunkRows(c, *modes, ctx) < c.m) return false;  // the end reads every row's sums at once
+  const Fp8Chunk chunk =
+      given ? Fp8Chunk{c.quantized->values.data_as<char>(), c.quantized->scales.data_as<float>()}
+            : Fp8ChunkAt(c, ctx, c.m);
+  const cuda::Fp8GemmArgs a = Fp8ArgsFor(c, ctx, *modes, chunk.q, chunk.scales, 0, c.m);
+  float* const sums = Fp8SumsSlot(c, ctx, a, given ? nullptr : &chunk, c.m);
+  if (sums == nullptr) return false;
+  const cuda::Fp8PendingScales pending{sums, a.x_scale, true, a.w_scale, true, a.bias};
+  if (c.rope != nullptr) {
+    cuda::QkvRopeParams p = *c.rope;
+    p.pending = pending;
+    return c.rope->num_tokens == c.m && cuda::QkvRopeTakesPendingScales(p);
+  }
+  const AddRmsNormEnd& e = *c.add_norm;
+  const int64_t vecs = c.n / (16 / static_cast<int64_t>(DTypeSize(c.act)));
+  return c.n % (16 / static_cast<int64_t>(DTypeSize(c.act))) == 0 && cuda::RmsNormHeldChunks(vecs) > 0 &&
+         e.residual.numel() == c.m * c.n && e.normed.numel() == c.m * c.n && e.weight.numel() == c.n &&
+         cuda::RmsNormTakesPendingDelta(pending);
+}
+
+// The end of a call with LinearCall::rope or add_norm that its GEMM's kernel did not take: the op
+// after it, reading `out`.
+absl::Status RunEndApart(const LinearCall& c, const LinearContext& ctx, bool pdl) {
+  if (c.rope != nullptr) return cuda::LaunchQkvRope(c.act, *c.rope, ctx.stream, pdl);
+  const AddRmsNormEnd& e = *c.add_norm;
+  return cuda::LaunchRmsNorm(c.act, nullptr, e.residual.data(), c.out.data(), e.weight.data(),
+                             e.normed.data(), c.m, c.n, e.eps, ctx.stream, pdl, e.quantized);
+}
+
 // Quantizes x a chunk of rows at a time into the FP8 workspace (E4M3 rows, then their scales),
 // each chunk followed by its GEMM: the warpgroup GEMM's, or cuBLASLt's; x quantized already
 // (LinearCall::quantized): one GEMM over every row. If cuBLASLt has no algorithm for the
 // combination, the shape is remembered and this call (and later ones) take the dequantizing GEMM.
 absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) {
+  const bool pdl = options_.programmatic_launch;
+  if ((c.rope != nullptr || c.add_norm != nullptr) &&
+      (choice.kernel != LinearKernel::kFp8CublasLt || !EndTakesPendingScales(c, ctx))) {
+    LinearCall plain = c;  // the GEMM, then its end apart
+    plain.rope = nullptr;
+    plain.add_norm = nullptr;
+    RETURN_IF_ERROR(RunFp8W8A8(plain, choice, ctx));
+    return RunEndApart(c, ctx, pdl);
+  }
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (!modes) return RunFp8Dequant(c, ctx);
   const bool given = c.quantized != nullptr;
@@ -563,6 +608,7 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
   const float* static_scale =
       modes->quantize == cuda::Fp8ActivationScaling::kStatic ? c.w->input_scale.data_as<const float>() : nullptr;
   const size_t in_bytes = DTypeSize(c.act);
+  bool end_done = false;  // c.rope / c.add_norm run by the kernel that applies the scales
   for (int64_t r0 = 0; r0 < c.m; r0 += rows) {
     const int64_t mc = std::min(rows, c.m - r0);
     if (!given)
@@ -596,6 +642,27 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
       raw.out_dtype = DType::kF32;
       const absl::Status raw_st = ctx.gemm->RunFp8(raw, ctx.stream);
       if (raw_st.ok()) {
+        const cuda::Fp8PendingScales pending{sums,
+                                             a.x_scale,
+                                             a.x_mode == cuda::Fp8ScaleMode::kOuterVector,
+                                             a.w_scale,
+                                             a.w_mode == cuda::Fp8ScaleMode::kOuterVector,
+                                             a.bias};
+        if (c.rope != nullptr) {  // one chunk (EndTakesPendingScales)
+          cuda::QkvRopeParams p = *c.rope;
+          p.pending = pending;
+          RETURN_IF_ERROR(cuda::LaunchQkvRope(c.act, p, ctx.stream, pdl));
+          end_done = true;
+          continue;
+        }
+        if (c.add_norm != nullptr) {
+          const AddRmsNormEnd& e = *c.add_norm;
+          RETURN_IF_ERROR(cuda::LaunchRmsNorm(c.act, nullptr, e.residual.data(), nullptr, e.weight.data(),
+                                              e.normed.data(), mc, c.n, e.eps, ctx.stream, pdl, e.quantized,
+                                              &pending));
+          end_done = true;
+          continue;
+        }
         RETURN_IF_ERROR(cuda::LaunchApplyFp8GemmScales(
             a.out_dtype, sums, mc, c.n, a.x_scale, a.x_mode == cuda::Fp8ScaleMode::kOuterVector, a.w_scale,
             a.w_mode == cuda::Fp8ScaleMode::kOuterVector, a.bias, a.out, ctx.stream,
@@ -614,11 +681,16 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
       // Choose probed the first chunk; a shorter last one can still be refused: the whole call
       // then takes what runs without cuBLASLt (it rewrites every row, so the output stays one kernel's).
       const LinearKernelChoice fallback = AfterFp8Refusal(c, ctx, st);
-      return fallback.kernel == LinearKernel::kFp8Wgmma ? RunFp8W8A8(c, fallback, ctx)
-                                                        : RunFp8Dequant(c, ctx);
+      LinearCall plain = c;
+      plain.rope = nullptr;
+      plain.add_norm = nullptr;
+      RETURN_IF_ERROR(fallback.kernel == LinearKernel::kFp8Wgmma ? RunFp8W8A8(plain, fallback, ctx)
+                                                                 : RunFp8Dequant(plain, ctx));
+      return c.rope != nullptr || c.add_norm != nullptr ? RunEndApart(c, ctx, pdl) : absl::OkStatus();
     }
     RETURN_IF_ERROR(st);
   }
+  if ((c.rope != nullptr || c.add_norm != nullptr) && !end_done) return RunEndApart(c, ctx, pdl);
   return absl::OkStatus();
 }
 
@@ -693,6 +765,10 @@ bool LinearKernels::TakesGlu(const LinearCall& c, LinearKernelChoice choice, con
 
 bool LinearKernels::Fuses(const LinearCall& c, LinearKernelChoice choice, bool norm, bool add,
                           const LinearContext& ctx) const {
+  if (c.add_norm != nullptr || (c.rope != nullptr && choice.kernel == LinearKernel::kFp8CublasLt)) {
+    return choice.kernel == LinearKernel::kFp8CublasLt && !norm && !add && c.glu_cols == 0 &&
+           (c.rope == nullptr) != (c.add_norm == nullptr) && EndTakesPendingScales(c, ctx);
+  }
   if (c.rope != nullptr) {  // the FP8 register GEMV one warp a row, the int4 one with its own K split
     if (add || c.glu_cols > 0 || c.quantized != nullptr || c.out.dtype() != c.act || c.rope->num_tokens < c.m)
       return false;
@@ -736,7 +812,8 @@ bool LinearKernels::FusesChosen(const LinearCall& c, bool norm, bool add, const 
 absl::Status LinearKernels::Run(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) {
   if (c.glu_cols > 0 && !TakesGlu(c, choice, ctx))
     return absl::InternalError(absl::StrCat("Linear: the ", std::string(choice.Name()), " kernel has no gate/up form"));
-  if ((c.norm.active() || c.add_to_out || c.rope != nullptr) && !Fuses(c, choice, c.norm.active(), c.add_to_out, ctx))
+  if ((c.norm.active() || c.add_to_out || c.rope != nullptr || c.add_norm != nullptr) &&
+      !Fuses(c, choice, c.norm.active(), c.add_to_out, ctx))
     return absl::InternalError(
         absl::StrCat("Linear: the ", std::string(choice.Name()), " kernel fuses no norm or residual add here"));
   switch (choice.kernel) {

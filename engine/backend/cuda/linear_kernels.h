@@ -61,6 +61,17 @@ struct LinearKernelChoice {
   bool operator==(const LinearKernelChoice&) const = default;
 };
 
+// Backend::LinearAddRmsNorm's end, where the linear's kernel takes it (LinearCall::add_norm):
+// residual += the product (rounded to the activation dtype), then normed = RmsNorm(residual,
+// weight, eps), also quantized for the next linear where `quantized` is set (AddRmsNormFp8).
+struct AddRmsNormEnd {
+  Tensor residual;
+  Tensor weight;
+  float eps = 0.0f;
+  Tensor normed;
+  const cuda::Fp8RowOutput* quantized = nullptr;
+};
+
 // One Linear call, checked by the backend: x [m, k] in `act`, out [m, n] in `act` or f32.
 struct LinearCall {
   Tensor x;
@@ -83,6 +94,9 @@ struct LinearCall {
   // Set (Backend::LinearQkvRope, where Fuses says so): the QKV projection's outputs go through
   // RoPE into the query tensor and the KV cache (this QkvRope's), `out` left unwritten.
   const cuda::QkvRopeParams* rope = nullptr;
+  // Set (Backend::LinearAddRmsNorm, where Fuses says so): `out` is scratch, left unwritten where
+  // the kernel after the GEMM is the norm's (below, Fuses).
+  const AddRmsNormEnd* add_norm = nullptr;
 };
 
 // What the room needs from the backend at each call.
@@ -130,7 +144,9 @@ class LinearKernels {
   // Whether `choice` can run `call` with its input's RMSNorm (`norm`: with LinearCall::norm set)
   // and/or its residual add (`add`: LinearCall::add_to_out), and with LinearCall::rope its QKV-RoPE
   // end, in the kernel, every output bit as the ops run apart: the FP8 and int4 register GEMVs of
-  // decode's few rows (the norm where the grid is one wave).
+  // decode's few rows (the norm where the grid is one wave). With LinearCall::add_norm, or rope
+  // and kFp8CublasLt: whether cuBLASLt's raw sums go to the end's kernel with their scales
+  // pending (Fp8PendingScales: QkvRope, the add and norm) instead of a pass of their own.
   bool Fuses(const LinearCall& call, LinearKernelChoice choice, bool norm, bool add, const LinearContext& ctx) const;
   // The same for the kernel Choose would pick (FP8 and int4 weights, whose kernels a rule picks;
   // the 16-bit GEMVs fuse nothing): whether the decoder should ask for the fused op.
@@ -153,6 +169,9 @@ class LinearKernels {
   LinearKernelChoice ChooseW4A16(const LinearCall& call, const LinearContext& ctx) const;
   absl::Status RunW4A16(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx);
   absl::Status RunW4A16Dequant(const LinearCall& call, const LinearContext& ctx);
+  // Whether an FP8 cuBLASLt call's raw sums (CudaBackendOptions::fp8_split_scales) can go to its
+  // end (LinearCall::rope or add_norm) in one chunk of rows, that end's kernel applying the scales.
+  bool EndTakesPendingScales(const LinearCall& call, const LinearContext& ctx) const;
   // Quantizes x as the weight declares, then cuBLASLt's FP8 GEMM or the warpgroup GEMM (W8A8).
   absl::Status RunFp8W8A8(const LinearCall& call, LinearKernelChoice choice, const LinearContext& ctx);
 

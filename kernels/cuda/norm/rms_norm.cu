@@ -1,9 +1,11 @@
-#include "kernels/cuda/norm/rms_norm.h"
+#include <type_traits>
 
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/norm/fused_rms_norm.h"
+#include "kernels/cuda/norm/rms_norm.h"
 #include "kernels/cuda/norm/rms_norm_row.cuh"
+#include "kernels/cuda/quant/fp8_gemm_scales.cuh"
 #include "kernels/cuda/quant/fp8_row_quantize.cuh"
 
 namespace llm::cuda {
@@ -14,7 +16,7 @@ namespace {
 template <typename T, bool kVec16, bool kQuantize>
 __global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ delta,
                               const T* __restrict__ weight, T* __restrict__ out, int64_t dim, float eps,
-                              Fp8RowOutput quantized) {
+                              Fp8RowOutput quantized, Fp8PendingScales /*the held form's*/) {
   AllowDependentLaunch();
   GridDependencyWait();
   __shared__ float scratch[32];
@@ -56,11 +58,13 @@ __global__ void RmsNormKernel(const T* __restrict__ x, T* __restrict__ residual,
 // threadIdx.x + j * blockDim.x (the walk of AddToRowSumSquares and FinishRmsNormRow, in the same
 // order, so every sum and rounding is theirs), loaded once with the weight's before the first use;
 // the normalized row is quantized from registers instead of re-read (and with
-// quantized.values_unused not stored at all). dim % kVec == 0, aligned.
-template <typename T, int kChunks, bool kQuantize>
-__global__ void RmsNormHeldKernel(const T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ delta,
-                                  const T* __restrict__ weight, T* __restrict__ out, int64_t dim, float eps,
-                                  Fp8RowOutput quantized) {
+// quantized.values_unused not stored at all). dim % kVec == 0, aligned. kPending: the delta's
+// values come from a W8A8 linear's raw sums (`pending`, fp8_gemm_scales.cuh), `delta` unused.
+template <typename T, int kChunks, bool kQuantize, bool kPending>
+__global__ void RmsNormHeldKernel(const T* __restrict__ x, T* __restrict__ residual,
+                                  const T* __restrict__ delta, const T* __restrict__ weight,
+                                  T* __restrict__ out, int64_t dim, float eps, Fp8RowOutput quantized,
+                                  Fp8PendingScales pending) {
   AllowDependentLaunch();
   constexpr int kVec = Vec16<T>::kVec;
   __shared__ float scratch[32];
@@ -74,14 +78,30 @@ __global__ void RmsNormHeldKernel(const T* __restrict__ x, T* __restrict__ resid
   GridDependencyWait();
   const T* src = residual ? residual + row * dim : x + row * dim;
   T* res = residual ? residual + row * dim : nullptr;
-  const T* del = delta ? delta + row * dim : nullptr;
+  const T* del = kPending ? residual : delta ? delta + row * dim : nullptr;  // kPending: non-null, unread
   Vec16<T> v[kChunks], d[kChunks];
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
     const int64_t c = threadIdx.x + j * blockDim.x;
     if (c < vecs) {
       v[j] = LoadVec(src + c * kVec);
-      if (del) d[j] = LoadVec(del + c * kVec);
+      if constexpr (kPending) {
+        const float4* sums = reinterpret_cast<const float4*>(pending.sums + row * dim + c * kVec);
+        const float xs = PendingXScale(pending, row);
+#pragma unroll
+        for (int q = 0; q < kVec / 4; ++q) {
+          const float4 s4 = sums[q];
+          const float s[4] = {s4.x, s4.y, s4.z, s4.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int64_t col = c * kVec + 4 * q + e;
+            d[j].v[4 * q + e] =
+                ScaledFp8Sum<T>(s[e], xs, PendingWScale(pending, col), PendingBias<T>(pending, col));
+          }
+        }
+      } else if (del) {
+        d[j] = LoadVec(del + c * kVec);
+      }
     }
   }
   float sum_sq = 0.0f;
@@ -110,19 +130,23 @@ __global__ void RmsNormHeldKernel(const T* __restrict__ x, T* __restrict__ resid
   if constexpr (kQuantize) QuantizeHeldRowFp8<T, kChunks>(v, row, dim, quantized, scratch);
 }
 
-template <typename T, bool kQuantize>
+template <typename T, bool kQuantize, bool kPending>
 auto RmsNormHeldKernelFor(int chunks) {
-  return chunks == 1   ? RmsNormHeldKernel<T, 1, kQuantize>
-         : chunks == 2 ? RmsNormHeldKernel<T, 2, kQuantize>
-         : chunks == 4 ? RmsNormHeldKernel<T, 4, kQuantize>
-                       : RmsNormHeldKernel<T, 8, kQuantize>;
+  return chunks == 1   ? RmsNormHeldKernel<T, 1, kQuantize, kPending>
+         : chunks == 2 ? RmsNormHeldKernel<T, 2, kQuantize, kPending>
+         : chunks == 4 ? RmsNormHeldKernel<T, 4, kQuantize, kPending>
+                       : RmsNormHeldKernel<T, 8, kQuantize, kPending>;
 }
 
 }  // namespace
 
+bool RmsNormTakesPendingDelta(const Fp8PendingScales& p) {
+  return p.active() && reinterpret_cast<uintptr_t>(p.sums) % 16 == 0;
+}
+
 absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* delta, const void* weight,
                            void* out, int64_t rows, int64_t dim, float eps, Stream stream, bool pdl,
-                           const Fp8RowOutput* quantized) {
+                           const Fp8RowOutput* quantized, const Fp8PendingScales* pending_delta) {
   if (rows < 0 || dim <= 0) return absl::InvalidArgumentError("RmsNorm: bad sizes");
   if (rows == 0) return absl::OkStatus();
   if (rows > 0x7fffffff) return absl::InvalidArgumentError("RmsNorm: too many rows");
@@ -141,13 +165,25 @@ absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const voi
     // Rows of up to 8 chunks a thread are held in registers (RmsNormHeldKernel), longer ones
     // stored and re-read.
     const int held = vec ? RmsNormHeldChunks(work) : 0;
-    auto kernel = held > 0 ? (quantized ? RmsNormHeldKernelFor<T, true>(held) : RmsNormHeldKernelFor<T, false>(held))
+    const bool pending = pending_delta != nullptr;
+    if (pending && (held == 0 || residual == nullptr || !RmsNormTakesPendingDelta(*pending_delta) ||
+                    pending_delta->x_scale == nullptr || pending_delta->w_scale == nullptr))
+      return absl::InvalidArgumentError(
+          "RmsNorm: a delta of pending scales needs a residual and an aligned row "
+          "of at most 8 16-byte chunks a thread");
+    auto held_kernel = [&](auto quantize) {
+      constexpr bool kQuantize = decltype(quantize)::value;
+      return pending ? RmsNormHeldKernelFor<T, kQuantize, true>(held)
+                     : RmsNormHeldKernelFor<T, kQuantize, false>(held);
+    };
+    auto kernel = held > 0    ? (quantized ? held_kernel(std::true_type{}) : held_kernel(std::false_type{}))
                   : quantized ? (vec ? RmsNormKernel<T, true, true> : RmsNormKernel<T, false, true>)
                               : (vec ? RmsNormKernel<T, true, false> : RmsNormKernel<T, false, false>);
-    CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream, pdl,
-                                      static_cast<const T*>(x), static_cast<T*>(residual),
+    CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream,
+                                      pdl, static_cast<const T*>(x), static_cast<T*>(residual),
                                       static_cast<const T*>(delta), static_cast<const T*>(weight),
-                                      static_cast<T*>(out), dim, eps, quantized ? *quantized : Fp8RowOutput{}));
+                                      static_cast<T*>(out), dim, eps, quantized ? *quantized : Fp8RowOutput{},
+                                      pending ? *pending_delta : Fp8PendingScales{}));
     return absl::OkStatus();
   });
 }

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/common/stream.h"
+#include "kernels/cuda/quant/fp8_gemm_scales.h"
 #include "kernels/cuda/quant/fp8_quantize.h"
 
 namespace llm::cuda {
@@ -21,8 +22,15 @@ namespace llm::cuda {
 // `quantized`: out is also written quantized to FP8 per row (or by a static scale) for the W8A8
 // linear that reads it (fp8_quantize.h); with quantized->values_unused, out itself may be left
 // unwritten.
+// `pending_delta`: the delta is a W8A8 linear's raw sums with scales still to apply ([rows, dim];
+// `delta` unused), each value formed as LaunchApplyFp8GemmScales would store it; a residual and
+// the held form (rows of at most RmsNormHeldChunks' 8 chunks a thread, aligned) only.
 absl::Status LaunchRmsNorm(DType dtype, const void* x, void* residual, const void* delta, const void* weight,
                            void* out, int64_t rows, int64_t dim, float eps, Stream stream, bool pdl = false,
-                           const Fp8RowOutput* quantized = nullptr);
+                           const Fp8RowOutput* quantized = nullptr,
+                           const Fp8PendingScales* pending_delta = nullptr);
+
+// Whether LaunchRmsNorm takes `p` as a pending delta (the row's shape and alignment aside).
+bool RmsNormTakesPendingDelta(const Fp8PendingScales& p);
 
 }  // namespace llm::cuda

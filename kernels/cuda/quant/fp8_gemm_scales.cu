@@ -1,11 +1,11 @@
-#include "kernels/cuda/quant/fp8_gemm_scales.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
+#include "kernels/cuda/quant/fp8_gemm_scales.cuh"
+#include "kernels/cuda/quant/fp8_gemm_scales.h"
 
 namespace llm::cuda {
 namespace {
@@ -37,8 +37,8 @@ __global__ void __launch_bounds__(kThreads)
   if (!live) return;
   const float xs = __ldg(x_scale + (x_per_token ? t : 0));
   const float4 s = *reinterpret_cast<const float4*>(sums + i * 4);
-  T r[4] = {FromFloat<T>(s.x * xs * ws[0] + b[0]), FromFloat<T>(s.y * xs * ws[1] + b[1]),
-            FromFloat<T>(s.z * xs * ws[2] + b[2]), FromFloat<T>(s.w * xs * ws[3] + b[3])};
+  T r[4] = {ScaledFp8Sum<T>(s.x, xs, ws[0], b[0]), ScaledFp8Sum<T>(s.y, xs, ws[1], b[1]),
+            ScaledFp8Sum<T>(s.z, xs, ws[2], b[2]), ScaledFp8Sum<T>(s.w, xs, ws[3], b[3])};
   *reinterpret_cast<uint2*>(out + t * (4 * int64_t{n4}) + c) = *reinterpret_cast<const uint2*>(r);
 }
 

@@ -1,10 +1,10 @@
-#include "kernels/cuda/rope/qkv_rope.h"
-
 #include <type_traits>
 
 #include "kernels/cuda/common/cuda_status.h"
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/common/fp8.cuh"
+#include "kernels/cuda/quant/fp8_gemm_scales.cuh"
+#include "kernels/cuda/rope/qkv_rope.h"
 
 namespace llm::cuda {
 namespace {
@@ -143,7 +143,27 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeFullKernel(QkvRopeParams p
       for (int e = 0; e < E; ++e) b[e] = FloatToFp8(v[e] / scale);
       *reinterpret_cast<Fp8Chunk*>(static_cast<uint8_t*>(base) + at) = c;
     };
-    const Chunk in = *reinterpret_cast<const Chunk*>(src);
+    Chunk in;
+    if (p.pending.active()) {  // the projection's values from its raw sums (fp8_gemm_scales.cuh)
+      const int64_t col = hh * kD + lane * E;
+      const float* sums = p.pending.sums + t * (heads + 2 * kv_heads) * kD + col;
+      float s[E];
+      if constexpr (E == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(sums);
+        s[0] = v.x, s[1] = v.y, s[2] = v.z, s[3] = v.w;
+      } else {
+        const float2 v = *reinterpret_cast<const float2*>(sums);
+        s[0] = v.x, s[1] = v.y;
+      }
+      const float xs = PendingXScale(p.pending, t);
+      T* ie = reinterpret_cast<T*>(&in);
+#pragma unroll
+      for (int e = 0; e < E; ++e)
+        ie[e] =
+            ScaledFp8Sum<T>(s[e], xs, PendingWScale(p.pending, col + e), PendingBias<T>(p.pending, col + e));
+    } else {
+      in = *reinterpret_cast<const Chunk*>(src);
+    }
     if (!is_q && !is_k) {  // V: a copy (exact in the 16-bit cache)
       if constexpr (kFp8) {
         const T* ve = reinterpret_cast<const T*>(&in);
@@ -194,6 +214,12 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeFullKernel(QkvRopeParams p
 
 }  // namespace
 
+bool QkvRopeTakesPendingScales(const QkvRopeParams& p) {
+  return p.pending.active() && (p.head_dim == 64 || p.head_dim == 128) && p.rotary_dim == p.head_dim &&
+         reinterpret_cast<uintptr_t>(p.pending.sums) % 16 == 0 && Aligned8(p.q_out) && Aligned8(p.k_cache) &&
+         Aligned8(p.v_cache);
+}
+
 absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream, bool pdl) {
   if (p.num_tokens < 0 || p.num_heads <= 0 || p.num_kv_heads <= 0 || p.head_dim <= 0 ||
       p.head_dim > kMaxHeadDim || p.rotary_dim < 0 || p.rotary_dim > p.head_dim || p.rotary_dim % 2 != 0 ||
@@ -207,8 +233,14 @@ absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream, b
   const size_t smem = (static_cast<size_t>(p.rotary_dim) + kWarps * p.head_dim) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_tokens), (p.num_heads + 2 * p.num_kv_heads + kWarps - 1) / kWarps);
   if (grid.y > 65535) return absl::InvalidArgumentError("QkvRope: too many heads");
-  const bool full = (p.head_dim == 64 || p.head_dim == 128) && p.rotary_dim == p.head_dim && dtype != DType::kF32 &&
-                    Aligned8(p.qkv) && Aligned8(p.q_out) && Aligned8(p.k_cache) && Aligned8(p.v_cache);
+  const bool full = (p.head_dim == 64 || p.head_dim == 128) && p.rotary_dim == p.head_dim &&
+                    dtype != DType::kF32 && (p.pending.active() || Aligned8(p.qkv)) && Aligned8(p.q_out) &&
+                    Aligned8(p.k_cache) && Aligned8(p.v_cache);
+  if (p.pending.active() && (!full || !QkvRopeTakesPendingScales(p) || p.pending.x_scale == nullptr ||
+                             p.pending.w_scale == nullptr))
+    return absl::InvalidArgumentError(
+        "QkvRope: pending scales need head_dim 64 or 128, full rotary, 16-bit "
+        "activations and aligned operands");
   if (full) {
     // Fewer tokens than would keep the GPU busy (decode steps): a group per 8 heads.
     const dim3 full_grid(grid.x, p.num_tokens >= 256 ? 1u : grid.y);

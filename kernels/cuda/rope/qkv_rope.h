@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/common/stream.h"
+#include "kernels/cuda/quant/fp8_gemm_scales.h"
 
 namespace llm::cuda {
 
@@ -29,7 +30,14 @@ struct QkvRopeParams {
   bool fp8_cache = false;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+  // Set: the projection's values are a W8A8 GEMM's raw sums with their scales still to apply
+  // ([T, (H + 2 KVH) * D]; qkv unused), each formed as LaunchApplyFp8GemmScales stores it. Head
+  // dims 64 and 128 with full rotary only (QkvRopeTakesPendingScales).
+  Fp8PendingScales pending;
 };
+
+// Whether LaunchQkvRope takes `p` with pending scales (16-bit activations, aligned operands).
+bool QkvRopeTakesPendingScales(const QkvRopeParams& p);
 
 // Rotation is rotate_half: element i < rotary_dim/2 pairs with i + rotary_dim/2; elements at or
 // beyond rotary_dim pass through. cos/sin of float(position) * inv_freq[i] in float32.

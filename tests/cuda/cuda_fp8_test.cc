@@ -883,6 +883,24 @@ TEST_P(CudaFp8Test, LinearTakesItsInputQuantizedByTheNorm) {
 
 // --- FP8 KV cache ---
 
+// QkvRope's arguments (full rotary, no q/k norms) over these tensors, the caches' scales 0.02 and
+// 0.011 (used where they are E4M3).
+QkvRopeArgs RopeArgs(Tensor qkv, int heads, int kv_heads, int head_dim, Tensor inv_freq, Tensor positions,
+                     Tensor slots, Tensor k_cache, Tensor v_cache, Tensor q_out) {
+  QkvRopeArgs a;
+  a.qkv = qkv;
+  a.num_heads = heads;
+  a.num_kv_heads = kv_heads;
+  a.head_dim = head_dim;
+  a.rope.inv_freq = inv_freq;
+  a.rope.rotary_dim = head_dim;
+  a.positions = positions;
+  a.slot_mapping = slots;
+  a.cache = {k_cache, v_cache, 0.02f, 0.011f};
+  a.q_out = q_out;
+  return a;
+}
+
 TEST_P(CudaFp8Test, QkvRopeWritesTheCpusE4M3) {
   for (int head_dim : {64, 128, 80}) {
     const int t = 37, heads = 8, kv_heads = 2;
@@ -899,17 +917,7 @@ TEST_P(CudaFp8Test, QkvRopeWritesTheCpusE4M3) {
     auto run = [&](Backend& b, DType act, OwnedTensor& k, OwnedTensor& v, Tensor q_out) {
       OwnedTensor tq = Upload(b, act, {t, qkv_w}, qkv), tinv = Upload(b, DType::kF32, {head_dim / 2}, inv);
       OwnedTensor tp = UploadI32(b, pos), ts = UploadI32(b, slots);
-      QkvRopeArgs a;
-      a.qkv = tq.t;
-      a.num_heads = heads;
-      a.num_kv_heads = kv_heads;
-      a.head_dim = head_dim;
-      a.rope.inv_freq = tinv.t;
-      a.rope.rotary_dim = head_dim;
-      a.positions = tp.t;
-      a.slot_mapping = ts.t;
-      a.cache = {k.t, v.t, 0.02f, 0.011f};
-      a.q_out = q_out;
+      const QkvRopeArgs a = RopeArgs(tq.t, heads, kv_heads, head_dim, tinv.t, tp.t, ts.t, k.t, v.t, q_out);
       ASSERT_TRUE(b.QkvRope(a).ok());
       ASSERT_TRUE(b.Synchronize().ok());
     };
@@ -1037,17 +1045,8 @@ TEST_P(CudaFp8Test, ScalesAppliedByTheOpAfterTheLinear) {
                                              MakeTensor(*gpu_, cache_dt, cache_shape),
                                              MakeTensor(*gpu_, cache_dt, cache_shape)};
               for (OwnedTensor& t : out) Poison(*gpu_, t.t);
-              QkvRopeArgs r;
-              r.qkv = qkv.t;
-              r.num_heads = heads;
-              r.num_kv_heads = kv_heads;
-              r.head_dim = head_dim;
-              r.rope.inv_freq = tinv.t;
-              r.rope.rotary_dim = head_dim;
-              r.positions = tp.t;
-              r.slot_mapping = ts.t;
-              r.cache = {out[1].t, out[2].t, 0.02f, 0.011f};
-              r.q_out = out[0].t;
+              const QkvRopeArgs r = RopeArgs(qkv.t, heads, kv_heads, head_dim, tinv.t, tp.t, ts.t, out[1].t,
+                                             out[2].t, out[0].t);
               o.fp8_pending_scales = pending;
               const bool fuses = gpu_->FusesFp8InputQkvRope(qkv_w.lw, r, m);
               if (!pending || !pending_rows) EXPECT_FALSE(fuses) << head_dim;

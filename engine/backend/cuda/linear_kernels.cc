@@ -548,6 +548,16 @@ float* Fp8SumsSlot(const LinearCall& c, const LinearContext& ctx, const cuda::Fp
   return reinterpret_cast<float*>(base + used);
 }
 
+// The scales of GEMM `a` still to apply to its raw sums `sums` (Fp8PendingScales).
+cuda::Fp8PendingScales PendingScalesOf(const cuda::Fp8GemmArgs& a, const float* sums) {
+  return {sums,
+          a.x_scale,
+          a.x_mode == cuda::Fp8ScaleMode::kOuterVector,
+          a.w_scale,
+          a.w_mode == cuda::Fp8ScaleMode::kOuterVector,
+          a.bias};
+}
+
 bool LinearKernels::EndTakesPendingScales(const LinearCall& c, const LinearContext& ctx) const {
   if (!options_.fp8_split_scales || !options_.fp8_pending_scales || c.out.dtype() != c.act ||
       fp8_raw_sums_refused_.count(Fp8RefusalKey(c)))
@@ -562,7 +572,7 @@ bool LinearKernels::EndTakesPendingScales(const LinearCall& c, const LinearConte
   const cuda::Fp8GemmArgs a = Fp8ArgsFor(c, ctx, *modes, chunk.q, chunk.scales, 0, c.m);
   float* const sums = Fp8SumsSlot(c, ctx, a, given ? nullptr : &chunk, c.m);
   if (sums == nullptr) return false;
-  const cuda::Fp8PendingScales pending{sums, a.x_scale, true, a.w_scale, true, a.bias};
+  const cuda::Fp8PendingScales pending = PendingScalesOf(a, sums);
   if (c.rope != nullptr) {
     cuda::QkvRopeParams p = *c.rope;
     p.pending = pending;
@@ -642,12 +652,7 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
       raw.out_dtype = DType::kF32;
       const absl::Status raw_st = ctx.gemm->RunFp8(raw, ctx.stream);
       if (raw_st.ok()) {
-        const cuda::Fp8PendingScales pending{sums,
-                                             a.x_scale,
-                                             a.x_mode == cuda::Fp8ScaleMode::kOuterVector,
-                                             a.w_scale,
-                                             a.w_mode == cuda::Fp8ScaleMode::kOuterVector,
-                                             a.bias};
+        const cuda::Fp8PendingScales pending = PendingScalesOf(a, sums);
         if (c.rope != nullptr) {  // one chunk (EndTakesPendingScales)
           cuda::QkvRopeParams p = *c.rope;
           p.pending = pending;

@@ -203,9 +203,8 @@ absl::Status Decoder::Layer(int64_t index, const StepMetadata& meta, const KvCac
   // o_proj, its residual add and the MLP's norm as one op where the backend joins them (on one
   // rank, where the norm does not go into gate_up's own kernel).
   const bool one_rank = tp_comm_ == nullptr || tp_comm_->size() == 1;
-  const bool post_norm_with_o = one_rank &&
-                                !(!down_input && !gate_up_input && backend_.FusesRmsNormInto(w.gate_up, n)) &&
-                                backend_.FusesLinearAddRmsNorm(w.o_proj, n);
+  const bool norm_in_gate_up = !down_input && !gate_up_input && backend_.FusesRmsNormInto(w.gate_up, n);
+  const bool post_norm_with_o = one_rank && !norm_in_gate_up && backend_.FusesLinearAddRmsNorm(w.o_proj, n);
   if (post_norm_with_o) {
     RETURN_IF_ERROR(backend_.LinearAddRmsNorm(attn, w.o_proj, residual, delta, w.post_attention_norm, eps,
                                               normed, w.gate_up, gate_up_input ? &*gate_up_input : nullptr));

@@ -456,6 +456,13 @@ absl::Status CudaBackend::Add(Tensor x, Tensor y) {
   return cuda::LaunchAdd(dt, x.data(), y.data(), x.numel(), impl_->stream);
 }
 
+namespace {
+// The shape and kernel of a linear op in per-op timings (empty when not timing).
+std::string LinearTimingDetail(bool timing, const LinearCall& call, LinearKernelChoice choice) {
+  return timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string();
+}
+}  // namespace
+
 absl::Status CudaBackend::Linear(Tensor x, const LinearWeight& w, Tensor out) {
   return RunLinear(x, w, out, nullptr);
 }
@@ -472,9 +479,9 @@ absl::Status CudaBackend::RunLinear(Tensor x, const LinearWeight& w, Tensor out,
   ASSIGN_OR_RETURN(const LinearCall call, CheckLinear(x, w, out, quantized));
   const LinearContext ctx = linear_context();
   ASSIGN_OR_RETURN(const LinearKernelChoice choice, impl_->linears->Choose(call, ctx));
-  OpScope scope(*impl_, "Linear", static_cast<double>(w.weight.bytes() + x.bytes() + out.bytes() + w.bias.bytes()),
-                2.0 * call.m * call.n * call.k,
-                impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+  OpScope scope(*impl_, "Linear",
+                static_cast<double>(w.weight.bytes() + x.bytes() + out.bytes() + w.bias.bytes()),
+                2.0 * call.m * call.n * call.k, LinearTimingDetail(impl_->timing, call, choice));
   return impl_->linears->Run(call, choice, ctx);
 }
 
@@ -492,8 +499,7 @@ absl::Status CudaBackend::LinearSiluMul(Tensor x, const LinearWeight& w, Tensor 
   fused.glu_cols = plain.n / 2;
   const double bytes = static_cast<double>(w.weight.bytes() + x.bytes() + w.bias.bytes());
   const double flops = 2.0 * plain.m * plain.n * plain.k;
-  const std::string detail =
-      impl_->timing ? absl::StrCat(plain.n, "x", plain.k, " ", std::string(choice.Name())) : std::string();
+  const std::string detail = LinearTimingDetail(impl_->timing, plain, choice);
   if (impl_->options.fuse_gate_up_silu && impl_->linears->TakesGlu(fused, choice, ctx)) {
     OpScope scope(*impl_, "LinearSiluMul", bytes + static_cast<double>(out.bytes()), flops, detail);
     return impl_->linears->Run(fused, choice, ctx);
@@ -510,11 +516,16 @@ bool CudaBackend::LinearFuses(const LinearWeight& w, int64_t rows, bool norm, bo
   const CudaBackendOptions& o = impl_->options;
   if (!o.fuse_decode_ops || rows <= 0 || ((norm || add) && !o.fuse_gemv_norm) || (rope && !o.fuse_gemv_rope))
     return false;
-  const DType dt = activation_dtype();
-  LinearCall call{Tensor(), &w, Tensor(nullptr, dt, {rows, w.out_features()}, device()), rows, w.out_features(),
-                  w.in_features(), dt};
+  LinearCall call = PlannedLinear(w, rows);
   call.rope = rope;
   return impl_->linears->FusesChosen(call, norm, add, linear_context());
+}
+
+LinearCall CudaBackend::PlannedLinear(const LinearWeight& w, int64_t rows) const {
+  const DType dt = activation_dtype();
+  return LinearCall{
+      Tensor(),        &w, Tensor(nullptr, dt, {rows, w.out_features()}, device()), rows, w.out_features(),
+      w.in_features(), dt};
 }
 
 bool CudaBackend::FusesRmsNormInto(const LinearWeight& w, int64_t rows) const {
@@ -554,11 +565,9 @@ absl::Status CudaBackend::RmsNormLinear(Tensor x, Tensor norm_weight, float eps,
   if (!with_glu && (act.empty() || !impl_->linears->Fuses(call, choice, /*norm=*/true, /*add=*/false, ctx)))
     return Backend::RmsNormLinear(x, norm_weight, eps, normed, w, out, act);
   {
-    OpScope scope(
-        *impl_, with_glu && !act.empty() ? "RmsNormLinearSiluMul" : "RmsNormLinear",
-        static_cast<double>(w.weight.bytes() + x.bytes() + fused.out.bytes() + w.bias.bytes()),
-        2.0 * call.m * call.n * call.k,
-        impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+    OpScope scope(*impl_, with_glu && !act.empty() ? "RmsNormLinearSiluMul" : "RmsNormLinear",
+                  static_cast<double>(w.weight.bytes() + x.bytes() + fused.out.bytes() + w.bias.bytes()),
+                  2.0 * call.m * call.n * call.k, LinearTimingDetail(impl_->timing, call, choice));
     RETURN_IF_ERROR(impl_->linears->Run(fused, choice, ctx));
   }
   return with_glu || act.empty() ? absl::OkStatus() : SiluMul(out, act);
@@ -579,8 +588,7 @@ absl::Status CudaBackend::LinearAddInto(Tensor x, const LinearWeight& w, Tensor 
     return Backend::LinearAddInto(x, w, residual, delta);  // the ops apart
   OpScope scope(*impl_, "LinearAddInto",
                 static_cast<double>(w.weight.bytes() + x.bytes() + 2 * residual.bytes() + w.bias.bytes()),
-                2.0 * call.m * call.n * call.k,
-                impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+                2.0 * call.m * call.n * call.k, LinearTimingDetail(impl_->timing, call, choice));
   return impl_->linears->Run(call, choice, ctx);
 }
 
@@ -733,18 +741,14 @@ absl::Status CudaBackend::LinearQkvRope(Tensor x, Tensor norm_weight, float eps,
     return Backend::LinearQkvRope(x, norm_weight, eps, normed, w, rope);  // the ops apart
   OpScope scope(*impl_, norm ? "RmsNormLinearQkvRope" : "LinearQkvRope",
                 static_cast<double>(w.weight.bytes() + x.bytes() + w.bias.bytes() + rope.qkv.bytes()),
-                2.0 * call.m * call.n * call.k,
-                impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+                2.0 * call.m * call.n * call.k, LinearTimingDetail(impl_->timing, call, choice));
   return impl_->linears->Run(call, choice, ctx);
 }
 
 bool CudaBackend::FusesFp8InputQkvRope(const LinearWeight& w, const QkvRopeArgs& rope, int64_t rows) const {
   const absl::StatusOr<cuda::QkvRopeParams> p = QkvRopeParamsOf(rope);
   if (!p.ok() || rows <= 0 || !TakesFp8Input(w, rows)) return false;
-  const DType dt = activation_dtype();
-  LinearCall call{
-      Tensor(),        &w, Tensor(nullptr, dt, {rows, w.out_features()}, device()), rows, w.out_features(),
-      w.in_features(), dt};
+  LinearCall call = PlannedLinear(w, rows);
   const Fp8Input given;  // its presence: the input comes quantized (the end's rule reads no operand)
   call.quantized = &given;
   call.rope = &*p;
@@ -767,8 +771,7 @@ absl::Status CudaBackend::LinearFp8InputQkvRope(Tensor x, Fp8Input quantized, co
   OpScope scope(
       *impl_, "LinearQkvRope",
       static_cast<double>(w.weight.bytes() + quantized.values.bytes() + w.bias.bytes() + rope.qkv.bytes()),
-      2.0 * call.m * call.n * call.k,
-      impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+      2.0 * call.m * call.n * call.k, LinearTimingDetail(impl_->timing, call, choice));
   return impl_->linears->Run(call, choice, ctx);
 }
 
@@ -776,7 +779,7 @@ bool CudaBackend::FusesLinearAddRmsNorm(const LinearWeight& w, int64_t rows) con
   if (rows <= 0 || w.format.element != DType::kF8E4M3) return false;
   const DType dt = activation_dtype();
   const int64_t n = w.out_features();
-  LinearCall call{Tensor(), &w, Tensor(nullptr, dt, {rows, n}, device()), rows, n, w.in_features(), dt};
+  LinearCall call = PlannedLinear(w, rows);
   const AddRmsNormEnd end{Tensor(nullptr, dt, {rows, n}, device()), Tensor(nullptr, dt, {n}, device()), 0.0f,
                           Tensor(nullptr, dt, {rows, n}, device()), nullptr};
   call.add_norm = &end;
@@ -802,11 +805,9 @@ absl::Status CudaBackend::LinearAddRmsNorm(Tensor x, const LinearWeight& w, Tens
   call.add_norm = &end;
   if (!impl_->linears->Fuses(call, choice, /*norm=*/false, /*add=*/false, ctx))  // the ops apart
     return Backend::LinearAddRmsNorm(x, w, residual, delta, norm_weight, eps, out, consumer, out_quantized);
-  OpScope scope(
-      *impl_, "LinearAddRmsNorm",
-      static_cast<double>(w.weight.bytes() + x.bytes() + w.bias.bytes() + 3 * residual.bytes()),
-      2.0 * call.m * call.n * call.k,
-      impl_->timing ? absl::StrCat(call.n, "x", call.k, " ", std::string(choice.Name())) : std::string());
+  OpScope scope(*impl_, "LinearAddRmsNorm",
+                static_cast<double>(w.weight.bytes() + x.bytes() + w.bias.bytes() + 3 * residual.bytes()),
+                2.0 * call.m * call.n * call.k, LinearTimingDetail(impl_->timing, call, choice));
   return impl_->linears->Run(call, choice, ctx);
 }
 

@@ -307,6 +307,9 @@ class CudaBackend final : public Backend {
   // (and, with `rope`, ends in it).
   bool LinearFuses(const LinearWeight& w, int64_t rows, bool norm, bool add,
                    const cuda::QkvRopeParams* rope = nullptr) const;
+  // A call of `rows` rows through `w` without operands, for the fusion hints' rules (which read
+  // only shapes and formats).
+  LinearCall PlannedLinear(const LinearWeight& w, int64_t rows) const;
   // QkvRope's checks of its arguments, and the kernel parameters they give.
   absl::StatusOr<cuda::QkvRopeParams> QkvRopeParamsOf(const QkvRopeArgs& a) const;
   // AddRmsNorm, and with `quantized` also out quantized for `consumer` (AddRmsNormFp8).

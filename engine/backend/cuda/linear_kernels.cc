@@ -599,15 +599,9 @@ absl::Status RunEndApart(const LinearCall& c, const LinearContext& ctx, bool pdl
 // (LinearCall::quantized): one GEMM over every row. If cuBLASLt has no algorithm for the
 // combination, the shape is remembered and this call (and later ones) take the dequantizing GEMM.
 absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) {
+  // With c.rope or c.add_norm, Run has checked Fuses: cuBLASLt, raw sums in one chunk
+  // (EndTakesPendingScales); a refusal met here runs the end apart (RunEndApart).
   const bool pdl = options_.programmatic_launch;
-  if ((c.rope != nullptr || c.add_norm != nullptr) &&
-      (choice.kernel != LinearKernel::kFp8CublasLt || !EndTakesPendingScales(c, ctx))) {
-    LinearCall plain = c;  // the GEMM, then its end apart
-    plain.rope = nullptr;
-    plain.add_norm = nullptr;
-    RETURN_IF_ERROR(RunFp8W8A8(plain, choice, ctx));
-    return RunEndApart(c, ctx, pdl);
-  }
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (!modes) return RunFp8Dequant(c, ctx);
   const bool given = c.quantized != nullptr;

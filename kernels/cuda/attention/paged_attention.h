@@ -78,8 +78,9 @@ struct AttentionOptions {
   bool force_simt = false; // never use the tensor-core prefill kernel nor the decode kernels above (tests)
   DecodeKernel decode_kernel = DecodeKernel::kAuto;
   bool pdl = false;        // decode kernels with programmatic dependent launch (launch overlaps the predecessor)
-  // Tensor-core decode kernel: at most this many blocks an SM (2, or 3 where they fit; 0: three for
-  // grids of at least two waves of three, else two). Benches.
+  // Tensor-core decode kernel: at most this many blocks an SM (2, or 3-4 where registers and shared
+  // memory let them: an FP8 cache; 0: those for grids of at least two waves of three, else two).
+  // Benches.
   int decode_blocks_per_sm = 0;
   // Tensor-core decode kernel over an FP8 cache: O kept transposed (Oᵀ += Vᵀ Pᵀ: half the
   // accumulator registers and O MMAs, four blocks an SM; attention_decode_mma.cuh).

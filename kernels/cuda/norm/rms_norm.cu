@@ -78,7 +78,8 @@ __global__ void RmsNormHeldKernel(const T* __restrict__ x, T* __restrict__ resid
   GridDependencyWait();
   const T* src = residual ? residual + row * dim : x + row * dim;
   T* res = residual ? residual + row * dim : nullptr;
-  const T* del = kPending ? residual : delta ? delta + row * dim : nullptr;  // kPending: non-null, unread
+  const T* del = delta ? delta + row * dim : nullptr;
+  const bool add = kPending || del != nullptr;  // a delta to add: pending sums or a 16-bit row
   Vec16<T> v[kChunks], d[kChunks];
 #pragma unroll
   for (int j = 0; j < kChunks; ++j) {
@@ -111,11 +112,11 @@ __global__ void RmsNormHeldKernel(const T* __restrict__ x, T* __restrict__ resid
     if (c >= vecs) continue;
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
-      if (del) v[j].v[e] = FromFloat<T>(ToFloat(v[j].v[e]) + ToFloat(d[j].v[e]));
+      if (add) v[j].v[e] = FromFloat<T>(ToFloat(v[j].v[e]) + ToFloat(d[j].v[e]));
       const float f = ToFloat(v[j].v[e]);
       sum_sq += f * f;
     }
-    if (del) StoreVec(res + c * kVec, v[j]);
+    if (add) StoreVec(res + c * kVec, v[j]);
   }
   sum_sq = BlockSum(sum_sq, scratch);
   const float inv = rsqrtf(sum_sq / static_cast<float>(dim) + eps);

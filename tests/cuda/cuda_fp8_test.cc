@@ -1190,6 +1190,23 @@ TEST_P(CudaFp8Test, AttentionReadsAnE4M3Cache) {
     std::vector<uint8_t> kb(cache_shape.numel()), vb(cache_shape.numel());
     for (auto& b : kb) b = FloatToFp8E4M3(std::uniform_real_distribution<float>(-3, 3)(rng_) / k_scale);
     for (auto& b : vb) b = FloatToFp8E4M3(std::uniform_real_distribution<float>(-1.5, 1.5)(rng_) / v_scale);
+    // The slots of each sequence's last page past its context hold NaN codes (a page's unwritten
+    // slots may hold anything, e.g. a finished sequence's keys or uninitialized memory): no kernel
+    // may let them into a result (a zero probability times NaN is NaN).
+    {
+      int first = 0;
+      for (auto [q, ctx] : c.seqs) {
+        const int nb = (ctx + block_size - 1) / block_size;
+        const int64_t page = perm[first + nb - 1];
+        for (int slot = ctx - (nb - 1) * block_size; slot < block_size; ++slot)
+          for (int kvh = 0; kvh < c.kv_heads; ++kvh)
+            for (int e = 0; e < c.head_dim; ++e) {
+              const int64_t at = ((page * c.kv_heads + kvh) * block_size + slot) * c.head_dim + e;
+              kb[at] = vb[at] = 0x7F;  // E4M3 NaN
+            }
+        first += nb;
+      }
+    }
     const std::vector<float> q = Rand(tokens * c.heads * c.head_dim, -2, 2);
     auto run = [&](Backend& b, DType act, CudaBackend* poison) {
       OwnedTensor k = MakeTensor(b, DType::kF8E4M3, cache_shape), v = MakeTensor(b, DType::kF8E4M3, cache_shape);

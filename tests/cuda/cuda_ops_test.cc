@@ -3,6 +3,7 @@
 // measures the kernels alone; outputs are poisoned with NaN first, so an unwritten element fails.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -474,6 +475,20 @@ class AttentionHarness {
     RoundTo(dtype, k_);
     RoundTo(dtype, v_);
     RoundTo(dtype, q_);
+    // The slots of each sequence's last page past its context hold NaN (a page's unwritten slots
+    // may hold anything, e.g. a finished sequence's keys): no kernel may let them into a result.
+    next = 0;
+    for (auto [q, ctx] : c.seqs) {
+      const int nb = (ctx + c.block_size - 1) / c.block_size;
+      const int64_t page = perm[next + nb - 1];
+      for (int slot = ctx - (nb - 1) * c.block_size; slot < c.block_size; ++slot)
+        for (int kvh = 0; kvh < c.kv_heads; ++kvh)
+          for (int e = 0; e < c.head_dim; ++e) {
+            const int64_t at = ((page * c.kv_heads + kvh) * c.block_size + slot) * c.head_dim + e;
+            k_[at] = v_[at] = std::numeric_limits<float>::quiet_NaN();
+          }
+      next += nb;
+    }
   }
 
   // Runs the op on `b` (tensors in `t`); returns the output as floats.

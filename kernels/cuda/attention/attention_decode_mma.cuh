@@ -403,16 +403,15 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, kOT ? 4 : 2)
       }
       float* acc = acc_w + (warp * G + g) * D;
       const int c2 = 2 * (lane & 3);
-      if constexpr (kOT) {
-        // Transposed: this lane has dimensions 16c + 2g, + 1 of heads 2t and 2t + 1 (below).
-      } else if constexpr (kFp8) {
+      // Transposed (kOT), this lane holds dimensions 16c + 2g, + 1 of heads 2t and 2t + 1: below.
+      if constexpr (!kOT && kFp8) {
         // n8 tiles 2cc and 2cc + 1 hold columns 16cc + 2n and 16cc + 2n + 1: this lane's four are
         // 16cc + 4t .. 16cc + 4t + 3.
 #pragma unroll
         for (int cc = 0; cc < D / 16; ++cc)
           *reinterpret_cast<float4*>(acc + cc * 16 + 2 * c2) =
               make_float4(st.o[2 * cc][0], st.o[2 * cc + 1][0], st.o[2 * cc][1], st.o[2 * cc + 1][1]);
-      } else {
+      } else if constexpr (!kOT) {
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt)
           *reinterpret_cast<float2*>(acc + dt * 8 + c2) = make_float2(st.o[dt][0], st.o[dt][1]);

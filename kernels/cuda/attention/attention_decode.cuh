@@ -54,8 +54,8 @@ using DecodeColVec = std::conditional_t<D == 128, uint2, uint32_t>;
 template <int D>
 using DecodeColVecFp8 = std::conditional_t<D == 128, uint32_t, uint16_t>;
 
-// grid: (num_tokens, num_kv_heads * head_tiles, splits); block: kDecodeThreads. Block (t, kvh,
-// tile, z) as in AttentionSimtKernel: token t == sequence t (one query token each), the G query heads
+// grid: (num_kv_heads * head_tiles, num_tokens, splits) (LocateDecodeSlice); block: kDecodeThreads. Block (t,
+// kvh, tile, z) as in AttentionSimtKernel: token t == sequence t (one query token each), the G query heads
 // kvh * group + tile * G + [0, G), slice z of the visible keys.
 // kVSmem: V rows go through the warp's shared-memory stage too (after the K rows, into the same
 // place) instead of registers: the V latency is no longer hidden behind the scores, but the

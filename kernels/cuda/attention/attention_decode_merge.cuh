@@ -11,10 +11,11 @@
 
 namespace llm::cuda::attention {
 
-// What a decode block (t, kvh, tile, z) owns: grid (num_tokens, num_kv_heads * head_tiles, splits),
-// token t == sequence t, the `rows` (<= G) query heads from h0, and slice z of its visible keys
-// [start, end). A sequence uses only the slices its own context needs (`splits` of them; a CUDA
-// graph is captured for the longest context it serves): blocks with z >= splits have no keys.
+// What a decode block (t, kvh, tile, z) owns: grid (num_kv_heads * head_tiles, num_tokens, splits)
+// (DecodeSplit::heads_fastest; else its first two dimensions swapped), token t == sequence t, the `rows` (<=
+// G) query heads from h0, and slice z of its visible keys [start, end). A sequence uses only the slices its
+// own context needs (`splits` of them; a CUDA graph is captured for the longest context it serves): blocks
+// with z >= splits have no keys.
 struct DecodeSlice {
   int64_t t;
   int kvh, tile, z, h0, rows;
@@ -27,9 +28,10 @@ struct DecodeSlice {
 template <int G>
 __device__ __forceinline__ DecodeSlice LocateDecodeSlice(const PagedAttentionParams& p, const DecodeSplit& split) {
   DecodeSlice s;
-  s.t = blockIdx.x;
-  s.kvh = blockIdx.y / split.head_tiles;
-  s.tile = blockIdx.y % split.head_tiles;
+  const unsigned row = split.heads_fastest ? blockIdx.x : blockIdx.y;
+  s.t = split.heads_fastest ? blockIdx.y : blockIdx.x;
+  s.kvh = row / split.head_tiles;
+  s.tile = row % split.head_tiles;
   s.z = blockIdx.z;
   const int group = p.num_heads / p.num_kv_heads;
   s.h0 = s.kvh * group + s.tile * G;

@@ -289,8 +289,8 @@ __device__ __forceinline__ void DecodeMmaTile(const unsigned char* stage, const 
   }
 }
 
-// grid: (num_tokens, num_kv_heads * head_tiles, splits); block: kDecodeMmaThreads. Block (t, kvh,
-// tile, z) as in AttentionDecodeKernel (same split and merge): token t == sequence t, the G query
+// grid: (num_kv_heads * head_tiles, num_tokens, splits) (LocateDecodeSlice); block: kDecodeMmaThreads. Block
+// (t, kvh, tile, z) as in AttentionDecodeKernel (same split and merge): token t == sequence t, the G query
 // heads kvh * group + tile * G + [0, G), slice z of the visible keys.
 // kOT (an FP8 cache): O transposed (DecodeMmaState), held to 128 registers so that four blocks
 // share an SM (138 unbounded, no spills either way; 162 with O untransposed: three). 8B step on an

@@ -131,7 +131,8 @@ DecodeSplit ChooseDecodeSplit(const PagedAttentionParams& p, const AttentionOpti
 // it reserved a block).
 constexpr size_t kTwoBlocksAnSmBytes = 77 * 1024;
 
-// A decode kernel over its grid: (token, KV head x head tile, slice); it merges its own slices.
+// A decode kernel over its grid: (KV head x head tile, token, slice), or (token, KV head x head
+// tile, slice) past 65535 tokens (DecodeSplit::heads_fastest); it merges its own slices.
 // `two_an_sm`: its shared memory raised so that at most two blocks share an SM.
 absl::Status LaunchDecodeGrid(void (*kernel)(PagedAttentionParams, DecodeSplit), int threads, size_t smem,
                               const PagedAttentionParams& p, const AttentionOptions& options, DecodeSplit split,
@@ -139,7 +140,11 @@ absl::Status LaunchDecodeGrid(void (*kernel)(PagedAttentionParams, DecodeSplit),
   if (two_an_sm) smem = std::max(smem, kTwoBlocksAnSmBytes);
   CUDA_RETURN_IF_ERROR(AllowDynamicSmem(kernel, smem));
   PlacePartials(p, workspace, &split);
-  const dim3 grid(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
+  split.heads_fastest = p.num_tokens <= 65535;
+  const dim3 grid =
+      split.heads_fastest
+          ? dim3(p.num_kv_heads * split.head_tiles, static_cast<unsigned>(p.num_tokens), split.splits)
+          : dim3(static_cast<unsigned>(p.num_tokens), p.num_kv_heads * split.head_tiles, split.splits);
   CUDA_RETURN_IF_ERROR(LaunchKernel(kernel, grid, dim3(threads), smem, stream, options.pdl, p, split));
   return absl::OkStatus();
 }

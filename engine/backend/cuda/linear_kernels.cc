@@ -579,19 +579,26 @@ bool LinearKernels::EndTakesPendingScales(const LinearCall& c, const LinearConte
     return c.rope->num_tokens == c.m && cuda::QkvRopeTakesPendingScales(p);
   }
   const AddRmsNormEnd& e = *c.add_norm;
-  const int64_t vecs = c.n / (16 / static_cast<int64_t>(DTypeSize(c.act)));
-  return c.n % (16 / static_cast<int64_t>(DTypeSize(c.act))) == 0 && cuda::RmsNormHeldChunks(vecs) > 0 &&
+  const int64_t per_vec = 16 / static_cast<int64_t>(DTypeSize(c.act));  // values a 16-byte chunk
+  return c.n % per_vec == 0 && cuda::RmsNormHeldChunks(c.n / per_vec) > 0 &&
          e.residual.numel() == c.m * c.n && e.normed.numel() == c.m * c.n && e.weight.numel() == c.n &&
          cuda::RmsNormTakesPendingDelta(pending);
 }
 
-// The end of a call with LinearCall::rope or add_norm that its GEMM's kernel did not take: the op
-// after it, reading `out`.
-absl::Status RunEndApart(const LinearCall& c, const LinearContext& ctx, bool pdl) {
-  if (c.rope != nullptr) return cuda::LaunchQkvRope(c.act, *c.rope, ctx.stream, pdl);
+// The end of a call with LinearCall::rope or add_norm (QkvRope, or the residual add and RMSNorm):
+// reading `out` where the GEMM's kernel did not take it, or with `pending`, the GEMM's raw sums of
+// every row with their scales still to apply.
+absl::Status RunEnd(const LinearCall& c, const LinearContext& ctx, bool pdl,
+                    const cuda::Fp8PendingScales* pending = nullptr) {
+  if (c.rope != nullptr) {
+    cuda::QkvRopeParams p = *c.rope;
+    if (pending != nullptr) p.pending = *pending;
+    return cuda::LaunchQkvRope(c.act, p, ctx.stream, pdl);
+  }
   const AddRmsNormEnd& e = *c.add_norm;
-  return cuda::LaunchRmsNorm(c.act, nullptr, e.residual.data(), c.out.data(), e.weight.data(),
-                             e.normed.data(), c.m, c.n, e.eps, ctx.stream, pdl, e.quantized);
+  return cuda::LaunchRmsNorm(c.act, nullptr, e.residual.data(), pending != nullptr ? nullptr : c.out.data(),
+                             e.weight.data(), e.normed.data(), c.m, c.n, e.eps, ctx.stream, pdl, e.quantized,
+                             pending);
 }
 
 // Quantizes x a chunk of rows at a time into the FP8 workspace (E4M3 rows, then their scales),
@@ -600,7 +607,7 @@ absl::Status RunEndApart(const LinearCall& c, const LinearContext& ctx, bool pdl
 // combination, the shape is remembered and this call (and later ones) take the dequantizing GEMM.
 absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice choice, const LinearContext& ctx) {
   // With c.rope or c.add_norm, Run has checked Fuses: cuBLASLt, raw sums in one chunk
-  // (EndTakesPendingScales); a refusal met here runs the end apart (RunEndApart).
+  // (EndTakesPendingScales); a refusal met here runs the end apart (RunEnd reading `out`).
   const bool pdl = options_.programmatic_launch;
   const std::optional<CublasFp8Modes> modes = CublasModesFor(*c.w, c.k);
   if (!modes) return RunFp8Dequant(c, ctx);
@@ -646,19 +653,9 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
       raw.out_dtype = DType::kF32;
       const absl::Status raw_st = ctx.gemm->RunFp8(raw, ctx.stream);
       if (raw_st.ok()) {
-        const cuda::Fp8PendingScales pending = PendingScalesOf(a, sums);
-        if (c.rope != nullptr) {  // one chunk (EndTakesPendingScales)
-          cuda::QkvRopeParams p = *c.rope;
-          p.pending = pending;
-          RETURN_IF_ERROR(cuda::LaunchQkvRope(c.act, p, ctx.stream, pdl));
-          end_done = true;
-          continue;
-        }
-        if (c.add_norm != nullptr) {
-          const AddRmsNormEnd& e = *c.add_norm;
-          RETURN_IF_ERROR(cuda::LaunchRmsNorm(c.act, nullptr, e.residual.data(), nullptr, e.weight.data(),
-                                              e.normed.data(), mc, c.n, e.eps, ctx.stream, pdl, e.quantized,
-                                              &pending));
+        if (c.rope != nullptr || c.add_norm != nullptr) {  // one chunk (EndTakesPendingScales)
+          const cuda::Fp8PendingScales pending = PendingScalesOf(a, sums);
+          RETURN_IF_ERROR(RunEnd(c, ctx, pdl, &pending));
           end_done = true;
           continue;
         }
@@ -685,11 +682,11 @@ absl::Status LinearKernels::RunFp8W8A8(const LinearCall& c, LinearKernelChoice c
       plain.add_norm = nullptr;
       RETURN_IF_ERROR(fallback.kernel == LinearKernel::kFp8Wgmma ? RunFp8W8A8(plain, fallback, ctx)
                                                                  : RunFp8Dequant(plain, ctx));
-      return c.rope != nullptr || c.add_norm != nullptr ? RunEndApart(c, ctx, pdl) : absl::OkStatus();
+      return c.rope != nullptr || c.add_norm != nullptr ? RunEnd(c, ctx, pdl) : absl::OkStatus();
     }
     RETURN_IF_ERROR(st);
   }
-  if ((c.rope != nullptr || c.add_norm != nullptr) && !end_done) return RunEndApart(c, ctx, pdl);
+  if ((c.rope != nullptr || c.add_norm != nullptr) && !end_done) return RunEnd(c, ctx, pdl);
   return absl::OkStatus();
 }
 

@@ -212,12 +212,16 @@ __global__ void __launch_bounds__(kWarps * 32) QkvRopeFullKernel(QkvRopeParams p
   }
 }
 
+// The full kernel's shape and output alignment (QkvRopeFullKernel; its input: Aligned8(qkv), or
+// pending sums 16-byte aligned).
+bool FullKernelTakes(const QkvRopeParams& p) {
+  return (p.head_dim == 64 || p.head_dim == 128) && p.rotary_dim == p.head_dim && Aligned8(p.q_out) &&
+         Aligned8(p.k_cache) && Aligned8(p.v_cache);
+}
 }  // namespace
 
 bool QkvRopeTakesPendingScales(const QkvRopeParams& p) {
-  return p.pending.active() && (p.head_dim == 64 || p.head_dim == 128) && p.rotary_dim == p.head_dim &&
-         reinterpret_cast<uintptr_t>(p.pending.sums) % 16 == 0 && Aligned8(p.q_out) && Aligned8(p.k_cache) &&
-         Aligned8(p.v_cache);
+  return p.pending.active() && FullKernelTakes(p) && reinterpret_cast<uintptr_t>(p.pending.sums) % 16 == 0;
 }
 
 absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream, bool pdl) {
@@ -233,9 +237,7 @@ absl::Status LaunchQkvRope(DType dtype, const QkvRopeParams& p, Stream stream, b
   const size_t smem = (static_cast<size_t>(p.rotary_dim) + kWarps * p.head_dim) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_tokens), (p.num_heads + 2 * p.num_kv_heads + kWarps - 1) / kWarps);
   if (grid.y > 65535) return absl::InvalidArgumentError("QkvRope: too many heads");
-  const bool full = (p.head_dim == 64 || p.head_dim == 128) && p.rotary_dim == p.head_dim &&
-                    dtype != DType::kF32 && (p.pending.active() || Aligned8(p.qkv)) && Aligned8(p.q_out) &&
-                    Aligned8(p.k_cache) && Aligned8(p.v_cache);
+  const bool full = FullKernelTakes(p) && dtype != DType::kF32 && (p.pending.active() || Aligned8(p.qkv));
   if (p.pending.active() && (!full || !QkvRopeTakesPendingScales(p) || p.pending.x_scale == nullptr ||
                              p.pending.w_scale == nullptr))
     return absl::InvalidArgumentError(

@@ -102,22 +102,16 @@ DeviceLinear Place(Backend& b, DType act, const Fp8Weight& q, int64_t n, int64_t
   return d;
 }
 
-class CudaFp8Test : public ::testing::TestWithParam<DType> {
+class CudaFp8Test : public testing::CudaAgainstCpuTest {
  protected:
+  CudaFp8Test() : CudaAgainstCpuTest(4321) {}
   void SetUp() override {
-    dtype_ = GetParam();
-    gpu_ = testing::MakeCuda(dtype_);
-    ASSERT_NE(gpu_, nullptr);
-    rng_.seed(4321 + static_cast<int>(dtype_));
+    CudaAgainstCpuTest::SetUp();
+    if (HasFatalFailure()) return;
     CpuBackendOptions emulate;
     emulate.num_threads = 0;
     emulate.emulate_fp8_activations = true;
     cpu_w8a8_ = std::make_unique<CpuBackend>(emulate);
-  }
-  std::vector<float> Rand(size_t n, float lo = -1.0f, float hi = 1.0f) {
-    std::vector<float> v = RandomVec(rng_, n, lo, hi);
-    RoundTo(dtype_, v);
-    return v;
   }
 
   // Runs an FP8 Linear on the GPU (kernel label from the op timing) and on the CPU, W8A16 and
@@ -211,11 +205,7 @@ class CudaFp8Test : public ::testing::TestWithParam<DType> {
             Upload(*gpu_, dtype_, {m, k}, x), Upload(cpu_, DType::kF32, {m, k}, x)};
   }
 
-  DType dtype_;
-  std::unique_ptr<CudaBackend> gpu_;
-  CpuBackend cpu_{0};
   std::unique_ptr<CpuBackend> cpu_w8a8_;
-  std::mt19937 rng_;
   std::map<std::string, int> kernels_seen_;
 };
 

@@ -148,19 +148,9 @@ DeviceInt4 Place(Backend& b, DType act, DType scale_dtype, const HostInt4& w, co
   return d;
 }
 
-class CudaInt4Test : public ::testing::TestWithParam<DType> {
+class CudaInt4Test : public testing::CudaAgainstCpuTest {
  protected:
-  void SetUp() override {
-    dtype_ = GetParam();
-    gpu_ = testing::MakeCuda(dtype_);
-    ASSERT_NE(gpu_, nullptr);
-    rng_.seed(777 + static_cast<int>(dtype_));
-  }
-  std::vector<float> Rand(size_t n, float lo = -1.0f, float hi = 1.0f) {
-    std::vector<float> v = RandomVec(rng_, n, lo, hi);
-    RoundTo(dtype_, v);
-    return v;
-  }
+  CudaInt4Test() : CudaAgainstCpuTest(777) {}
 
   // Runs an int4 Linear on the GPU (kernel label from the op timing) and on the CPU oracle.
   void CheckLinear(const std::string& what, int64_t m, const HostInt4& w, bool with_bias, DType out_dtype) {
@@ -200,10 +190,6 @@ class CudaInt4Test : public ::testing::TestWithParam<DType> {
     }
   }
 
-  DType dtype_;
-  std::unique_ptr<CudaBackend> gpu_;
-  CpuBackend cpu_{0};
-  std::mt19937 rng_;
   std::map<std::string, int> kernels_seen_;
 };
 

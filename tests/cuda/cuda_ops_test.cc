@@ -26,19 +26,9 @@ using testing::UploadI32;
 
 constexpr int kGemvRows = 8;  // the GEMV kernel's largest M, tested whatever the default threshold
 
-class CudaOpsTest : public ::testing::TestWithParam<DType> {
+class CudaOpsTest : public testing::CudaAgainstCpuTest {
  protected:
-  void SetUp() override {
-    dtype_ = GetParam();
-    gpu_ = testing::MakeCuda(dtype_);
-    ASSERT_NE(gpu_, nullptr);
-    rng_.seed(1234 + static_cast<int>(dtype_));
-  }
-  std::vector<float> Rand(size_t n, float lo = -1.0f, float hi = 1.0f) {
-    std::vector<float> v = RandomVec(rng_, n, lo, hi);
-    RoundTo(dtype_, v);
-    return v;
-  }
+  CudaOpsTest() : CudaAgainstCpuTest(1234) {}
   OwnedTensor Dev(Shape s, const std::vector<float>& v) { return Upload(*gpu_, dtype_, s, v); }
   OwnedTensor Host(Shape s, const std::vector<float>& v) { return Upload(cpu_, DType::kF32, s, v); }
   OwnedTensor DevOut(Shape s, DType t) {
@@ -61,11 +51,6 @@ class CudaOpsTest : public ::testing::TestWithParam<DType> {
     const double err = RelErr(got, want);
     EXPECT_LE(err, tol) << what << " (" << testing::DTypeLabel(dtype_) << ")";
   }
-
-  DType dtype_;
-  std::unique_ptr<CudaBackend> gpu_;
-  CpuBackend cpu_{0};
-  std::mt19937 rng_;
 };
 
 TEST_P(CudaOpsTest, Embedding) {

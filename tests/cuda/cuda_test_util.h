@@ -120,6 +120,33 @@ inline std::unique_ptr<CudaBackend> MakeCuda(DType dtype, CudaBackendOptions opt
   return b.ok() ? std::move(*b) : nullptr;
 }
 
+// The fixture of the op tests (ops, FP8, int4): a CUDA backend of the parameter's dtype beside the
+// float32 CPU oracle, and random values rounded to that dtype, so that both sides see the same
+// inputs. Each suite seeds its generator apart (`seed` + the dtype).
+class CudaAgainstCpuTest : public ::testing::TestWithParam<DType> {
+ protected:
+  explicit CudaAgainstCpuTest(unsigned seed) : seed_(seed) {}
+  void SetUp() override {
+    dtype_ = GetParam();
+    gpu_ = MakeCuda(dtype_);
+    ASSERT_NE(gpu_, nullptr);
+    rng_.seed(seed_ + static_cast<unsigned>(dtype_));
+  }
+  std::vector<float> Rand(size_t n, float lo = -1.0f, float hi = 1.0f) {
+    std::vector<float> v = RandomVec(rng_, n, lo, hi);
+    RoundTo(dtype_, v);
+    return v;
+  }
+
+  DType dtype_ = DType::kF32;
+  std::unique_ptr<CudaBackend> gpu_;
+  CpuBackend cpu_{0};
+  std::mt19937 rng_;
+
+ private:
+  unsigned seed_;
+};
+
 // Backend::LinearSiluMul of x [m, K] and a gate/up weight [2F, K] on `gpu`, fused (its op label
 // "LinearSiluMul ..." where `want_fused`) and with the fusion off (Linear, then SiluMul: the
 // kernels the CPU oracle is held to elsewhere): the same values bit for bit. Returns the fused

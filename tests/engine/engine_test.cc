@@ -11,34 +11,17 @@
 #include "engine/distributed/deployment.h"
 #include "gtest/gtest.h"
 #include "tests/engine/output_collector.h"
+#include "tests/engine/small_engine.h"
 #include "tests/runtime/fixture_reference.h"
 
 namespace llm {
 namespace {
 
 using testing::Collector;
+using testing::GreedyRequest;
 
 EngineBuildOptions Options(const std::string& model, int64_t kv_blocks = 0) {
-  EngineBuildOptions o;
-  o.model_dir = testing::ModelDir(model);
-  o.num_threads = 2;
-  o.max_context = 256;
-  o.max_seqs = 32;
-  o.max_tokens_per_step = 96;  // small: long prompts are chunked across steps
-  o.num_kv_blocks = kv_blocks;
-  o.kv_cache_fraction = 0.01;
-  o.max_queue = 256;
-  return o;
-}
-
-GenerateRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
-  GenerateRequest r;
-  r.prompt_tokens = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.stop.max_tokens = max_tokens;
-  r.stop.ignore_eos = true;
-  r.detokenize = false;
-  return r;
+  return testing::SmallEngineOptions(testing::ModelDir(model), kv_blocks);
 }
 
 std::vector<int32_t> RunAlone(const GenerateRequest& request, const std::string& model) {
@@ -65,7 +48,7 @@ std::vector<GenerateRequest> MixedRequests(const std::string& model, int count) 
       const int len = 1 + static_cast<int>(rng() % 150);
       for (int j = 0; j < len; ++j) prompt.push_back(static_cast<int32_t>(rng() % 300));
     }
-    GenerateRequest r = Greedy(prompt, i < 4 ? 24 : 1 + static_cast<int>(rng() % 40));
+    GenerateRequest r = GreedyRequest(prompt, i < 4 ? 24 : 1 + static_cast<int>(rng() % 40));
     if (i % 3 == 2) {  // seeded sampling: reproducible whatever the batch
       r.sampling.temperature = 0.8f;
       r.sampling.top_k = 40;
@@ -122,7 +105,7 @@ TEST(EngineTest, CancelFreesBlocksWithinAStep) {
   std::condition_variable cv;
   int updates = 0;
   RequestOutput last;
-  auto id = engine.Submit(Greedy({1, 2, 3, 4, 5}, 200), [&](RequestOutput out) {
+  auto id = engine.Submit(GreedyRequest({1, 2, 3, 4, 5}, 200), [&](RequestOutput out) {
     std::lock_guard<std::mutex> lock(mu);
     ++updates;
     last = out;
@@ -151,7 +134,7 @@ TEST(EngineTest, ExpiredDeadlineFinishesWithDeadline) {
   auto built = testing::DeployLocal(Options("llama-tiny"));
   ASSERT_TRUE(built.ok());
   Collector c;
-  GenerateRequest r = Greedy({1, 2, 3}, 200);
+  GenerateRequest r = GreedyRequest({1, 2, 3}, 200);
   r.deadline = absl::Now() - absl::Milliseconds(1);
   auto id = (*built)->engine()->Submit(r, c.Callback());
   ASSERT_TRUE(id.ok());
@@ -168,14 +151,14 @@ TEST(EngineTest, QueueFullAndShutdownAreRefusedWithStatus) {
   Collector c;
   int accepted = 0, exhausted = 0;
   for (int i = 0; i < 20; ++i) {
-    auto id = (*built)->engine()->Submit(Greedy({1, 2, 3}, 100), c.Callback());
+    auto id = (*built)->engine()->Submit(GreedyRequest({1, 2, 3}, 100), c.Callback());
     if (id.ok()) ++accepted;
     else if (id.status().code() == absl::StatusCode::kResourceExhausted) ++exhausted;
   }
   EXPECT_GT(exhausted, 0);
   (*built)->engine()->Shutdown(/*drain=*/true);  // accepted requests all complete
   c.Wait(accepted);
-  auto late = (*built)->engine()->Submit(Greedy({1}, 1), c.Callback());
+  auto late = (*built)->engine()->Submit(GreedyRequest({1}, 1), c.Callback());
   EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
 }
 
@@ -188,23 +171,23 @@ TEST(EngineTest, InvalidRequestsAreRejectedWithMessages) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << text;
     EXPECT_NE(std::string(s.message()).find(text), std::string::npos) << s;
   };
-  expect_invalid(Greedy({}, 5), "empty");
-  expect_invalid(Greedy({1, 512}, 5), "outside the vocabulary");
-  expect_invalid(Greedy({1, 2}, 0), "max_tokens");
-  expect_invalid(Greedy({1, 2}, 300), "exceeds the context");
-  GenerateRequest r = Greedy({1, 2}, 5);
+  expect_invalid(GreedyRequest({}, 5), "empty");
+  expect_invalid(GreedyRequest({1, 512}, 5), "outside the vocabulary");
+  expect_invalid(GreedyRequest({1, 2}, 0), "max_tokens");
+  expect_invalid(GreedyRequest({1, 2}, 300), "exceeds the context");
+  GenerateRequest r = GreedyRequest({1, 2}, 5);
   r.sampling.temperature = -1;
   expect_invalid(r, "temperature");
-  r = Greedy({1, 2}, 5);
+  r = GreedyRequest({1, 2}, 5);
   r.sampling.top_p = 0;
   expect_invalid(r, "top_p");
-  r = Greedy({1, 2}, 5);
+  r = GreedyRequest({1, 2}, 5);
   r.sampling.num_top_logprobs = 21;
   expect_invalid(r, "logprobs");
-  r = Greedy({1, 2}, 5);
+  r = GreedyRequest({1, 2}, 5);
   r.stop.stop_strings = {"x"};
   expect_invalid(r, "tokenizer");  // fixture models ship no tokenizer
-  r = Greedy({1, 2}, 5);
+  r = GreedyRequest({1, 2}, 5);
   r.logit_bias = {{3, 1.0f}, {512, 1.0f}};
   expect_invalid(r, "logit_bias token id 512 is outside the vocabulary");
   r.logit_bias = {{3, 100.5f}};
@@ -228,9 +211,9 @@ TEST(EngineTest, LogitBiasForcesAndBansTokens) {
   for (int32_t t = 0; t < vocab; ++t)
     if (t != p.greedy[0] && (second < 0 || row[t] > row[second])) second = t;
   Collector c;
-  GenerateRequest forced = Greedy(p.prompt, 6);
+  GenerateRequest forced = GreedyRequest(p.prompt, 6);
   forced.logit_bias = {{17, 100.0f}};
-  GenerateRequest banned = Greedy(p.prompt, 1);
+  GenerateRequest banned = GreedyRequest(p.prompt, 1);
   banned.logit_bias = {{p.greedy[0], -100.0f}};
   banned.sampling.num_top_logprobs = 1;
   auto a = (*built)->engine()->Submit(forced, c.Callback());
@@ -249,7 +232,7 @@ TEST(EngineTest, LogprobsAreRawDistribution) {
   auto built = testing::DeployLocal(Options("llama-tiny"));
   ASSERT_TRUE(built.ok());
   Collector c;
-  GenerateRequest r = Greedy(testing::LoadFixturePrompts("llama-tiny")[1].prompt, 1);
+  GenerateRequest r = GreedyRequest(testing::LoadFixturePrompts("llama-tiny")[1].prompt, 1);
   r.sampling.num_top_logprobs = 5;
   std::vector<RequestOutput> outs;
   std::mutex mu;

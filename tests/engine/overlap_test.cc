@@ -8,39 +8,23 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.h"
 #include "engine/distributed/deployment.h"
+#include "engine/engine.h"
 #include "gtest/gtest.h"
 #include "tests/engine/output_collector.h"
+#include "tests/engine/small_engine.h"
 #include "tests/runtime/fixture_reference.h"
 
 namespace llm {
 namespace {
 
 using testing::Collector;
+using testing::GreedyRequest;
 
 EngineBuildOptions Options(const std::string& model_dir, bool overlap, int64_t kv_blocks = 0) {
-  EngineBuildOptions o;
-  o.model_dir = model_dir;
-  o.num_threads = 2;
-  o.max_context = 256;
-  o.max_seqs = 32;
-  o.max_tokens_per_step = 96;  // long prompts are chunked across steps
-  o.num_kv_blocks = kv_blocks;
-  o.kv_cache_fraction = 0.01;
-  o.max_queue = 256;
+  EngineBuildOptions o = testing::SmallEngineOptions(model_dir, kv_blocks);
   o.overlap_steps = overlap;
   return o;
-}
-
-GenerateRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
-  GenerateRequest r;
-  r.prompt_tokens = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.stop.max_tokens = max_tokens;
-  r.stop.ignore_eos = true;
-  r.detokenize = false;
-  return r;
 }
 
 // Greedy and seeded requests, some with repetition/presence/frequency penalties (whose step N+1
@@ -58,7 +42,7 @@ std::vector<GenerateRequest> MixedRequests(const std::string& model, int count) 
       const int len = 1 + static_cast<int>(rng() % 150);
       for (int j = 0; j < len; ++j) prompt.push_back(static_cast<int32_t>(rng() % 300));
     }
-    GenerateRequest r = Greedy(prompt, 2 + static_cast<int>(rng() % 40));
+    GenerateRequest r = GreedyRequest(prompt, 2 + static_cast<int>(rng() % 40));
     if (i % 2 == 1) {
       r.sampling.temperature = 0.9f;
       r.sampling.top_k = 50;
@@ -174,7 +158,7 @@ TEST(OverlapTest, StopTokenInStepNNeverEmitsStepNPlusOne) {
   for (int i = 0; i < 4; ++i) {
     const std::vector<int32_t>& ref = prompts[i].greedy;  // the reference's 24 greedy tokens
     for (size_t k : {size_t{0}, size_t{1}, size_t{5}, size_t{17}}) {
-      GenerateRequest r = Greedy(prompts[i].prompt, 24);
+      GenerateRequest r = GreedyRequest(prompts[i].prompt, 24);
       r.stop.stop_token_ids = {ref[k]};
       requests.push_back(r);
       expected_len.push_back(std::find(ref.begin(), ref.end(), ref[k]) - ref.begin() + 1);
@@ -206,7 +190,7 @@ TEST(OverlapTest, StopStringsEndTheOutputWhereTheSerialEngineDoes) {
   for (const std::string& p : prompts) {
     auto ids = (*built)->tokenizer()->Encode(p, /*add_special_tokens=*/true);
     ASSERT_TRUE(ids.ok());
-    GenerateRequest r = Greedy(*ids, 48);
+    GenerateRequest r = GreedyRequest(*ids, 48);
     r.detokenize = true;
     plain.push_back(r);
   }

@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "gtest/gtest.h"
 #include "tests/engine/output_collector.h"
+#include "tests/engine/small_engine.h"
 #include "tests/runtime/fixture_reference.h"
 
 namespace llm {
@@ -19,14 +20,8 @@ namespace {
 using testing::Collector;
 
 EngineBuildOptions Options(const std::string& model, bool caching, int64_t kv_blocks = 0) {
-  EngineBuildOptions o;
-  o.model_dir = testing::ModelDir(model);
-  o.num_threads = 2;
+  EngineBuildOptions o = testing::SmallEngineOptions(testing::ModelDir(model), kv_blocks);
   o.max_context = 320;
-  o.max_seqs = 32;
-  o.max_tokens_per_step = 96;  // long prompts are chunked across steps
-  o.num_kv_blocks = kv_blocks;
-  o.kv_cache_fraction = 0.01;
   o.max_queue = 512;
   o.prefix_caching = caching;
   return o;

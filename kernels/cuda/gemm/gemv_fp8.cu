@@ -146,30 +146,23 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
   const int stages = plan.stages, split = plan.split;
   const int chunk_elems = plan.chunk_vecs * kWVec;
   const uint32_t chunk_bytes = static_cast<uint32_t>(chunk_elems);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem) + warp * stages;
-  float* partial = reinterpret_cast<float*>(smem + plan.partial_offset);
-  T* xs = reinterpret_cast<T*>(smem + plan.x_offset);
-  unsigned char* ring = smem + plan.ring_offset + static_cast<size_t>(warp) * stages * chunk_bytes;
-
-  const int row0 = blockIdx.x * plan.rows_per_block;
-  const int rows = min(plan.rows_per_block, n - row0);
-  const int units = rows * split;
-  const int my_units = units > warp ? (units - warp + kRingWarps - 1) / kRingWarps : 0;
-  const uint8_t* w_block = w + static_cast<int64_t>(row0) * k;
+  const RingWarp rw(smem, plan, warp, n, chunk_bytes);
+  T* xs = reinterpret_cast<T*>(rw.x);
+  const uint8_t* w_block = w + static_cast<int64_t>(rw.row0) * k;
   auto unit_of = [&](int j) { return warp + j * kRingWarps; };
 
   auto src_of = [&](int j) { return w_block + static_cast<int64_t>(unit_of(j)) * chunk_elems; };
-  const uint64_t policy = StartRing(lane, stages, my_units, bars, ring, chunk_bytes, src_of);
+  const uint64_t policy = StartRing(lane, stages, rw.my_units, rw.bars, rw.ring, chunk_bytes, src_of);
   GridDependencyWait();  // x is the predecessor's output
   StageXInShared(x, xs, m_rows * (k / kXVec));
   __syncthreads();
 
-  for (int j = 0; j < my_units; ++j) {
+  for (int j = 0; j < rw.my_units; ++j) {
     const int s = j % stages;
-    MbarrierWait(&bars[s], (j / stages) & 1);
+    MbarrierWait(&rw.bars[s], (j / stages) & 1);
     const int unit = unit_of(j);
-    const int row = row0 + unit / split, seg = unit % split;
-    const uint8_t* wv = ring + s * chunk_bytes;
+    const int row = rw.row0 + unit / split, seg = unit % split;
+    const uint8_t* wv = rw.ring + s * chunk_bytes;
     const T* xk = xs + seg * chunk_elems;
     const float* row_scales = sc.scale + static_cast<int64_t>(row / sc.rows_per) * sc.cols;
     float acc[M];
@@ -184,10 +177,11 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
       for (int m = 0; m < M; ++m)
         if (m < m_rows) acc[m] += scale * Dot16(wf, xk + m * k + v * kWVec);
     }
-    RefillRingStage(lane, j, stages, my_units, ring + s * chunk_bytes, src_of, chunk_bytes, &bars[s], policy);
-    KeepUnitSums(acc, kGrouped ? 1.0f : row_scales[0], partial, unit, lane);
+    RefillRingStage(lane, j, stages, rw.my_units, rw.ring + s * chunk_bytes, src_of, chunk_bytes, &rw.bars[s],
+                    policy);
+    KeepUnitSums(acc, kGrouped ? 1.0f : row_scales[0], rw.partial, unit, lane);
   }
-  StoreRowSums<M>(partial, rows, split, m_rows, bias, row0, n, out);
+  StoreRowSums<M>(rw.partial, rw.rows, split, m_rows, bias, rw.row0, n, out);
 }
 
 int AutoWarpsPerRow(int64_t n, int64_t k, int num_sms) {

@@ -53,11 +53,14 @@ __device__ __forceinline__ void FinishRegisterGemv(float (&acc)[M], float scale,
 // values SiluMul computes from that tensor (bit for bit).
 __device__ __forceinline__ int GluGemvRow(int block, int warp, int f) { return (warp < 4 ? 0 : f) + block * 4 + (warp & 3); }
 
+// The paired ends' first half (the gate/up form above, the QKV-RoPE end in qkv_rope_epilogue.cuh;
+// one warp a row, warps j and 4 + j holding a pair's rows): each warp's M sums over the warp (times
+// `scale`) plus its row's bias, rounded to T as the 16-bit output would hold them, into
+// partial[warp], for the whole block to combine after the barrier.
 template <int M, int kWarps, typename T>
-__device__ __forceinline__ void FinishRegisterGemvGlu(float (&acc)[M], float scale, int warp, int lane, int row,
-                                                      int m_rows, int f, const T* __restrict__ bias,
-                                                      T* __restrict__ out, float (&partial)[kWarps][M]) {
-  static_assert(kWarps == 8, "four gate rows and their four up rows a block");
+__device__ __forceinline__ void PairedRowSums(float (&acc)[M], float scale, int warp, int lane, int row,
+                                              const T* __restrict__ bias, float (&partial)[kWarps][M]) {
+  static_assert(kWarps == 8, "four row pairs a block");
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]) * scale;
   if (lane == 0) {
@@ -66,6 +69,13 @@ __device__ __forceinline__ void FinishRegisterGemvGlu(float (&acc)[M], float sca
     for (int m = 0; m < M; ++m) partial[warp][m] = ToFloat(FromFloat<T>(acc[m] + b));
   }
   __syncthreads();
+}
+
+template <int M, int kWarps, typename T>
+__device__ __forceinline__ void FinishRegisterGemvGlu(float (&acc)[M], float scale, int warp, int lane,
+                                                      int row, int m_rows, int f, const T* __restrict__ bias,
+                                                      T* __restrict__ out, float (&partial)[kWarps][M]) {
+  PairedRowSums<M, kWarps, T>(acc, scale, warp, lane, row, bias, partial);
   const int i = threadIdx.x;
   if (i < 4 * M) {
     const int j = i / M, m = i % M, col = blockIdx.x * 4 + j;

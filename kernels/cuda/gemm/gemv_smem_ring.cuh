@@ -68,6 +68,26 @@ __device__ __forceinline__ void StageXInShared(const T* __restrict__ x, T* xs, i
   }
 }
 
+// One warp's place in a ring kernel's block (GemvRingPlan's layout): its stage barriers and ring,
+// the block's unit partials and staged x, the block's rows, and how many of the block's (row,
+// segment) units are this warp's (its j-th is block unit warp + j * kRingWarps).
+struct RingWarp {
+  uint64_t* bars;
+  float* partial;
+  unsigned char* x;
+  unsigned char* ring;
+  int row0, rows, my_units;
+  __device__ __forceinline__ RingWarp(unsigned char* smem, const GemvRingPlan& plan, int warp, int n,
+                                      uint32_t chunk_bytes)
+      : bars(reinterpret_cast<uint64_t*>(smem) + warp * plan.stages),
+        partial(reinterpret_cast<float*>(smem + plan.partial_offset)),
+        x(smem + plan.x_offset),
+        ring(smem + plan.ring_offset + static_cast<size_t>(warp) * plan.stages * chunk_bytes),
+        row0(blockIdx.x * plan.rows_per_block),
+        rows(min(plan.rows_per_block, n - row0)),
+        my_units(rows * plan.split > warp ? (rows * plan.split - warp + kRingWarps - 1) / kRingWarps : 0) {}
+};
+
 // Lane 0 initializes the warp's stage barriers and issues the copies of its first `stages` units
 // (unit j's weights at src_of(j)); a warp with no more units than stages has issued its last copy,
 // so the block's successors may launch. Returns lane 0's L2 policy for the later copies.
@@ -139,31 +159,24 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
   const int stages = plan.stages, split = plan.split;
   const int chunk_elems = plan.chunk_vecs * kVec;
   const uint32_t chunk_bytes = static_cast<uint32_t>(chunk_elems * sizeof(T));
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem) + warp * stages;
-  float* partial = reinterpret_cast<float*>(smem + plan.partial_offset);
-  T* xs = reinterpret_cast<T*>(smem + plan.x_offset);
-  unsigned char* ring = smem + plan.ring_offset + static_cast<size_t>(warp) * stages * chunk_bytes;
-
-  const int row0 = blockIdx.x * plan.rows_per_block;
-  const int rows = min(plan.rows_per_block, n - row0);
-  const int units = rows * split;
-  const int my_units = units > warp ? (units - warp + kRingWarps - 1) / kRingWarps : 0;
-  const T* w_block = w + static_cast<int64_t>(row0) * k;
+  const RingWarp rw(smem, plan, warp, n, chunk_bytes);
+  T* xs = reinterpret_cast<T*>(rw.x);
+  const T* w_block = w + static_cast<int64_t>(rw.row0) * k;
   // Unit j of this warp is block unit warp + j * kRingWarps: row (unit / split), segment
   // (unit % split). Rows are contiguous, so its weights start at unit * chunk_elems.
   auto unit_of = [&](int j) { return warp + j * kRingWarps; };
 
   auto src_of = [&](int j) { return w_block + static_cast<int64_t>(unit_of(j)) * chunk_elems; };
-  const uint64_t policy = StartRing(lane, stages, my_units, bars, ring, chunk_bytes, src_of);
+  const uint64_t policy = StartRing(lane, stages, rw.my_units, rw.bars, rw.ring, chunk_bytes, src_of);
   GridDependencyWait();  // x is the predecessor's output
   StageXInShared(x, xs, m_rows * (k / kVec));
   __syncthreads();  // also publishes lane 0's barrier initialization to its warp
 
-  for (int j = 0; j < my_units; ++j) {
+  for (int j = 0; j < rw.my_units; ++j) {
     const int s = j % stages;
-    MbarrierWait(&bars[s], (j / stages) & 1);
+    MbarrierWait(&rw.bars[s], (j / stages) & 1);
     const int unit = unit_of(j);
-    const T* wv = reinterpret_cast<const T*>(ring + s * chunk_bytes);
+    const T* wv = reinterpret_cast<const T*>(rw.ring + s * chunk_bytes);
     const T* xk = xs + (unit % split) * chunk_elems;
     float acc[M];
 #pragma unroll
@@ -185,10 +198,11 @@ __global__ void __launch_bounds__(kRingWarps * 32, 2)
         }
       }
     }
-    RefillRingStage(lane, j, stages, my_units, ring + s * chunk_bytes, src_of, chunk_bytes, &bars[s], policy);
-    KeepUnitSums(acc, 1.0f, partial, unit, lane);
+    RefillRingStage(lane, j, stages, rw.my_units, rw.ring + s * chunk_bytes, src_of, chunk_bytes, &rw.bars[s],
+                    policy);
+    KeepUnitSums(acc, 1.0f, rw.partial, unit, lane);
   }
-  StoreRowSums<M>(partial, rows, split, m_rows, bias, row0, n, out);
+  StoreRowSums<M>(rw.partial, rw.rows, split, m_rows, bias, rw.row0, n, out);
 }
 
 // Picks the ring for an N x K weight of `elem_bytes` elements and M (template) rows within

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/common/device_utils.cuh"
 #include "kernels/cuda/common/fp8.cuh"
+#include "kernels/cuda/gemm/gemv_register_finish.cuh"
 #include "kernels/cuda/rope/qkv_rope.h"
 
 namespace llm::cuda {
@@ -67,15 +68,7 @@ template <int M, int kWarps, typename T>
 __device__ __forceinline__ void FinishRegisterGemvRope(float (&acc)[M], float scale, int warp, int lane, int row,
                                                        int m_rows, const T* __restrict__ bias, const QkvRopeParams& p,
                                                        float (&partial)[kWarps][M]) {
-  static_assert(kWarps == 8, "four rotation pairs a block");
-#pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = WarpSum(acc[m]) * scale;
-  if (lane == 0) {
-    const float b = bias ? ToFloat(bias[row]) : 0.0f;
-#pragma unroll
-    for (int m = 0; m < M; ++m) partial[warp][m] = ToFloat(FromFloat<T>(acc[m] + b));
-  }
-  __syncthreads();
+  PairedRowSums<M, kWarps, T>(acc, scale, warp, lane, row, bias, partial);  // four rotation pairs a block
   const int i = threadIdx.x;
   if (i >= 4 * M) return;
   const int j = i / M, token = i % M;

@@ -44,18 +44,6 @@ std::string LowerOne(char32_t c) {
   return IcuToUtf8(one);
 }
 
-// Byte offset of every code point of `text`, plus text.size() at the end.
-std::vector<size_t> CodePointOffsets(std::string_view text) {
-  std::vector<size_t> offsets;
-  offsets.reserve(text.size() + 1);
-  for (size_t pos = 0; pos < text.size();) {
-    offsets.push_back(pos);
-    pos += tokenizer_internal::Utf8SequenceLength(static_cast<uint8_t>(text[pos]));
-  }
-  offsets.push_back(text.size());
-  return offsets;
-}
-
 bool InSet(char32_t c, const std::vector<char32_t>& set) {
   for (char32_t s : set)
     if (s == c) return true;

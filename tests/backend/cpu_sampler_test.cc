@@ -132,7 +132,7 @@ TEST_F(CpuSamplerTest, PenaltiesChangeTheArgmaxAsDefined) {
   p.temperature = 0.0f;
   p.repetition_penalty = 1.5f;  // token 5: 3.1 / 1.5 = 2.07 < 2.2 (token 9)
   std::vector<int32_t> prompt = {5, 5};
-  SampleRow row{&p, 0, prompt, {}};
+  SampleRow row{&p, 0, prompt, {}, -1, {}};
   SampleResult r;
   ASSERT_TRUE(backend_.Sample(logits, {&row, 1}, {&r, 1}).ok());
   EXPECT_EQ(r.token, 9);
@@ -140,7 +140,7 @@ TEST_F(CpuSamplerTest, PenaltiesChangeTheArgmaxAsDefined) {
   q.temperature = 0.0f;
   q.frequency_penalty = 0.5f;  // token 5 generated twice: 3.1 - 1.0 = 2.1 < 2.2
   std::vector<int32_t> output = {5, 5};
-  SampleRow row2{&q, 2, {}, output};
+  SampleRow row2{&q, 2, {}, output, -1, {}};
   ASSERT_TRUE(backend_.Sample(logits, {&row2, 1}, {&r, 1}).ok());
   EXPECT_EQ(r.token, 9);
   q.frequency_penalty = 0.0f;
@@ -195,7 +195,7 @@ TEST_F(CpuSamplerTest, RejectsOutOfRangeParameters) {
   Tensor logits = buf.View(DType::kF32, {1, kVocab});
   SamplingParams p;
   p.top_p = 0.0f;
-  SampleRow row{&p, 0, {}, {}};
+  SampleRow row{&p, 0, {}, {}, -1, {}};
   SampleResult r;
   EXPECT_EQ(backend_.Sample(logits, {&row, 1}, {&r, 1}).code(), absl::StatusCode::kInvalidArgument);
   SamplingParams ok;

@@ -1039,16 +1039,21 @@ TEST_P(CudaFp8Test, ScalesAppliedByTheOpAfterTheLinear) {
                                              out[2].t, out[0].t);
               o.fp8_pending_scales = pending;
               const bool fuses = gpu_->FusesFp8InputQkvRope(qkv_w.lw, r, m);
-              if (!pending || !pending_rows) EXPECT_FALSE(fuses) << head_dim;
-              if (pending && pending_rows && common) EXPECT_TRUE(fuses) << head_dim;
+              if (!pending || !pending_rows) {
+                EXPECT_FALSE(fuses) << head_dim;
+              }
+              if (pending && pending_rows && common) {
+                EXPECT_TRUE(fuses) << head_dim;
+              }
               gpu_->StartOpTiming();
               EXPECT_TRUE(gpu_->LinearFp8InputQkvRope(normed.t, input, qkv_w.lw, r).ok()) << head_dim;
               auto ops = gpu_->CollectOpTimings();
               EXPECT_TRUE(ops.ok());
               if (ops.ok() && fuses) {
                 EXPECT_EQ(ops->size(), 1u) << head_dim;
-                if (!ops->empty())
+                if (!ops->empty()) {
                   EXPECT_EQ(ops->front().op.rfind("LinearQkvRope", 0), 0u) << ops->front().op;
+                }
               }
               return out;
             };
@@ -1080,8 +1085,12 @@ TEST_P(CudaFp8Test, ScalesAppliedByTheOpAfterTheLinear) {
               const Fp8Input q{out[2].t, out[3].t};
               o.fp8_pending_scales = pending;
               const bool fuses = gpu_->FusesLinearAddRmsNorm(o_w.lw, m);
-              if (!pending || !pending_rows) EXPECT_FALSE(fuses);
-              if (pending && pending_rows && common) EXPECT_TRUE(fuses);
+              if (!pending || !pending_rows) {
+                EXPECT_FALSE(fuses);
+              }
+              if (pending && pending_rows && common) {
+                EXPECT_TRUE(fuses);
+              }
               gpu_->StartOpTiming();
               EXPECT_TRUE(gpu_->LinearAddRmsNorm(tx.t, o_w.lw, out[0].t, delta.t, norm_w.t, 1e-5f, out[1].t,
                                                  up_w.lw, quantize_out ? &q : nullptr)
@@ -1090,19 +1099,23 @@ TEST_P(CudaFp8Test, ScalesAppliedByTheOpAfterTheLinear) {
               EXPECT_TRUE(ops.ok());
               if (ops.ok() && fuses) {
                 EXPECT_EQ(ops->size(), 1u);
-                if (!ops->empty())
+                if (!ops->empty()) {
                   EXPECT_EQ(ops->front().op.rfind("LinearAddRmsNorm", 0), 0u) << ops->front().op;
+                }
               }
               return out;
             };
             const std::array<OwnedTensor, 4> fused = run(true), apart = run(false);
             EXPECT_EQ(bytes(fused[0].t), bytes(apart[0].t)) << "residual";
             // With the quantized output the 16-bit one may be left unwritten (its consumer reads the codes).
-            if (!quantize_out) EXPECT_EQ(bytes(fused[1].t), bytes(apart[1].t)) << "normed";
+            if (!quantize_out) {
+              EXPECT_EQ(bytes(fused[1].t), bytes(apart[1].t)) << "normed";
+            }
             if (quantize_out) {
               EXPECT_EQ(bytes(fused[2].t), bytes(apart[2].t)) << "codes";
-              if (a == ActivationQuant::kDynamicPerToken)
+              if (a == ActivationQuant::kDynamicPerToken) {
                 EXPECT_EQ(bytes(fused[3].t), bytes(apart[3].t)) << "scales";
+              }
             }
           }
         }

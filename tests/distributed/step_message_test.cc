@@ -72,7 +72,8 @@ TEST(StepMessageTest, RoundTripAndTruncation) {
   penalized.repetition_penalty = 1.2f;
   const std::vector<int32_t> prompt = {5, 6, 7}, output = {1};
   const std::vector<LogitBias> biases = {{2, -100.0f}, {7, 1.5f}};
-  const std::vector<SampleRow> rows = {{&greedy, 3, prompt, output, -1, biases}, {&penalized, 4, prompt, output, 3}};
+  const std::vector<SampleRow> rows = {{&greedy, 3, prompt, output, -1, biases},
+                                       {&penalized, 4, prompt, output, 3, {}}};
   std::string bytes;
   EncodeStepMessage(plan, rows, bytes);
   StepMessage m;

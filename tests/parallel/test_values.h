@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -63,6 +64,9 @@ inline std::vector<uint8_t> Encode(DType t, const std::vector<double>& values) {
         *p = x;
         break;
       }
+      case DType::kF8E4M3:  // storage formats of weights and caches: collectives never carry them
+      case DType::kU4:
+        std::abort();
     }
   }
   return bytes;
@@ -107,6 +111,9 @@ inline std::vector<double> Decode(DType t, const std::vector<uint8_t>& bytes) {
       case DType::kU8:
         values[i] = *p;
         break;
+      case DType::kF8E4M3:  // never carried by collectives (Encode)
+      case DType::kU4:
+        std::abort();
     }
   }
   return values;

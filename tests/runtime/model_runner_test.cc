@@ -96,7 +96,7 @@ class FixtureModelTest : public ::testing::TestWithParam<const char*> {
         ASSERT_TRUE(runner_->Execute(plan, {}, {}).ok());
         continue;
       }
-      SampleRow row{&greedy, 0, context, {}};
+      SampleRow row{&greedy, 0, context, {}, -1, {}};
       SampleResult result;
       ASSERT_TRUE(runner_->Execute(plan, {&row, 1}, {&result, 1}).ok());
       next = result.token;

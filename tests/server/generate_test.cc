@@ -120,7 +120,9 @@ void CheckConcurrentEqualsSolo(ServerProcess& server, std::vector<v1::GenerateRe
     EXPECT_EQ(streamed.merged.request_id(), requests[i].request_id());
     for (size_t p = 0; p + 1 < streamed.parts.size(); ++p)
       EXPECT_EQ(streamed.parts[p].finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
-    if (i < 4) EXPECT_EQ(Ids(streamed.merged), fixtures[i].greedy);  // the reference's own tokens
+    if (i < 4) {
+      EXPECT_EQ(Ids(streamed.merged), fixtures[i].greedy);  // the reference's own tokens
+    }
     if (requests[i].stopping().ignore_eos() && requests[i].stopping().stop_token_ids().empty()) {
       EXPECT_EQ(streamed.merged.finish_reason(), v1::FINISH_REASON_LENGTH);
       EXPECT_EQ(streamed.merged.token_ids_size(), requests[i].stopping().max_tokens());
@@ -129,7 +131,9 @@ void CheckConcurrentEqualsSolo(ServerProcess& server, std::vector<v1::GenerateRe
       ASSERT_EQ(streamed.merged.logprobs_size(), streamed.merged.token_ids_size());
       for (const auto& lp : streamed.merged.logprobs()) EXPECT_EQ(lp.top_size(), 3);
     }
-    if (requests[i].prompt_case() == v1::GenerateRequest::kText) EXPECT_FALSE(streamed.merged.text().empty());
+    if (requests[i].prompt_case() == v1::GenerateRequest::kText) {
+      EXPECT_FALSE(streamed.merged.text().empty());
+    }
     solo.push_back(streamed.merged);
   }
   // All at once.
